@@ -1,0 +1,163 @@
+//! The crate's one error type. Every variant names the input it is about (file, line, key,
+//! program, endpoint), so a message can be acted on without a debugger.
+
+use std::path::PathBuf;
+
+/// Result alias used across the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in ppol. Failures of *candidates* (a generator that crashes,
+/// an episode that breaks) are data, not errors: see `sandbox::Failure` and
+/// `episode::Outcome`. Errors are for bad input and broken infrastructure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file could not be read or written.
+    #[error("{action} '{}': {source}", path.display())]
+    Io {
+        /// What we were doing ("reading", "writing", "creating directory").
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// Input data does not have the expected shape. `location` is "line 3", "$[2].conversation[0].content", ...
+    #[error("{}: {location}: {message}", path.display())]
+    Parse {
+        /// The file (or a pseudo-path such as `<stdin>` / `<python>`).
+        path: PathBuf,
+        /// Line number or JSON path inside the file.
+        location: String,
+        /// What was expected and what was found.
+        message: String,
+    },
+    /// A configuration key or CLI argument is invalid.
+    #[error("invalid configuration '{key}': {message}")]
+    Config {
+        /// Config key or flag name.
+        key: String,
+        /// What is wrong and what is accepted.
+        message: String,
+    },
+    /// A saved artefact (reference, discriminator, checkpoint) was made with another feature set.
+    #[error("feature-set mismatch: {what} was built with '{found}', but '{expected}' is in use")]
+    FeatureSetMismatch {
+        /// Which artefact.
+        what: String,
+        /// Feature set in the artefact.
+        found: String,
+        /// Feature set in use.
+        expected: String,
+    },
+    /// Not enough data to do what was asked (e.g. a discriminator with one class).
+    #[error("insufficient data: {0}")]
+    Insufficient(String),
+    /// An LLM endpoint failed after all retries, or answered with something unusable.
+    #[error("LLM endpoint '{endpoint}' ({role}): {message}")]
+    Llm {
+        /// Base URL or provider name.
+        endpoint: String,
+        /// The role that made the call (user-sim, agent, ...).
+        role: String,
+        /// What happened.
+        message: String,
+    },
+    /// The run's token or cost budget is spent; no new LLM calls are made.
+    #[error("budget exhausted: {0}")]
+    BudgetExhausted(String),
+    /// A τ² environment problem (unknown domain, missing data, unknown task id).
+    #[error("environment '{domain}': {message}")]
+    Environment {
+        /// Domain name.
+        domain: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The sandbox itself (not the program inside it) could not run.
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+    /// A run directory is unusable for the requested operation.
+    #[error("run directory '{}': {message}", path.display())]
+    Run {
+        /// The run directory.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The operation was cancelled (stop handle, Ctrl-C).
+    #[error("cancelled: {0}")]
+    Cancelled(String),
+}
+
+impl Error {
+    /// Shorthand for [`Error::Io`].
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Shorthand for [`Error::Parse`].
+    pub fn parse(
+        path: impl Into<PathBuf>,
+        location: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Error::Parse {
+            path: path.into(),
+            location: location.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Config`].
+    pub fn config(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Config {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A stable short name of the variant, used for the Python exception class and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "IoError",
+            Error::Parse { .. } => "ParseError",
+            Error::Config { .. } => "ConfigError",
+            Error::FeatureSetMismatch { .. } => "FeatureSetMismatch",
+            Error::Insufficient(_) => "InsufficientData",
+            Error::Llm { .. } => "LlmError",
+            Error::BudgetExhausted(_) => "BudgetExhausted",
+            Error::Environment { .. } => "EnvironmentError",
+            Error::Sandbox(_) => "SandboxError",
+            Error::Run { .. } => "RunError",
+            Error::Cancelled(_) => "Cancelled",
+        }
+    }
+}
+
+/// Read a whole file to a string with an error that names it.
+pub fn read_to_string(path: &std::path::Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))
+}
+
+/// Write a file atomically: write to a sibling temp file, fsync, rename over the target.
+pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .map_err(|e| Error::io("creating temp file in", dir, e))?;
+    tmp.write_all(bytes)
+        .and_then(|_| tmp.as_file().sync_all())
+        .map_err(|e| Error::io("writing", path, e))?;
+    tmp.persist(path)
+        .map_err(|e| Error::io("renaming temp file to", path, e.error))?;
+    Ok(())
+}

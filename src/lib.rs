@@ -1,0 +1,22 @@
+//! # ppol — evolve persona policies for LLM user simulators
+//!
+//! Simulated users are too cooperative and all alike. ppol measures how human a simulator's
+//! dialogues are and evolves *generator programs* that write persona policies making them
+//! more human-like and more diverse. A run goes through these steps, each with its type:
+//!
+//! 1. **Traces** ([`dialogue::Dialogue`], loaded by [`traces`]): real human dialogues and simulator rollouts.
+//! 2. **Fingerprints** ([`features::Fingerprint`]): 19 behavioural features of the user turns (D1–D4).
+//! 3. **Human reference** ([`reference::HumanReference`]): the human fingerprint cloud and its mean/std.
+//! 4. **Discriminator** ([`discriminator::Discriminator`]): a random forest giving P(human) of a dialogue.
+//! 5. **Coverage** ([`coverage`]): two-sided Chamfer coverage of the human cloud and Dice D1–D4 alignment.
+//! 6. **Score** ([`score::Score`]): λh·P(human) + λb·coverage for any set of simulated dialogues.
+//!
+#![deny(missing_docs)]
+
+pub mod cli;
+pub mod dialogue;
+pub mod error;
+pub mod llm;
+pub mod persona;
+
+pub use error::{Error, Result};

@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    ppol::cli::main()
+}

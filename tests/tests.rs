@@ -1,0 +1,1 @@
+//! One integration-test binary (see Cargo.toml `[[test]] integration`).
