@@ -16,7 +16,10 @@
 pub mod cli;
 pub mod dialogue;
 pub mod error;
+pub mod features;
 pub mod llm;
 pub mod persona;
+pub mod reference;
+pub mod traces;
 
 pub use error::{Error, Result};

@@ -5,6 +5,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod fingerprint;
+mod reference;
+mod traces;
+
 /// ppol: evolve persona policies for LLM user simulators.
 #[derive(Debug, Parser)]
 #[command(name = "ppol", version, about, long_about = None)]
@@ -19,7 +24,16 @@ pub struct Cli {
 
 /// All commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Inspect trace files.
+    Traces(traces::TracesArgs),
+    /// Compute behavioural fingerprints (JSONL, one line per dialogue).
+    Fingerprint(fingerprint::FingerprintArgs),
+    /// Build the human reference (fingerprints, mean, std) from human traces.
+    Reference(reference::ReferenceArgs),
+    /// Measure speed.
+    Bench(bench::BenchArgs),
+}
 
 /// Entry point of the binary (and of `python -m ppol_rs`).
 pub fn main() -> ExitCode {
@@ -68,5 +82,28 @@ fn init_logging(verbose: u8) {
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
-    match command {}
+    match command {
+        Command::Traces(a) => traces::run(a),
+        Command::Fingerprint(a) => fingerprint::run(a),
+        Command::Reference(a) => reference::run(a),
+        Command::Bench(a) => bench::run(a),
+    }
+}
+
+/// Write to a file (atomically) or to stdout when `path` is `None` or `-`.
+pub(crate) fn write_output(path: Option<&std::path::Path>, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    match path {
+        Some(p) if p != std::path::Path::new("-") => crate::error::write_atomic(p, bytes)?,
+        _ => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(bytes).and_then(|_| out.flush()) {
+                Ok(()) => {}
+                // a closed pipe (`| head`) is a normal end
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
 }
