@@ -20,7 +20,11 @@ pub struct CoverageOptions {
 
 impl Default for CoverageOptions {
     fn default() -> Self {
-        CoverageOptions { standardize: true, n_clusters: 0, seed: 0 }
+        CoverageOptions {
+            standardize: true,
+            n_clusters: 0,
+            seed: 0,
+        }
     }
 }
 
@@ -90,7 +94,14 @@ impl HumanCloud {
                 .collect();
         }
         let d_ref = mean_pairwise_distance(&points);
-        Ok(HumanCloud { points, mu, sigma, d_ref, n_humans, options })
+        Ok(HumanCloud {
+            points,
+            mu,
+            sigma,
+            d_ref,
+            n_humans,
+            options,
+        })
     }
 
     /// Number of points in H (centroids when clustered).
@@ -117,7 +128,12 @@ impl HumanCloud {
     pub fn chamfer(&self, set: &[Fingerprint]) -> Chamfer {
         let n = set.len();
         if n == 0 || self.points.is_empty() || self.d_ref <= 0.0 {
-            return Chamfer { coverage: 0.0, cover_humans: f64::NAN, stay_on_manifold: f64::NAN, n };
+            return Chamfer {
+                coverage: 0.0,
+                cover_humans: f64::NAN,
+                stay_on_manifold: f64::NAN,
+                n,
+            };
         }
         let ps: Vec<[f64; N_FEATURES]> = set.iter().map(|f| self.transform(f)).collect();
         let mut min_per_p = vec![f64::INFINITY; n];
@@ -137,7 +153,12 @@ impl HumanCloud {
         let stay_on_manifold = min_per_p.iter().sum::<f64>() / n as f64;
         let err = cover_humans + stay_on_manifold;
         let coverage = (1.0 - (err / (2.0 * self.d_ref)).min(1.0)).max(0.0);
-        Chamfer { coverage, cover_humans, stay_on_manifold, n }
+        Chamfer {
+            coverage,
+            cover_humans,
+            stay_on_manifold,
+            n,
+        }
     }
 
     /// Chamfer per group (task), groups in order of first appearance, and their unweighted mean.
@@ -152,8 +173,10 @@ impl HumanCloud {
                 })
                 .push(*f);
         }
-        let groups: Vec<(String, Chamfer)> =
-            order.iter().map(|g| (g.to_string(), self.chamfer(&sets[g]))).collect();
+        let groups: Vec<(String, Chamfer)> = order
+            .iter()
+            .map(|g| (g.to_string(), self.chamfer(&sets[g])))
+            .collect();
         let mean = if groups.is_empty() {
             0.0
         } else {
@@ -241,10 +264,19 @@ pub fn dice(human_mean: &Fingerprint, simulated: &[Fingerprint]) -> Dice {
     }
     agg.iter_mut().for_each(|v| *v /= n);
     let dim = |r: &std::ops::Range<usize>| {
-        r.clone().map(|j| dice_coefficient(agg[j], human_mean.0[j])).sum::<f64>() / r.len() as f64
+        r.clone()
+            .map(|j| dice_coefficient(agg[j], human_mean.0[j]))
+            .sum::<f64>()
+            / r.len() as f64
     };
     let d: Vec<f64> = DIMENSIONS.iter().map(|(_, r)| dim(r)).collect();
-    Dice { D1: d[0], D2: d[1], D3: d[2], D4: d[3], overall: d.iter().sum::<f64>() / 4.0 }
+    Dice {
+        D1: d[0],
+        D2: d[1],
+        D3: d[2],
+        D4: d[3],
+        overall: d.iter().sum::<f64>() / 4.0,
+    }
 }
 
 #[cfg(test)]
@@ -260,14 +292,20 @@ mod tests {
 
     #[test]
     fn identical_sets_cover_fully_and_far_sets_saturate() {
-        let opts = CoverageOptions { standardize: false, ..Default::default() };
+        let opts = CoverageOptions {
+            standardize: false,
+            ..Default::default()
+        };
         let cloud = HumanCloud::from_points(vec![pt(0.0, 0.0), pt(3.0, 4.0)], opts).unwrap();
         assert_eq!(cloud.d_ref, 5.0);
         let same = [Fingerprint(pt(0.0, 0.0)), Fingerprint(pt(3.0, 4.0))];
         assert_eq!(cloud.chamfer(&same).coverage, 1.0);
         // one point at the first human: cover = (0 + 5)/2, stay = 0 → err 2.5 → 1 - 2.5/10
         let c = cloud.chamfer(&[Fingerprint(pt(0.0, 0.0))]);
-        assert_eq!((c.cover_humans, c.stay_on_manifold, c.coverage), (2.5, 0.0, 0.75));
+        assert_eq!(
+            (c.cover_humans, c.stay_on_manifold, c.coverage),
+            (2.5, 0.0, 0.75)
+        );
         assert_eq!(cloud.chamfer(&[Fingerprint(pt(100.0, 0.0))]).coverage, 0.0);
         assert_eq!(cloud.chamfer(&[]).coverage, 0.0);
     }

@@ -131,7 +131,7 @@ impl Error {
             Error::Insufficient(_) => "InsufficientData",
             Error::Llm { .. } => "LlmError",
             Error::BudgetExhausted(_) => "BudgetExhausted",
-            Error::Environment { .. } => "EnvironmentError",
+            Error::Environment { .. } => "DomainError",
             Error::Sandbox(_) => "SandboxError",
             Error::Run { .. } => "RunError",
             Error::Cancelled(_) => "Cancelled",

@@ -1,1 +1,5 @@
 //! One integration-test binary (see Cargo.toml `[[test]] integration`).
+
+mod cli;
+mod parity;
+mod util;
