@@ -10,6 +10,8 @@ use crate::dialogue::Turn;
 use crate::llm::ToolSpec;
 use crate::Result;
 
+pub mod llm;
+pub mod record;
 pub mod scripted;
 
 /// What the simulated user knows about its task (τ²'s `user_scenario.instructions`).
@@ -140,7 +142,10 @@ pub fn parse_user_message(raw: &str) -> UserReply {
             text = text.replace(tok, "");
         }
     }
-    UserReply { text: text.trim().to_string(), stop }
+    UserReply {
+        text: text.trim().to_string(),
+        stop,
+    }
 }
 
 #[cfg(test)]
