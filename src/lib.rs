@@ -14,12 +14,17 @@
 #![deny(missing_docs)]
 
 pub mod cli;
+pub mod coverage;
 pub mod dialogue;
+pub mod episode;
 pub mod error;
+pub mod export;
 pub mod features;
+pub mod kmeans;
 pub mod llm;
 pub mod persona;
 pub mod reference;
+pub mod runlog;
 pub mod traces;
 
 pub use error::{Error, Result};
