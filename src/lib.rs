@@ -15,7 +15,9 @@
 
 pub mod cli;
 pub mod dialogue;
+pub mod discriminator;
 pub mod error;
+pub mod kmeans;
 pub mod llm;
 pub mod persona;
 
