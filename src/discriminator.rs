@@ -804,6 +804,18 @@ mod tests {
     }
 
     #[test]
+    fn floats_survive_json_bit_exactly() {
+        // Needs serde_json's `float_roundtrip` feature: the default parser can be one ULP off
+        // (this value came back as 0.3995203187686055), which moves split thresholds.
+        for v in [0.39952031876860555_f64, 0.1 + 0.2, 1e-300, 123456.789e-7] {
+            let back: f64 = serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
+            assert_eq!(back.to_bits(), v.to_bits(), "{v}");
+            let back: serde_json::Value = serde_json::from_str(&v.to_string()).unwrap();
+            assert_eq!(back.as_f64().unwrap().to_bits(), v.to_bits(), "{v}");
+        }
+    }
+
+    #[test]
     fn rfc3339_formatting() {
         assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339_utc(951_782_400), "2000-02-29T00:00:00Z");
