@@ -16,15 +16,20 @@
 pub mod cli;
 pub mod coverage;
 pub mod dialogue;
+pub mod discriminator;
 pub mod episode;
 pub mod error;
+pub mod evolution;
 pub mod export;
 pub mod features;
 pub mod kmeans;
 pub mod llm;
 pub mod persona;
+#[cfg(feature = "python")]
+mod python;
 pub mod reference;
 pub mod runlog;
+pub mod score;
 pub mod traces;
 
 pub use error::{Error, Result};

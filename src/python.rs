@@ -18,16 +18,66 @@ use crate::score::ScoreOptions;
 use crate::traces::{self, LoadOptions};
 
 create_exception!(_core, Error, PyException, "Base class of every ppol error.");
-create_exception!(_core, IoError, Error, "A file could not be read or written.");
-create_exception!(_core, ParseError, Error, "Input data does not have the expected shape (names file and line or JSON path).");
-create_exception!(_core, ConfigError, Error, "An invalid configuration key or argument.");
-create_exception!(_core, FeatureSetMismatch, Error, "An artefact was built with another feature set.");
-create_exception!(_core, InsufficientData, Error, "Not enough data for the requested operation.");
-create_exception!(_core, LlmError, Error, "An LLM endpoint failed after retries.");
-create_exception!(_core, BudgetExhausted, Error, "The run's token or cost budget is spent.");
-create_exception!(_core, DomainError, Error, "A τ² environment problem (domain, data, task id).");
-create_exception!(_core, SandboxError, Error, "The generator sandbox could not run.");
-create_exception!(_core, RunError, Error, "A run directory is unusable for the operation.");
+create_exception!(
+    _core,
+    IoError,
+    Error,
+    "A file could not be read or written."
+);
+create_exception!(
+    _core,
+    ParseError,
+    Error,
+    "Input data does not have the expected shape (names file and line or JSON path)."
+);
+create_exception!(
+    _core,
+    ConfigError,
+    Error,
+    "An invalid configuration key or argument."
+);
+create_exception!(
+    _core,
+    FeatureSetMismatch,
+    Error,
+    "An artefact was built with another feature set."
+);
+create_exception!(
+    _core,
+    InsufficientData,
+    Error,
+    "Not enough data for the requested operation."
+);
+create_exception!(
+    _core,
+    LlmError,
+    Error,
+    "An LLM endpoint failed after retries."
+);
+create_exception!(
+    _core,
+    BudgetExhausted,
+    Error,
+    "The run's token or cost budget is spent."
+);
+create_exception!(
+    _core,
+    DomainError,
+    Error,
+    "A τ² environment problem (domain, data, task id)."
+);
+create_exception!(
+    _core,
+    SandboxError,
+    Error,
+    "The generator sandbox could not run."
+);
+create_exception!(
+    _core,
+    RunError,
+    Error,
+    "A run directory is unusable for the operation."
+);
 create_exception!(_core, Cancelled, Error, "The operation was cancelled.");
 
 /// Map a library error to its Python exception class.
@@ -54,7 +104,11 @@ fn feature_set(s: &str) -> PyResult<FeatureSet> {
 
 /// Turn a Python `traces` argument into dialogues: a path (str / os.PathLike), a list of paths,
 /// or a list of dialogue dicts (`{"id", "conversation": [{"role", "content"}], ...}`).
-fn dialogues_from_py(py: Python<'_>, traces: &Bound<'_, PyAny>, domain: Option<String>) -> PyResult<Vec<Dialogue>> {
+fn dialogues_from_py(
+    py: Python<'_>,
+    traces: &Bound<'_, PyAny>,
+    domain: Option<String>,
+) -> PyResult<Vec<Dialogue>> {
     let opts = LoadOptions { domain };
     let fspath = |o: &Bound<'_, PyAny>| -> PyResult<Option<PathBuf>> {
         if o.is_instance_of::<PyString>() || o.hasattr("__fspath__")? {
@@ -73,26 +127,39 @@ fn dialogues_from_py(py: Python<'_>, traces: &Bound<'_, PyAny>, domain: Option<S
         return Ok(Vec::new());
     }
     if fspath(&list.get_item(0)?)?.is_some() {
-        let paths: Vec<PathBuf> = list.iter().map(|o| o.extract::<PathBuf>()).collect::<PyResult<_>>()?;
-        return py.detach(|| traces::load_many(&paths, &opts)).map_err(to_py);
+        let paths: Vec<PathBuf> = list
+            .iter()
+            .map(|o| o.extract::<PathBuf>())
+            .collect::<PyResult<_>>()?;
+        return py
+            .detach(|| traces::load_many(&paths, &opts))
+            .map_err(to_py);
     }
     let dumps = py.import("json")?.getattr("dumps")?;
     let mut jsonl = String::new();
     for (i, item) in list.iter().enumerate() {
         if !item.is_instance_of::<PyDict>() {
-            return Err(ParseError::new_err(format!("<python>: traces[{i}]: expected a dialogue dict, found {}", item.get_type().name()?)));
+            return Err(ParseError::new_err(format!(
+                "<python>: traces[{i}]: expected a dialogue dict, found {}",
+                item.get_type().name()?
+            )));
         }
         jsonl.push_str(&dumps.call1((item,))?.extract::<String>()?);
         jsonl.push('\n');
     }
-    py.detach(|| traces::parse(&jsonl, std::path::Path::new("<python>"), &opts)).map_err(to_py)
+    py.detach(|| traces::parse(&jsonl, std::path::Path::new("<python>"), &opts))
+        .map_err(to_py)
 }
 
 fn dialogues_to_json(ds: &[Dialogue]) -> String {
     serde_json::to_string(ds).expect("serialisable")
 }
 
-fn matrix<'py>(py: Python<'py>, rows: impl Iterator<Item = Vec<f64>>, n: usize) -> PyResult<Bound<'py, PyArray2<f64>>> {
+fn matrix<'py>(
+    py: Python<'py>,
+    rows: impl Iterator<Item = Vec<f64>>,
+    n: usize,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
     let mut flat = Vec::with_capacity(n * N_FEATURES);
     for r in rows {
         flat.extend(r);
@@ -103,7 +170,11 @@ fn matrix<'py>(py: Python<'py>, rows: impl Iterator<Item = Vec<f64>>, n: usize) 
 /// Load trace files or dialogue dicts; returns a JSON list of normalised dialogues.
 #[pyfunction]
 #[pyo3(signature = (traces, domain=None))]
-fn load_traces_json(py: Python<'_>, traces: &Bound<'_, PyAny>, domain: Option<String>) -> PyResult<String> {
+fn load_traces_json(
+    py: Python<'_>,
+    traces: &Bound<'_, PyAny>,
+    domain: Option<String>,
+) -> PyResult<String> {
     let ds = dialogues_from_py(py, traces, domain)?;
     Ok(dialogues_to_json(&ds))
 }
@@ -128,7 +199,11 @@ fn fingerprint_matrix<'py>(
     let ds = dialogues_from_py(py, traces, domain)?;
     let fps = py.detach(|| fingerprint_many(&ds, set));
     let m = matrix(py, fps.iter().map(|f| f.0.to_vec()), fps.len())?;
-    Ok((m, ds.iter().map(|d| d.id.clone()).collect(), ds.iter().map(|d| d.task_id.clone()).collect()))
+    Ok((
+        m,
+        ds.iter().map(|d| d.id.clone()).collect(),
+        ds.iter().map(|d| d.task_id.clone()).collect(),
+    ))
 }
 
 /// Human fingerprints and their per-feature mean and population std.
@@ -143,18 +218,31 @@ impl PyHumanReference {
     /// Build from human traces (path, list of paths, or list of dialogue dicts).
     #[staticmethod]
     #[pyo3(signature = (traces, feature_set="ppol-0.1.1", domain=None))]
-    fn from_traces(py: Python<'_>, traces: &Bound<'_, PyAny>, feature_set: &str, domain: Option<String>) -> PyResult<Self> {
+    fn from_traces(
+        py: Python<'_>,
+        traces: &Bound<'_, PyAny>,
+        feature_set: &str,
+        domain: Option<String>,
+    ) -> PyResult<Self> {
         let set = self::feature_set(feature_set)?;
         let ds = dialogues_from_py(py, traces, domain)?;
-        let source = if let Ok(s) = traces.extract::<PathBuf>() { vec![s.display().to_string()] } else { vec!["<python>".into()] };
-        let inner = py.detach(|| HumanReference::build(&ds, set, source)).map_err(to_py)?;
+        let source = if let Ok(s) = traces.extract::<PathBuf>() {
+            vec![s.display().to_string()]
+        } else {
+            vec!["<python>".into()]
+        };
+        let inner = py
+            .detach(|| HumanReference::build(&ds, set, source))
+            .map_err(to_py)?;
         Ok(PyHumanReference { inner })
     }
 
     /// Load a saved reference JSON.
     #[staticmethod]
     fn load(path: PathBuf) -> PyResult<Self> {
-        Ok(PyHumanReference { inner: HumanReference::load(&path).map_err(to_py)? })
+        Ok(PyHumanReference {
+            inner: HumanReference::load(&path).map_err(to_py)?,
+        })
     }
 
     /// Save as JSON.
@@ -196,7 +284,11 @@ impl PyHumanReference {
     /// Dialogue ids of the fingerprints.
     #[getter]
     fn ids(&self) -> Vec<String> {
-        self.inner.fingerprints.iter().map(|r| r.id.clone()).collect()
+        self.inner
+            .fingerprints
+            .iter()
+            .map(|r| r.id.clone())
+            .collect()
     }
 
     /// Number of fingerprints in the coverage cloud (dialogues with ≥ 2 messages).
@@ -244,9 +336,9 @@ impl PyDiscriminator {
         folds: usize,
     ) -> PyResult<Self> {
         let base = dialogues_from_py(py, baseline, None)?;
-        let mf: MaxFeatures = max_features
-            .parse()
-            .map_err(|e| ConfigError::new_err(format!("invalid configuration 'max_features': {e}")))?;
+        let mf: MaxFeatures = max_features.parse().map_err(|e| {
+            ConfigError::new_err(format!("invalid configuration 'max_features': {e}"))
+        })?;
         let params = ForestParams {
             n_trees: trees,
             max_depth: max_depth.filter(|d| *d > 0),
@@ -264,7 +356,9 @@ impl PyDiscriminator {
     /// Load a saved discriminator JSON.
     #[staticmethod]
     fn load(path: PathBuf) -> PyResult<Self> {
-        Ok(PyDiscriminator { inner: Discriminator::load(&path).map_err(to_py)? })
+        Ok(PyDiscriminator {
+            inner: Discriminator::load(&path).map_err(to_py)?,
+        })
     }
 
     /// Save as JSON.
@@ -273,10 +367,17 @@ impl PyDiscriminator {
     }
 
     /// P(human) for each row of an n×19 fingerprint matrix.
-    fn p_human<'py>(&self, py: Python<'py>, x: PyReadonlyArray2<'py, f64>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    fn p_human<'py>(
+        &self,
+        py: Python<'py>,
+        x: PyReadonlyArray2<'py, f64>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let shape = x.shape();
         if shape[1] != N_FEATURES {
-            return Err(ParseError::new_err(format!("<python>: x: expected {N_FEATURES} columns, found {}", shape[1])));
+            return Err(ParseError::new_err(format!(
+                "<python>: x: expected {N_FEATURES} columns, found {}",
+                shape[1]
+            )));
         }
         let arr = x.as_array();
         let rows: Vec<Vec<f64>> = arr.rows().into_iter().map(|r| r.to_vec()).collect();
@@ -330,7 +431,11 @@ fn score_json(
     let opts = ScoreOptions {
         lambda_h,
         lambda_b,
-        coverage: CoverageOptions { standardize: !raw, n_clusters: clusters, seed: 0 },
+        coverage: CoverageOptions {
+            standardize: !raw,
+            n_clusters: clusters,
+            seed: 0,
+        },
     };
     let s = py
         .detach(|| crate::score::score(&human.inner, &discriminator.inner, &ds, &opts))

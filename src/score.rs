@@ -26,7 +26,11 @@ pub struct ScoreOptions {
 
 impl Default for ScoreOptions {
     fn default() -> Self {
-        ScoreOptions { lambda_h: 0.5, lambda_b: 0.5, coverage: CoverageOptions::default() }
+        ScoreOptions {
+            lambda_h: 0.5,
+            lambda_b: 0.5,
+            coverage: CoverageOptions::default(),
+        }
     }
 }
 
@@ -82,7 +86,9 @@ pub fn score_fingerprints(
 ) -> Result<Score> {
     discriminator.check_feature_set(reference.feature_set.name())?;
     if points.is_empty() {
-        return Err(Error::Insufficient("no simulated dialogues to score".into()));
+        return Err(Error::Insufficient(
+            "no simulated dialogues to score".into(),
+        ));
     }
     let cloud = HumanCloud::new(reference, opts.coverage)?;
     if cloud.is_empty() {
@@ -185,5 +191,9 @@ pub fn load_reference(paths: &[std::path::PathBuf], set: FeatureSet) -> Result<H
         }
     }
     let ds = traces::load_many(paths, &LoadOptions::default())?;
-    HumanReference::build(&ds, set, paths.iter().map(|p| p.display().to_string()).collect())
+    HumanReference::build(
+        &ds,
+        set,
+        paths.iter().map(|p| p.display().to_string()).collect(),
+    )
 }

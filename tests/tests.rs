@@ -1,5 +1,6 @@
 //! One integration-test binary (see Cargo.toml `[[test]] integration`).
 
 mod cli;
+mod discriminator;
 mod parity;
 mod util;

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod fingerprint;
 mod reference;
+mod score;
 mod traces;
 
 /// ppol: evolve persona policies for LLM user simulators.
@@ -31,6 +32,10 @@ pub enum Command {
     Fingerprint(fingerprint::FingerprintArgs),
     /// Build the human reference (fingerprints, mean, std) from human traces.
     Reference(reference::ReferenceArgs),
+    /// Train the human-vs-simulator discriminator.
+    Discriminator(score::DiscriminatorArgs),
+    /// Score simulated dialogues: P(human), coverage, combined, Dice D1–D4.
+    Score(score::ScoreArgs),
     /// Measure speed.
     Bench(bench::BenchArgs),
 }
@@ -86,6 +91,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Traces(a) => traces::run(a),
         Command::Fingerprint(a) => fingerprint::run(a),
         Command::Reference(a) => reference::run(a),
+        Command::Discriminator(a) => score::run_discriminator(a),
+        Command::Score(a) => score::run_score(a),
         Command::Bench(a) => bench::run(a),
     }
 }

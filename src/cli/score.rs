@@ -61,10 +61,10 @@ pub enum DiscriminatorCommand {
     /// Train human (1) vs simulator (0) on fingerprints; prints the grouped held-out AUC.
     Train {
         /// Human traces, or a saved human reference JSON.
-        #[arg(long, required = true, num_args = 1..)]
+        #[arg(long, required = true)]
         human: Vec<PathBuf>,
         /// Baseline (persona-free simulator) dialogues.
-        #[arg(long, required = true, num_args = 1..)]
+        #[arg(long, required = true)]
         baseline: Vec<PathBuf>,
         /// Feature set.
         #[arg(long, default_value = "ppol-0.1.1")]
@@ -85,13 +85,13 @@ pub struct ScoreArgs {
     #[arg(required = true)]
     pub candidates: Vec<PathBuf>,
     /// Human traces, or a saved human reference JSON.
-    #[arg(long, required = true, num_args = 1..)]
+    #[arg(long, required = true)]
     pub human: Vec<PathBuf>,
     /// A trained discriminator (JSON).
     #[arg(long, conflicts_with = "baseline")]
     pub discriminator: Option<PathBuf>,
     /// Baseline dialogues to train a discriminator on the fly (instead of --discriminator).
-    #[arg(long, num_args = 1..)]
+    #[arg(long)]
     pub baseline: Vec<PathBuf>,
     /// Weight of human-likeness.
     #[arg(long, default_value_t = 0.5)]
@@ -118,17 +118,44 @@ pub struct ScoreArgs {
 
 /// Run `ppol discriminator`.
 pub fn run_discriminator(args: DiscriminatorArgs) -> anyhow::Result<()> {
-    let DiscriminatorCommand::Train { human, baseline, feature_set, output, forest } = args.command;
+    let DiscriminatorCommand::Train {
+        human,
+        baseline,
+        feature_set,
+        output,
+        forest,
+    } = args.command;
     let reference = load_reference(&human, feature_set)?;
     let base = traces::load_many(&baseline, &LoadOptions::default())?;
     let disc = train_discriminator(&reference, &base, &forest.params()?, forest.folds)?;
     disc.save(&output)?;
     let auc = match &disc.training.grouped_auc {
-        Some(a) => format!("{:.4} (k={} folds over {} task groups: {:?})", a.mean, a.k, a.n_groups, a.folds.iter().map(|x| (x * 1e4).round() / 1e4).collect::<Vec<_>>()),
+        Some(a) => format!(
+            "{:.4} (k={} folds over {} task groups: {:?})",
+            a.mean,
+            a.k,
+            a.n_groups,
+            a.folds
+                .iter()
+                .map(|x| (x * 1e4).round() / 1e4)
+                .collect::<Vec<_>>()
+        ),
         None => "not computable (too few task groups with both classes)".into(),
     };
-    println!("trained on {} human vs {} simulator dialogues; grouped held-out AUC: {auc}", disc.training.n_human, disc.training.n_simulator);
-    println!("top features: {}", disc.training.top_features.iter().take(6).map(|(n, v)| format!("{n} {v:.3}")).collect::<Vec<_>>().join(", "));
+    println!(
+        "trained on {} human vs {} simulator dialogues; grouped held-out AUC: {auc}",
+        disc.training.n_human, disc.training.n_simulator
+    );
+    println!(
+        "top features: {}",
+        disc.training
+            .top_features
+            .iter()
+            .take(6)
+            .map(|(n, v)| format!("{n} {v:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     eprintln!("wrote {}", output.display());
     Ok(())
 }
@@ -142,13 +169,19 @@ pub fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
             let base = traces::load_many(&args.baseline, &LoadOptions::default())?;
             train_discriminator(&reference, &base, &args.forest.params()?, args.forest.folds)?
         }
-        (None, true) => anyhow::bail!("give --discriminator FILE or --baseline TRACES (to train one)"),
+        (None, true) => {
+            anyhow::bail!("give --discriminator FILE or --baseline TRACES (to train one)")
+        }
     };
     let candidates = traces::load_many(&args.candidates, &LoadOptions::default())?;
     let opts = ScoreOptions {
         lambda_h: args.lambda_h,
         lambda_b: args.lambda_b,
-        coverage: CoverageOptions { standardize: !args.raw, n_clusters: args.clusters, seed: 0 },
+        coverage: CoverageOptions {
+            standardize: !args.raw,
+            n_clusters: args.clusters,
+            seed: 0,
+        },
     };
     let s = score(&reference, &disc, &candidates, &opts)?;
     let mut v = serde_json::json!({

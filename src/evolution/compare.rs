@@ -4,7 +4,9 @@
 
 use futures::future::join_all;
 
-use super::evaluate::{evaluate_candidate, mix, CandidateOutcome, EpisodeRunner, PersonaGenerator, Scorer, TaskContext};
+use super::evaluate::{
+    evaluate_candidate, mix, CandidateOutcome, EpisodeRunner, PersonaGenerator, Scorer, TaskContext,
+};
 use crate::coverage::dice;
 use crate::dialogue::Dialogue;
 use crate::episode::record::Episode;
@@ -59,18 +61,25 @@ pub fn human_row(humans: &[Dialogue], scorer: &Scorer) -> EvalRow {
     }
     let p = scorer.discriminator.p_human(&rows);
     let hl = p.iter().sum::<f64>() / p.len() as f64;
-    let points: Vec<(String, Fingerprint)> =
-        humans.iter().zip(&fps).map(|(d, f)| (d.group_key().to_string(), *f)).collect();
+    let points: Vec<(String, Fingerprint)> = humans
+        .iter()
+        .zip(&fps)
+        .map(|(d, f)| (d.group_key().to_string(), *f))
+        .collect();
     let cov = scorer.cloud.chamfer_by_group(&points).mean;
-    let rewards: Vec<f64> = humans.iter().filter_map(|d| d.meta.get("reward").and_then(|v| v.as_f64())).collect();
+    let rewards: Vec<f64> = humans
+        .iter()
+        .filter_map(|d| d.meta.get("reward").and_then(|v| v.as_f64()))
+        .collect();
     EvalRow {
         name: "human".into(),
         human_likeness: hl,
         coverage: cov,
         score: TABLE_WEIGHTS.0 * hl + TABLE_WEIGHTS.1 * cov,
         dice: dice(&scorer.reference.mean_fingerprint(), &fps),
-        success_rate: (!rewards.is_empty())
-            .then(|| rewards.iter().filter(|r| **r >= 1.0 - 1e-9).count() as f64 / rewards.len() as f64),
+        success_rate: (!rewards.is_empty()).then(|| {
+            rewards.iter().filter(|r| **r >= 1.0 - 1e-9).count() as f64 / rewards.len() as f64
+        }),
         n_dialogues: humans.len(),
         skipped: None,
     }
@@ -93,7 +102,8 @@ pub async fn compare(
 ) -> EvalTable {
     let mut rows = vec![human_row(humans, scorer)];
     let base: Vec<Episode> = join_all(tasks.iter().enumerate().flat_map(|(i, t)| {
-        (0..n).map(move |k| runner.run(&t.task_id, None, k as u32, mix(seed, (i * 1000 + k) as u64)))
+        (0..n)
+            .map(move |k| runner.run(&t.task_id, None, k as u32, mix(seed, (i * 1000 + k) as u64)))
     }))
     .await;
     rows.push(row_from("base", &base, scorer));
@@ -102,10 +112,17 @@ pub async fn compare(
             Condition::Skipped(why) => skipped(name, why.clone()),
             Condition::Program(code) => {
                 let (lh, lb) = TABLE_WEIGHTS;
-                match evaluate_candidate(code, tasks, n, lh, lb, generator, runner, scorer, seed).await {
+                match evaluate_candidate(code, tasks, n, lh, lb, generator, runner, scorer, seed)
+                    .await
+                {
                     CandidateOutcome::Scored { episodes, .. } => row_from(name, &episodes, scorer),
-                    CandidateOutcome::Failed(f) => skipped(name, format!("generation failed ({}): {}", f.stage, f.reason)),
-                    CandidateOutcome::Infrastructure(why) => skipped(name, format!("infrastructure failure: {why}")),
+                    CandidateOutcome::Failed(f) => skipped(
+                        name,
+                        format!("generation failed ({}): {}", f.stage, f.reason),
+                    ),
+                    CandidateOutcome::Infrastructure(why) => {
+                        skipped(name, format!("infrastructure failure: {why}"))
+                    }
                 }
             }
         };

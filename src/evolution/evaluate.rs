@@ -48,7 +48,8 @@ pub trait PersonaGenerator: Send + Sync {
 pub trait EpisodeRunner: Send + Sync {
     /// One episode of `task_id` with `persona` (None = the plain simulator). Never panics; an
     /// infrastructure failure is an episode with status `failed`.
-    async fn run(&self, task_id: &str, persona: Option<&Persona>, trial: u32, seed: u64) -> Episode;
+    async fn run(&self, task_id: &str, persona: Option<&Persona>, trial: u32, seed: u64)
+        -> Episode;
 }
 
 /// The fixed scoring context of a run.
@@ -74,23 +75,46 @@ pub struct Scored {
 
 impl Scorer {
     /// Score episodes: P(human) pooled over episodes that ran, coverage per task, weighted sum.
-    pub fn score(&self, episodes: &[Episode], lambda_h: f64, lambda_b: f64, n_personas: usize) -> Scored {
-        let ok: Vec<usize> = (0..episodes.len()).filter(|&i| episodes[i].status == EpisodeStatus::Ok).collect();
+    pub fn score(
+        &self,
+        episodes: &[Episode],
+        lambda_h: f64,
+        lambda_b: f64,
+        n_personas: usize,
+    ) -> Scored {
+        let ok: Vec<usize> = (0..episodes.len())
+            .filter(|&i| episodes[i].status == EpisodeStatus::Ok)
+            .collect();
         let dialogues: Vec<_> = ok.iter().map(|&i| episodes[i].to_dialogue()).collect();
         let fps = fingerprint_many(&dialogues, self.reference.feature_set);
         let rows: Vec<Vec<f64>> = fps.iter().map(|f| f.0.to_vec()).collect();
-        let p = if rows.is_empty() { Vec::new() } else { self.discriminator.p_human(&rows) };
+        let p = if rows.is_empty() {
+            Vec::new()
+        } else {
+            self.discriminator.p_human(&rows)
+        };
         let mut p_human = vec![None; episodes.len()];
         let mut fingerprints = vec![None; episodes.len()];
         for (j, &i) in ok.iter().enumerate() {
             p_human[i] = Some(p[j]);
             fingerprints[i] = Some(fps[j]);
         }
-        let hl = if p.is_empty() { 0.0 } else { p.iter().sum::<f64>() / p.len() as f64 };
-        let points: Vec<(String, Fingerprint)> =
-            ok.iter().zip(&fps).map(|(&i, f)| (episodes[i].task_id.clone(), *f)).collect();
+        let hl = if p.is_empty() {
+            0.0
+        } else {
+            p.iter().sum::<f64>() / p.len() as f64
+        };
+        let points: Vec<(String, Fingerprint)> = ok
+            .iter()
+            .zip(&fps)
+            .map(|(&i, f)| (episodes[i].task_id.clone(), *f))
+            .collect();
         let coverage = self.cloud.chamfer_by_group(&points).mean;
-        let n_tasks = episodes.iter().map(|e| e.task_id.as_str()).collect::<std::collections::BTreeSet<_>>().len();
+        let n_tasks = episodes
+            .iter()
+            .map(|e| e.task_id.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
         let successes = episodes.iter().filter(|e| e.success()).count();
         let metrics = EvalMetrics {
             combined: lambda_h * hl + lambda_b * coverage,
@@ -98,14 +122,22 @@ impl Scorer {
             coverage,
             lambda_h,
             lambda_b,
-            success_rate: if episodes.is_empty() { 0.0 } else { successes as f64 / episodes.len() as f64 },
+            success_rate: if episodes.is_empty() {
+                0.0
+            } else {
+                successes as f64 / episodes.len() as f64
+            },
             n_episodes: ok.len(),
             n_failed_episodes: episodes.len() - ok.len(),
             n_tasks,
             n_personas,
             dice: dice(&self.reference.mean_fingerprint(), &fps),
         };
-        Scored { metrics, p_human, fingerprints }
+        Scored {
+            metrics,
+            p_human,
+            fingerprints,
+        }
     }
 
     /// A short, computed critique (used offline, and as context for LLM reflection): which
@@ -115,7 +147,11 @@ impl Scorer {
             .iter()
             .enumerate()
             .map(|(j, n)| {
-                let sd = if self.reference.std[j] < 1e-9 { 1.0 } else { self.reference.std[j] };
+                let sd = if self.reference.std[j] < 1e-9 {
+                    1.0
+                } else {
+                    self.reference.std[j]
+                };
                 (n.to_string(), (fp.0[j] - self.reference.mean[j]) / sd)
             })
             .collect();
@@ -165,7 +201,13 @@ pub async fn evaluate_candidate(
     scorer: &Scorer,
     seed: u64,
 ) -> CandidateOutcome {
-    let gens = join_all(tasks.iter().enumerate().map(|(i, t)| generator.generate(code, t, n, mix(seed, i as u64)))).await;
+    let gens = join_all(
+        tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| generator.generate(code, t, n, mix(seed, i as u64))),
+    )
+    .await;
     let mut per_task: Vec<(&TaskContext, Vec<Persona>)> = Vec::new();
     for (t, g) in tasks.iter().zip(gens) {
         match g {
@@ -173,7 +215,11 @@ pub async fn evaluate_candidate(
                 if ps.len() != n {
                     return CandidateOutcome::Failed(FailureInfo {
                         stage: "validation".into(),
-                        reason: format!("task {}: expected {n} personas, got {}", t.task_id, ps.len()),
+                        reason: format!(
+                            "task {}: expected {n} personas, got {}",
+                            t.task_id,
+                            ps.len()
+                        ),
                         stderr_tail: String::new(),
                     });
                 }
@@ -189,16 +235,29 @@ pub async fn evaluate_candidate(
             Generation::Infrastructure(why) => return CandidateOutcome::Infrastructure(why),
         }
     }
-    let jobs: Vec<(&str, &Persona)> =
-        per_task.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.task_id.as_str(), p))).collect();
+    let jobs: Vec<(&str, &Persona)> = per_task
+        .iter()
+        .flat_map(|(t, ps)| ps.iter().map(move |p| (t.task_id.as_str(), p)))
+        .collect();
     let episodes: Vec<Episode> = join_all(
-        jobs.iter().enumerate().map(|(i, (task, p))| runner.run(task, Some(p), 0, mix(seed ^ 0x9e37_79b9, i as u64))),
+        jobs.iter()
+            .enumerate()
+            .map(|(i, (task, p))| runner.run(task, Some(p), 0, mix(seed ^ 0x9e37_79b9, i as u64))),
     )
     .await;
-    let failed = episodes.iter().filter(|e| e.status == EpisodeStatus::Failed).count();
+    let failed = episodes
+        .iter()
+        .filter(|e| e.status == EpisodeStatus::Failed)
+        .count();
     if !episodes.is_empty() && failed as f64 > MAX_FAILED_EPISODE_SHARE * episodes.len() as f64 {
-        let why = episodes.iter().find_map(|e| e.error.clone()).unwrap_or_default();
-        return CandidateOutcome::Infrastructure(format!("{failed} of {} episodes failed; first error: {why}", episodes.len()));
+        let why = episodes
+            .iter()
+            .find_map(|e| e.error.clone())
+            .unwrap_or_default();
+        return CandidateOutcome::Infrastructure(format!(
+            "{failed} of {} episodes failed; first error: {why}",
+            episodes.len()
+        ));
     }
     let scored = scorer.score(&episodes, lambda_h, lambda_b, n);
     let personas = jobs
@@ -225,7 +284,9 @@ pub async fn evaluate_candidate(
 
 /// Derive a sub-seed (SplitMix64 of the pair).
 pub fn mix(seed: u64, i: u64) -> u64 {
-    let mut z = seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0x632B_E59B_D9B4_E019);
+    let mut z = seed
+        ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(0x632B_E59B_D9B4_E019);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
