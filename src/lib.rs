@@ -13,6 +13,7 @@
 //!
 #![deny(missing_docs)]
 
+pub mod archive;
 pub mod cli;
 pub mod coverage;
 pub mod dialogue;
@@ -23,6 +24,7 @@ pub mod features;
 pub mod kmeans;
 pub mod llm;
 pub mod persona;
+pub mod program;
 pub mod reference;
 pub mod traces;
 

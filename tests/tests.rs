@@ -1,5 +1,6 @@
 //! One integration-test binary (see Cargo.toml `[[test]] integration`).
 
+mod archive;
 mod cli;
 mod parity;
 mod util;
