@@ -23,6 +23,7 @@ pub mod export;
 pub mod features;
 pub mod kmeans;
 pub mod llm;
+pub mod mutation;
 pub mod persona;
 pub mod program;
 pub mod reference;
