@@ -6,9 +6,11 @@ JSON request on stdin and writes one JSON answer on stdout:
     {"op": "mutate", "code": "...", "seed": 7,
      "vocabulary": [{"name": "typos", "definition": "...", "on": "...", "off": "..."}]}
     {"op": "crossover", "code": "...", "code_b": "...", "seed": 7}
+    {"op": "mutate", "code": "...", "vocabulary": [...], "seeds": [1, 2, 3]}   (batch)
 
     -> {"ok": true, "code": "...", "summary": "added axis 'typos'; ...", "edits": ["...", ...]}
     -> {"ok": false, "error": "..."}
+    -> {"ok": true, "results": [<one answer per seed, as above>]}               (batch)
 
 The program is parsed with ``ast`` and never executed. Only module-level assignments whose
 value is a literal (``ast.literal_eval`` succeeds) are touched, and only the source segments
@@ -572,10 +574,9 @@ def verify(code, original):
             raise NoEdit("the edit removed every axis")
 
 
-def main():
+def answer(req, seed):
     try:
-        req = json.loads(sys.stdin.read())
-        rng = random.Random(int(req.get("seed", 0)))
+        rng = random.Random(int(seed))
         code = req["code"]
         try:
             ast.parse(code)
@@ -594,13 +595,25 @@ def main():
         else:
             raise NoEdit(f"unknown op {req.get('op')!r}")
         verify(new, code)
-        out = {"ok": True, "code": new, "summary": summary, "edits": edits}
+        return {"ok": True, "code": new, "summary": summary, "edits": edits}
     except NoEdit as e:
-        out = {"ok": False, "error": str(e)}
+        return {"ok": False, "error": str(e)}
     except SyntaxError as e:
-        out = {"ok": False, "error": f"internal error: the edited program does not parse (line {e.lineno}: {e.msg})"}
+        return {"ok": False, "error": f"internal error: the edited program does not parse (line {e.lineno}: {e.msg})"}
     except (KeyError, ValueError, TypeError, RecursionError) as e:
-        out = {"ok": False, "error": f"bad request or program: {type(e).__name__}: {e}"}
+        return {"ok": False, "error": f"bad request or program: {type(e).__name__}: {e}"}
+
+
+def main():
+    try:
+        req = json.loads(sys.stdin.read())
+    except ValueError as e:
+        out = {"ok": False, "error": f"bad request: {e}"}
+    else:
+        if isinstance(req.get("seeds"), list):
+            out = {"ok": True, "results": [answer(req, s) for s in req["seeds"]]}
+        else:
+            out = answer(req, req.get("seed", 0))
     sys.stdout.write(json.dumps(out, ensure_ascii=False))
 
 

@@ -2,5 +2,6 @@
 
 mod archive;
 mod cli;
+mod mutation;
 mod parity;
 mod util;

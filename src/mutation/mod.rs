@@ -34,7 +34,10 @@ pub use prompt::{
     sample_angle, MutationAngle, MutationContext, MutationPrompt, PromptBuilder, PromptConfig,
     MUTATION_ANGLES,
 };
-pub use structural::{crossover, structural_mutate, AxisVocab, StructuralOptions};
+pub use structural::{
+    crossover, crossover_batch, crossover_with, structural_mutate, structural_mutate_batch,
+    structural_mutate_with, AxisVocab, StructuralOptions,
+};
 
 /// The Python interpreter used for syntax checks and structural mutation.
 pub(crate) const PYTHON: &str = "python3";

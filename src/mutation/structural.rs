@@ -33,6 +33,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+/// One mutant: the new code and its summary, or why no mutant could be made.
+pub type Mutant = Result<(String, String), String>;
+
+/// Per-seed mutants, or a failure to run the script at all.
+pub type BatchResult = Result<Vec<Mutant>, String>;
+
 /// The embedded structural mutation script (`generators/mutate_ast.py`).
 pub const SCRIPT: &str = include_str!("../../generators/mutate_ast.py");
 
@@ -70,6 +76,8 @@ impl Default for StructuralOptions {
 
 #[derive(Deserialize)]
 struct Answer {
+    #[serde(default)]
+    results: Option<Vec<Answer>>,
     ok: bool,
     #[serde(default)]
     code: String,
@@ -79,7 +87,7 @@ struct Answer {
     error: String,
 }
 
-fn call(opts: &StructuralOptions, request: serde_json::Value) -> Result<(String, String), String> {
+fn call_raw(opts: &StructuralOptions, request: serde_json::Value) -> Result<Answer, String> {
     let input = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
     let out =
         super::run_python(&opts.python, SCRIPT, &input, opts.timeout).map_err(|e| e.to_string())?;
@@ -91,11 +99,21 @@ fn call(opts: &StructuralOptions, request: serde_json::Value) -> Result<(String,
             super::tail(&String::from_utf8_lossy(&out.stderr), 600)
         )
     })?;
-    if answer.ok {
-        Ok((answer.code, answer.summary))
-    } else {
-        Err(answer.error)
+    Ok(answer)
+}
+
+impl Answer {
+    fn into_result(self) -> Result<(String, String), String> {
+        if self.ok {
+            Ok((self.code, self.summary))
+        } else {
+            Err(self.error)
+        }
     }
+}
+
+fn call(opts: &StructuralOptions, request: serde_json::Value) -> Result<(String, String), String> {
+    call_raw(opts, request)?.into_result()
 }
 
 /// Mutate the literal data of `code` (see the [module docs](self)); deterministic per `seed`.
@@ -120,6 +138,46 @@ pub fn structural_mutate_with(
         opts,
         json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seed": seed}),
     )
+}
+
+/// [`structural_mutate`] for several seeds in one Python process (much cheaper than one call
+/// per seed). Element `i` equals `structural_mutate(code, vocabulary, seeds[i])`; the outer
+/// error is a failure to run the script at all.
+pub fn structural_mutate_batch(
+    opts: &StructuralOptions,
+    code: &str,
+    vocabulary: &[AxisVocab],
+    seeds: &[u64],
+) -> BatchResult {
+    batch(
+        opts,
+        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seeds": seeds}),
+        seeds.len(),
+    )
+}
+
+/// [`crossover`] for several seeds in one Python process; element `i` equals
+/// `crossover(code_a, code_b, seeds[i])`.
+pub fn crossover_batch(
+    opts: &StructuralOptions,
+    code_a: &str,
+    code_b: &str,
+    seeds: &[u64],
+) -> BatchResult {
+    batch(
+        opts,
+        json!({"op": "crossover", "code": code_a, "code_b": code_b, "seeds": seeds}),
+        seeds.len(),
+    )
+}
+
+fn batch(opts: &StructuralOptions, request: serde_json::Value, n: usize) -> BatchResult {
+    let answer = call_raw(opts, request)?;
+    match answer.results {
+        Some(r) if r.len() == n => Ok(r.into_iter().map(Answer::into_result).collect()),
+        _ if !answer.ok => Err(answer.error),
+        _ => Err("structural mutation script returned no per-seed results".to_string()),
+    }
 }
 
 /// Cross `code_a` with `code_b`: the child is `code_a` with some of `code_b`'s literal values
