@@ -66,6 +66,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::mutation::ChildFailure;
 use crate::program::{Program, ProgramId};
 use crate::{Error, Result};
 
@@ -79,7 +80,9 @@ pub const CHECKPOINT_FORMAT: &str = "ppol-archive/1";
 pub struct ArchiveConfig {
     /// Number of islands (≥ 1). Default 5.
     pub num_islands: usize,
-    /// Maximum programs per island (≥ 1). Default 50.
+    /// Maximum programs per island (≥ 1). Default 50. OpenEvolve applies its
+    /// `population_size` to the whole database (10 programs per island with 5 islands, a tenth
+    /// of a 10×10 grid); ppol caps each island so that the grid can actually fill.
     pub population_size: usize,
     /// Size of the global elite archive (≥ 1). Default 100.
     pub archive_size: usize,
@@ -326,6 +329,8 @@ struct Checkpoint {
     elite_archive: Vec<ProgramId>,
     islands: Vec<Island>,
     evicted_total: u64,
+    #[serde(default)]
+    failures: BTreeMap<ProgramId, Vec<FailureRecord>>,
     /// Every live program, in creation order.
     programs: Vec<Program>,
     /// Exact bit patterns (hex) of every program's metrics and descriptors. serde_json's
@@ -365,7 +370,19 @@ pub struct Archive {
     next_island: usize,
     last_migration: Option<u64>,
     evicted_total: u64,
+    /// Recent failed children per parent, oldest first.
+    failures: BTreeMap<ProgramId, Vec<FailureRecord>>,
 }
+
+/// A failure and the archive's insertion counter when it was recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct FailureRecord {
+    seq: u64,
+    failure: ChildFailure,
+}
+
+/// Failed children remembered per parent (the oldest are dropped).
+pub const MAX_FAILURES_PER_PARENT: usize = 8;
 
 fn cell_key(cell: &[usize]) -> String {
     cell.iter()
@@ -394,6 +411,7 @@ impl Archive {
             next_island: 0,
             last_migration: None,
             evicted_total: 0,
+            failures: BTreeMap::new(),
         })
     }
 
@@ -519,6 +537,7 @@ impl Archive {
         debug_assert!(fitness.is_finite());
         let descriptors = self.descriptors_of(&program)?;
         let mut program = program;
+        program.code_hash = crate::program::code_hash(&program.code);
         program.island = island;
         program.descriptors = descriptors;
         Ok(self.insert(program))
@@ -609,6 +628,7 @@ impl Archive {
         let Some(p) = self.programs.remove(id) else {
             return;
         };
+        self.failures.remove(id);
         let isl = &mut self.islands[p.island];
         isl.population.retain(|x| x != id);
         isl.cells.retain(|_, v| v != id);
@@ -822,7 +842,10 @@ impl Archive {
             copy.id = copy_id.clone();
             copy.island = to;
             copy.migrated_from = Some(root);
-            self.insert(copy);
+            let out = self.insert(copy);
+            if out.evicted.contains(&copy_id) {
+                continue; // the target island's elites all beat it
+            }
             done.push(Migration {
                 from_island: from,
                 to_island: to,
@@ -831,6 +854,59 @@ impl Archive {
             });
         }
         done
+    }
+
+    /// Remember a failed child of `parent` (a diff that did not apply, a program that did not
+    /// compile, a sandbox or evaluation failure) so the next prompt for this parent can show
+    /// it. Keeps the last [`MAX_FAILURES_PER_PARENT`]; forgotten when the parent is evicted.
+    /// Stored in checkpoints. Unknown parents are ignored.
+    pub fn record_failure(&mut self, parent: &ProgramId, failure: ChildFailure) {
+        if !self.programs.contains_key(parent) {
+            return;
+        }
+        let seq = self.next_seq;
+        let v = self.failures.entry(parent.clone()).or_default();
+        v.push(FailureRecord { seq, failure });
+        if v.len() > MAX_FAILURES_PER_PARENT {
+            v.drain(..v.len() - MAX_FAILURES_PER_PARENT);
+        }
+    }
+
+    /// Recent failed children of `parent`, oldest first.
+    pub fn recent_failures(&self, parent: &ProgramId) -> Vec<ChildFailure> {
+        self.failures
+            .get(parent)
+            .map(|v| v.iter().map(|r| r.failure.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Failures recorded for `parent` since its last successfully added child (the signal to
+    /// switch from diffs to a full rewrite).
+    pub fn consecutive_failures(&self, parent: &ProgramId) -> usize {
+        let last_child = self
+            .programs
+            .values()
+            .filter(|p| p.parent_id.as_ref() == Some(parent) && p.migrated_from.is_none())
+            .map(|p| p.created_seq)
+            .max();
+        self.failures.get(parent).map_or(0, |v| {
+            v.iter()
+                .filter(|r| last_child.is_none_or(|c| r.seq > c))
+                .count()
+        })
+    }
+
+    /// The live children of `parent` (not migrant copies), the `max` most recent, oldest first:
+    /// the "previous attempts" of a mutation prompt.
+    pub fn recent_children(&self, parent: &ProgramId, max: usize) -> Vec<&Program> {
+        let mut v: Vec<&Program> = self
+            .programs
+            .values()
+            .filter(|p| p.parent_id.as_ref() == Some(parent) && p.migrated_from.is_none())
+            .collect();
+        v.sort_by_key(|p| p.created_seq);
+        let skip = v.len().saturating_sub(max);
+        v.split_off(skip)
     }
 
     /// The best program overall.
@@ -927,6 +1003,7 @@ impl Archive {
             elite_archive: self.elite_archive.clone(),
             islands: self.islands.clone(),
             evicted_total: self.evicted_total,
+            failures: self.failures.clone(),
             programs: self.programs().into_iter().cloned().collect(),
             f64_bits: self
                 .programs
@@ -1045,6 +1122,7 @@ impl Archive {
             next_island: cp.next_island % n_islands,
             last_migration: cp.last_migration,
             evicted_total: cp.evicted_total,
+            failures: cp.failures,
         })
     }
 

@@ -437,3 +437,78 @@ fn checkpoint_rejects_inconsistent_state() {
         .contains("format"));
     assert!(Archive::from_json("{").is_err());
 }
+
+#[test]
+fn failures_and_children_per_parent() {
+    use ppol::mutation::{ChildFailure, DiffError, FailureKind};
+    use ppol::program::{MutationInfo, MutationKind};
+    let mut a = Archive::new(small_cfg(), 2).unwrap();
+    a.add(prog("p", 0.5, 0.5, 0.5), 0).unwrap();
+    let pid = ProgramId::from("p");
+    a.record_failure(&pid, ChildFailure::from_diff_error(&DiffError::NoBlocks));
+    a.record_failure(
+        &pid,
+        ChildFailure::new(FailureKind::Syntax, "line 3: invalid syntax"),
+    );
+    a.record_failure(
+        &"unknown".into(),
+        ChildFailure::new(FailureKind::Syntax, "x"),
+    );
+    assert_eq!(a.consecutive_failures(&pid), 2);
+    assert_eq!(a.recent_failures(&pid)[1].message, "line 3: invalid syntax");
+    assert!(a.recent_failures(&"unknown".into()).is_empty());
+
+    let parent = a.get(&pid).unwrap().clone();
+    for k in 0..3 {
+        let c = Program::child(
+            &parent,
+            format!("c{k}"),
+            format!("x = {k}\n"),
+            k,
+            MutationInfo::new(MutationKind::Diff, "d"),
+        )
+        .with_metrics([
+            ("combined", 0.1),
+            ("human_likeness", 0.1 * k as f64),
+            ("coverage", 0.2),
+        ]);
+        a.add(c, 0).unwrap();
+    }
+    // A success resets the consecutive count; the history is kept for the prompt.
+    assert_eq!(a.consecutive_failures(&pid), 0);
+    a.record_failure(&pid, ChildFailure::new(FailureKind::Sandbox, "timeout"));
+    assert_eq!(a.consecutive_failures(&pid), 1);
+    assert_eq!(a.recent_failures(&pid).len(), 3);
+    for _ in 0..10 {
+        a.record_failure(&pid, ChildFailure::new(FailureKind::Sandbox, "again"));
+    }
+    assert_eq!(
+        a.recent_failures(&pid).len(),
+        ppol::archive::MAX_FAILURES_PER_PARENT
+    );
+    let kids: Vec<_> = a
+        .recent_children(&pid, 2)
+        .iter()
+        .map(|p| p.id.0.clone())
+        .collect();
+    assert_eq!(kids, ["c1", "c2"]);
+    // Failures survive a checkpoint.
+    let b = Archive::from_json(&a.to_json()).unwrap();
+    assert_eq!(b.recent_failures(&pid), a.recent_failures(&pid));
+    assert_eq!(b.consecutive_failures(&pid), a.consecutive_failures(&pid));
+}
+
+#[test]
+fn add_recomputes_code_hash() {
+    let mut a = Archive::new(small_cfg(), 2).unwrap();
+    let mut p = prog("p", 0.5, 0.5, 0.5);
+    p.code = "changed after construction\n".into();
+    a.add(p, 0).unwrap();
+    assert_eq!(
+        a.get(&"p".into()).unwrap().code_hash,
+        ppol::program::code_hash("changed after construction\n")
+    );
+    assert!(a
+        .find_code(&ppol::program::code_hash("changed after construction\n"))
+        .is_some());
+}

@@ -259,6 +259,7 @@ fn diff_prompt_contains_everything() {
         inspirations: &ins,
         previous_attempts: &attempts,
         failures: &fails,
+        stagnation: 0,
     };
     let b = PromptBuilder::new(PromptConfig::default()).unwrap();
     let p = b.diff_request(&ctx, 17).unwrap();
@@ -311,6 +312,7 @@ fn rewrite_prompt_asks_for_whole_program() {
         inspirations: &[],
         previous_attempts: &[],
         failures: &fails,
+        stagnation: 7,
     };
     let b = PromptBuilder::new(PromptConfig::default()).unwrap();
     let p = b.rewrite_request(&ctx, 1).unwrap();
@@ -319,6 +321,7 @@ fn rewrite_prompt_asks_for_whole_program() {
     assert!(user.contains("PARENT_MARKER") && user.contains("STDERR_MARKER"));
     assert!(!user.contains("<<<<<<< SEARCH"));
     assert!(user.contains("None yet."));
+    assert!(user.contains("has not improved for 7 iterations"));
 }
 
 #[test]
@@ -356,6 +359,7 @@ fn templates_fill_every_placeholder() {
         inspirations: &ins,
         previous_attempts: &[],
         failures: &fails,
+        stagnation: 0,
     };
     let b = PromptBuilder::new(PromptConfig::default()).unwrap();
     for seed in 0..10 {
@@ -392,6 +396,7 @@ fn prompt_budget_drops_inspirations_first() {
         inspirations: &ins,
         previous_attempts: &[],
         failures: &fails,
+        stagnation: 0,
     };
     let cfg = PromptConfig {
         max_prompt_chars: 6_000,

@@ -106,8 +106,10 @@ static MIDDLE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^\s*={5,9}\s*$").expect("valid regex"));
 static END: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?i)^\s*>{5,9}\s*REPLACE\s*$").expect("valid regex"));
-static FENCE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^\s*```[\w+-]*\s*$").expect("valid regex"));
+static OPEN_FENCE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?i)^\s*```\s*(python3?|py)?\s*$").expect("valid regex"));
+static BARE_FENCE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\s*```\s*$").expect("valid regex"));
 
 fn normalise_newlines(s: &str) -> String {
     s.replace("\r\n", "\n").replace('\r', "\n")
@@ -115,7 +117,10 @@ fn normalise_newlines(s: &str) -> String {
 
 /// Drop a code fence wrapped just inside a block section (```python ... ```).
 fn strip_inner_fence(mut lines: Vec<&str>) -> Vec<&str> {
-    if lines.len() >= 2 && FENCE.is_match(lines[0]) && FENCE.is_match(lines[lines.len() - 1]) {
+    if lines.len() >= 2
+        && OPEN_FENCE.is_match(lines[0])
+        && BARE_FENCE.is_match(lines[lines.len() - 1])
+    {
         lines.pop();
         lines.remove(0);
     }
@@ -352,36 +357,74 @@ pub fn apply_blocks(code: &str, blocks: &[DiffBlock]) -> Result<AppliedDiff, Dif
     })
 }
 
-static CODE_BLOCK: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?ms)^[ \t]*```[ \t]*([\w+-]*)[ \t]*\n(.*?)^[ \t]*```[ \t]*$")
-        .expect("valid regex")
-});
+static ANY_OPEN_FENCE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\s*```\s*([\w+-]*)\s*$").expect("valid regex"));
 
-/// The complete program of a full-rewrite answer: the fenced Python block (```python, ```py or
-/// a bare fence) that defines `generate_personas_detailed`, else the longest such block. An
-/// unfenced answer is accepted only when it is the program itself (it defines
-/// `generate_personas_detailed`).
+/// The complete program of a full-rewrite answer.
+///
+/// The answer is cut into fenced blocks: a block opens at a ```` ```python ````, ```` ```py ````
+/// or bare ```` ``` ```` line and closes at the first bare ```` ``` ```` line that is not inside
+/// a triple-quoted string, so fences inside the program's own prompt strings (asking for a
+/// ```` ```json ```` answer) do not cut it short. The block that defines
+/// `generate_personas_detailed` wins, else the longest Python-tagged one. An unfenced answer is
+/// accepted only when it is the program itself (it defines `generate_personas_detailed`).
 pub fn extract_full_program(response: &str) -> Result<String, DiffError> {
     let text = normalise_newlines(response);
-    let mut candidates: Vec<(bool, &str)> = Vec::new();
-    for c in CODE_BLOCK.captures_iter(&text) {
+    let lines: Vec<&str> = text.split('\n').collect();
+    // Opening fences: a tagged python fence, or a bare fence not used as a closing one.
+    let mut candidates: Vec<(bool, String)> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(c) = ANY_OPEN_FENCE.captures(lines[i]) else {
+            i += 1;
+            continue;
+        };
         let lang = c.get(1).map_or("", |m| m.as_str()).to_ascii_lowercase();
-        if matches!(lang.as_str(), "python" | "py" | "python3" | "") {
-            candidates.push((lang.is_empty(), c.get(2).map_or("", |m| m.as_str())));
+        let python = matches!(lang.as_str(), "python" | "py" | "python3");
+        // The next opening python fence (or the end) bounds this block.
+        let limit = (i + 1..lines.len())
+            .find(|&j| OPEN_FENCE.is_match(lines[j]) && !BARE_FENCE.is_match(lines[j]))
+            .unwrap_or(lines.len());
+        // Close at the first bare fence outside any triple-quoted string; else at the last one.
+        let mut open_dq = false;
+        let mut open_sq = false;
+        let mut close = None;
+        for (j, line) in lines.iter().enumerate().take(limit).skip(i + 1) {
+            if BARE_FENCE.is_match(line) && !open_dq && !open_sq {
+                close = Some(j);
+                break;
+            }
+            open_dq ^= line.matches("\"\"\"").count() % 2 == 1;
+            open_sq ^= line.matches("\'\'\'").count() % 2 == 1;
+        }
+        let close = close.or_else(|| {
+            (i + 1..limit)
+                .rev()
+                .find(|&j| BARE_FENCE.is_match(lines[j]))
+        });
+        match close {
+            Some(j) => {
+                if python || lang.is_empty() {
+                    let body = lines[i + 1..j].join("\n");
+                    candidates.push((python, body));
+                }
+                i = j + 1;
+            }
+            None => i += 1,
         }
     }
     let defines = |s: &str| s.contains("def generate_personas_detailed");
     let pick = candidates
         .iter()
         .filter(|(_, s)| defines(s))
-        .max_by_key(|(bare, s)| (!bare, s.len()))
+        .max_by_key(|(py, s)| (*py, s.len()))
         .or_else(|| {
             candidates
                 .iter()
                 .filter(|(_, s)| !s.trim().is_empty())
-                .max_by_key(|(bare, s)| (!bare, s.len()))
+                .max_by_key(|(py, s)| (*py, s.len()))
         })
-        .map(|(_, s)| s.to_string());
+        .map(|(_, s)| format!("{}\n", s.trim_end()));
     match pick {
         Some(code) => Ok(code),
         None if !text.contains("```") && defines(&text) => Ok(format!("{}\n", text.trim())),

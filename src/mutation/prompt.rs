@@ -35,7 +35,7 @@ pub const DIFF_TEMPLATE: &str = include_str!("templates/diff_user.md");
 pub const REWRITE_TEMPLATE: &str = include_str!("templates/rewrite_user.md");
 
 /// Placeholders the user templates may use.
-pub const PLACEHOLDERS: [&str; 11] = [
+pub const PLACEHOLDERS: [&str; 12] = [
     "fitness_metric",
     "fitness",
     "feature_coords",
@@ -47,6 +47,7 @@ pub const PLACEHOLDERS: [&str; 11] = [
     "inspirations",
     "program",
     "angle",
+    "progress",
 ];
 
 /// One focus for a mutation round.
@@ -247,9 +248,16 @@ pub struct MutationContext<'a> {
     pub inspirations: &'a [Inspiration],
     /// Earlier evaluated attempts (e.g. this parent's recent children), oldest first.
     pub previous_attempts: &'a [Program],
-    /// Recent failed children of this parent, oldest first.
+    /// Recent failed children of this parent, oldest first
+    /// ([`crate::archive::Archive::recent_failures`]).
     pub failures: &'a [ChildFailure],
+    /// Iterations since the run's best fitness last improved (0 = it just improved). From
+    /// [`STALL_ITERATIONS`] on, the prompt asks for a structural change.
+    pub stagnation: u64,
 }
+
+/// Iterations without a new best after which the prompt asks for structural changes.
+pub const STALL_ITERATIONS: u64 = 5;
 
 /// A built mutator request.
 #[derive(Debug, Clone, PartialEq)]
@@ -477,6 +485,17 @@ impl PromptBuilder {
         v.insert("inspirations", self.inspirations(ctx.inspirations, level));
         v.insert("program", p.code.trim_end().to_string());
         v.insert("angle", angle.text.to_string());
+        v.insert(
+            "progress",
+            if ctx.stagnation >= STALL_ITERATIONS {
+                format!(
+                    "The best score has not improved for {} iterations: prefer a structural change (program logic, how personas are chosen or expanded) over rewording.",
+                    ctx.stagnation
+                )
+            } else {
+                "The search is still finding improvements.".to_string()
+            },
+        );
         v
     }
 
