@@ -15,10 +15,11 @@
 //!   ranges give stable cells; values outside are clamped. The default of 10 keeps the
 //!   reference's effective 10×10 grid.
 //! - The **elite archive** ([`Archive::elite_archive`]) is the best
-//!   [`ArchiveConfig::archive_size`] programs over all islands.
+//!   [`ArchiveConfig::archive_size`] programs over all islands; its members survive the
+//!   population cap as long as an island has other programs to drop.
 //! - **Parent sampling** ([`Archive::sample_parent`]) draws a mode: *exploration*
 //!   (probability 0.2: uniform over the island's population), *exploitation* (0.7: uniform over
-//!   the island's elites — its cell occupants, its members of the elite archive and its top
+//!   the island's elites — its cell occupants and its top
 //!   [`ArchiveConfig::elite_selection_ratio`] share by fitness) or *random* (0.1: uniform over
 //!   every program). An empty pool falls back to the island's population, then to everything.
 //! - **Inspirations** ([`Archive::inspirations`]) are the island's top programs plus programs
@@ -661,12 +662,6 @@ impl Archive {
     fn exploitation_pool(&self, island: usize) -> Vec<ProgramId> {
         let isl = &self.islands[island];
         let mut pool: BTreeSet<ProgramId> = isl.cells.values().cloned().collect();
-        pool.extend(
-            self.elite_archive
-                .iter()
-                .filter(|id| self.programs.get(*id).is_some_and(|p| p.island == island))
-                .cloned(),
-        );
         let mut ranked = isl.population.clone();
         self.sorted_best_first(&mut ranked);
         let k = (self.cfg.elite_selection_ratio * ranked.len() as f64).ceil() as usize;

@@ -305,6 +305,14 @@ fn fmt_num(v: f64) -> String {
     }
 }
 
+/// Code in a ```` ```python ```` fence, lengthened when the code itself holds a run of
+/// backticks (generator prompts often ask for ```` ```json ```` answers).
+fn fenced_python(code: &str) -> String {
+    let longest = code.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    format!("{fence}python\n{code}\n{fence}")
+}
+
 /// Keep the head and the tail of a long program, marking the cut.
 fn clip_code(code: &str, max_chars: usize) -> String {
     if code.chars().count() <= max_chars {
@@ -483,7 +491,7 @@ impl PromptBuilder {
             },
         );
         v.insert("inspirations", self.inspirations(ctx.inspirations, level));
-        v.insert("program", p.code.trim_end().to_string());
+        v.insert("program", fenced_python(p.code.trim_end()));
         v.insert("angle", angle.text.to_string());
         v.insert(
             "progress",
@@ -608,11 +616,10 @@ impl PromptBuilder {
                 }
             );
             if with_code {
-                let _ = write!(
-                    s,
-                    "```python\n{}\n```",
-                    clip_code(&i.program.code, self.cfg.inspiration_code_chars)
-                );
+                s.push_str(&fenced_python(&clip_code(
+                    &i.program.code,
+                    self.cfg.inspiration_code_chars,
+                )));
             } else {
                 s.push_str("(code omitted to fit the prompt size)");
             }
@@ -636,6 +643,15 @@ mod tests {
         assert!(fill_template("t", "{ a }", &v).is_err());
         assert!(fill_template("t", "a }", &v).is_err());
         assert!(fill_template("t", "{a", &v).is_err());
+    }
+
+    #[test]
+    fn fences_outgrow_backticks_in_code() {
+        assert_eq!(fenced_python("x = 1"), "```python\nx = 1\n```");
+        assert_eq!(
+            fenced_python("P = '''```json\n[]\n```'''"),
+            "````python\nP = '''```json\n[]\n```'''\n````"
+        );
     }
 
     #[test]
