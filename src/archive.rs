@@ -795,7 +795,14 @@ impl Archive {
     /// Migrate when `generation` is a positive multiple of `migration_interval` and no migration
     /// was done for it yet (so calling it every iteration is safe). Each island's top
     /// `max(1, floor(migration_rate · population))` programs, chosen before any copy is made,
-    /// are copied to the next island on the ring. Returns the copies made.
+    /// are copied to the next island on the ring. Returns the copies made (a copy that the
+    /// target island's cap evicts on arrival is not listed).
+    ///
+    /// `generation` is the caller's count of completed rounds. OpenEvolve counts generations
+    /// per island, and with islands bred round-robin ([`Archive::next_island`]) an island's
+    /// generation advances once per `num_islands` iterations; pass
+    /// `iterations_done / num_islands` to migrate at the reference's pace (every 25
+    /// iterations with the defaults).
     pub fn maybe_migrate(&mut self, generation: u64) -> Vec<Migration> {
         let n = self.cfg.num_islands;
         if n < 2
@@ -1094,6 +1101,21 @@ impl Archive {
         }
         for id in cp.elite_archive.iter().chain(cp.best.iter()) {
             known(id, "elite_archive/best")?;
+        }
+        for (i, isl) in cp.islands.iter().enumerate() {
+            let members: BTreeSet<&ProgramId> = isl.population.iter().collect();
+            if members.len() != isl.population.len() {
+                return Err(archive_err(
+                    format!("islands[{i}].population"),
+                    "a program is listed twice",
+                ));
+            }
+            if let Some(id) = isl.cells.values().find(|id| !members.contains(id)) {
+                return Err(archive_err(
+                    format!("islands[{i}].cells"),
+                    format!("cell elite '{id}' is not in the island's population"),
+                ));
+            }
         }
         let on_islands: usize = cp.islands.iter().map(|i| i.population.len()).sum();
         if on_islands != programs.len() {
