@@ -695,3 +695,89 @@ fn crossover_mixes_both_parents() {
     let e = crossover(&a, &a, 1).unwrap_err();
     assert!(e.contains("identical"), "{e}");
 }
+
+/// One evolution iteration the way the loop drives these APIs, with a scripted mutator.
+#[test]
+fn end_to_end_iteration_with_a_scripted_mutator() {
+    use ppol::archive::{Archive, ArchiveConfig};
+    let seed_code = sample();
+    let metrics =
+        |c: f64, h: f64, v: f64| [("combined", c), ("human_likeness", h), ("coverage", v)];
+    let mut archive = Archive::new(ArchiveConfig::default(), 42).unwrap();
+    archive
+        .add(
+            Program::seed("seed", seed_code.clone()).with_metrics(metrics(0.4, 0.3, 0.5)),
+            0,
+        )
+        .unwrap();
+    let builder = PromptBuilder::new(PromptConfig::for_archive(archive.config())).unwrap();
+
+    // 1. A failed diff is recorded against the parent and shown in the next prompt.
+    let island = archive.next_island();
+    let parent = archive.sample_parent(island).unwrap().program;
+    let bad = "<<<<<<< SEARCH\nTEMPERATURE = 0.9\n=======\nTEMPERATURE = 1.0\n>>>>>>> REPLACE";
+    let err = apply_diff(&parent.code, bad).unwrap_err();
+    let mut failure = ChildFailure::from_diff_error(&err);
+    failure.angle = Some("axes".into());
+    archive.record_failure(&parent.id, failure);
+
+    // 2. The next prompt for this parent carries the failure; the answer applies and compiles.
+    let failures = archive.recent_failures(&parent.id);
+    let attempts: Vec<Program> = archive
+        .recent_children(&parent.id, 5)
+        .into_iter()
+        .cloned()
+        .collect();
+    let inspirations = archive.inspirations(&parent, island).unwrap();
+    let ctx = MutationContext {
+        parent: &parent,
+        inspirations: &inspirations,
+        previous_attempts: &attempts,
+        failures: &failures,
+        stagnation: 0,
+    };
+    let prompt = builder.diff_request(&ctx, 1).unwrap();
+    assert!(prompt.request.messages[1]
+        .content
+        .contains("TEMPERATURE = 0.9"));
+    let answer = "Raise terse.\n<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.35, \"frustrated\": 0.3, \"ambiguous\": 0.25}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.7, \"skeptical\": 0.35, \"frustrated\": 0.3, \"ambiguous\": 0.25}\n>>>>>>> REPLACE";
+    let child_code = apply_diff(&parent.code, answer).unwrap().code;
+    assert_eq!(check_python_syntax(&child_code).unwrap(), Ok(()));
+    let mut info = MutationInfo::new(MutationKind::Diff, "Raise terse.");
+    info.angle = Some(prompt.angle.id.to_string());
+    let child =
+        Program::child(&parent, "it1", child_code, 1, info).with_metrics(metrics(0.5, 0.45, 0.5));
+    let out = archive.add(child, island).unwrap();
+    assert!(out.new_best && out.new_cell);
+    assert_eq!(archive.consecutive_failures(&parent.id), 0);
+
+    // 3. Offline children: a structural mutant and a crossover of the two programs.
+    let (mutant, summary) = structural_mutate(&seed_code, &vocab(), 5).unwrap();
+    let m = Program::child(
+        &parent,
+        "it2",
+        mutant,
+        2,
+        MutationInfo::new(MutationKind::Structural, summary),
+    )
+    .with_metrics(metrics(0.3, 0.9, 0.1));
+    let isl = archive.next_island();
+    archive.add(m, isl).unwrap();
+    let best = archive.best().unwrap().clone();
+    let (kid, summary) = crossover(&seed_code, &best.code, 3).unwrap();
+    assert!(kid.contains("\"terse\": 0.7"), "{summary}");
+    let mut c = Program::child(
+        &parent,
+        "it3",
+        kid,
+        3,
+        MutationInfo::new(MutationKind::Crossover, summary),
+    );
+    c.second_parent_id = Some(best.id.clone());
+    let isl = archive.next_island();
+    archive
+        .add(c.with_metrics(metrics(0.45, 0.2, 0.8)), isl)
+        .unwrap();
+    assert_eq!(archive.len(), 4);
+    assert_eq!(archive.best().unwrap().id.as_str(), "it1");
+}
