@@ -12,6 +12,51 @@
 //! sandbox failure) are recorded by the caller as [`ChildFailure`]s and shown to the mutator
 //! the next time the same parent is mutated, so it stops repeating them.
 //!
+//! # One LLM mutation, as the evolution loop drives it
+//!
+//! ```no_run
+//! use ppol::archive::{Archive, ArchiveConfig};
+//! use ppol::mutation::{
+//!     apply_diff, check_python_syntax, ChildFailure, FailureKind, MutationContext,
+//!     PromptBuilder, PromptConfig,
+//! };
+//! # fn answer_of(_: &ppol::llm::ChatRequest) -> String { String::new() }
+//! # fn main() -> ppol::Result<()> {
+//! let mut archive = Archive::new(ArchiveConfig::default(), 42)?;
+//! // ... seed programs added ...
+//! let builder = PromptBuilder::new(PromptConfig::for_archive(archive.config()))?;
+//! let island = archive.next_island();
+//! let parent = archive.sample_parent(island)?.program;
+//! let inspirations = archive.inspirations(&parent, island)?;
+//! let failures = archive.recent_failures(&parent.id);
+//! let attempts: Vec<_> = archive.recent_children(&parent.id, 5).into_iter().cloned().collect();
+//! let ctx = MutationContext {
+//!     parent: &parent,
+//!     inspirations: &inspirations,
+//!     previous_attempts: &attempts,
+//!     failures: &failures,
+//!     stagnation: 0,
+//! };
+//! let prompt = if archive.consecutive_failures(&parent.id) >= 3 {
+//!     builder.rewrite_request(&ctx, 7)? // parse with extract_full_program
+//! } else {
+//!     builder.diff_request(&ctx, 7)?
+//! };
+//! let answer = answer_of(&prompt.request); // the loop calls its ChatModel here
+//! match apply_diff(&parent.code, &answer) {
+//!     Err(e) => archive.record_failure(&parent.id, ChildFailure::from_diff_error(&e)),
+//!     Ok(applied) => match check_python_syntax(&applied.code)? {
+//!         Err(msg) => archive.record_failure(&parent.id, ChildFailure::new(FailureKind::Syntax, msg)),
+//!         Ok(()) => { /* evaluate in the sandbox, then archive.add(child, island) */ }
+//!     },
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The Python helpers ([`check_python_syntax`], [`structural_mutate`], [`crossover`]) block for
+//! a child process (~0.1 s); from async code, call them inside `tokio::task::spawn_blocking`.
+//!
 //! [`ChatRequest`]: crate::llm::ChatRequest
 //! [`CallRole::Mutator`]: crate::llm::CallRole::Mutator
 
