@@ -76,8 +76,8 @@ impl HumanCloud {
                 sigma[j] = if s[j] < 1e-9 { 1.0 } else { s[j] };
             }
             for p in &mut points {
-                for j in 0..N_FEATURES {
-                    p[j] = (p[j] - mu[j]) / sigma[j];
+                for ((x, m), s) in p.iter_mut().zip(&mu).zip(&sigma) {
+                    *x = (*x - m) / s;
                 }
             }
         }
@@ -117,8 +117,8 @@ impl HumanCloud {
     fn transform(&self, f: &Fingerprint) -> [f64; N_FEATURES] {
         let mut p = f.0;
         if self.options.standardize {
-            for j in 0..N_FEATURES {
-                p[j] = (p[j] - self.mu[j]) / self.sigma[j];
+            for ((x, mu), sigma) in p.iter_mut().zip(&self.mu).zip(&self.sigma) {
+                *x = (*x - mu) / sigma;
             }
         }
         p
@@ -258,8 +258,8 @@ pub fn dice(human_mean: &Fingerprint, simulated: &[Fingerprint]) -> Dice {
     let n = simulated.len() as f64;
     let mut agg = [0.0; N_FEATURES];
     for f in simulated {
-        for j in 0..N_FEATURES {
-            agg[j] += f.0[j];
+        for (a, x) in agg.iter_mut().zip(f.0.iter()) {
+            *a += x;
         }
     }
     agg.iter_mut().for_each(|v| *v /= n);

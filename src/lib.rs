@@ -13,6 +13,7 @@
 //!
 #![deny(missing_docs)]
 
+pub mod archive;
 pub mod cli;
 pub mod coverage;
 pub mod dialogue;
@@ -24,7 +25,9 @@ pub mod export;
 pub mod features;
 pub mod kmeans;
 pub mod llm;
+pub mod mutation;
 pub mod persona;
+pub mod program;
 #[cfg(feature = "python")]
 mod python;
 pub mod reference;

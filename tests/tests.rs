@@ -1,6 +1,8 @@
 //! One integration-test binary (see Cargo.toml `[[test]] integration`).
 
+mod archive;
 mod cli;
 mod discriminator;
+mod mutation;
 mod parity;
 mod util;
