@@ -18,5 +18,6 @@ pub mod dialogue;
 pub mod error;
 pub mod llm;
 pub mod persona;
+pub mod tau2;
 
 pub use error::{Error, Result};
