@@ -161,7 +161,7 @@ pub(crate) struct Reservation {
 }
 
 /// The airline database.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FlightDb {
     #[serde(with = "super::table")]
@@ -170,6 +170,14 @@ pub(crate) struct FlightDb {
     pub users: Table<User>,
     #[serde(with = "super::table")]
     pub reservations: Table<Reservation>,
+}
+
+impl PartialEq for FlightDb {
+    fn eq(&self, other: &Self) -> bool {
+        super::table_eq(&self.flights, &other.flights)
+            && super::table_eq(&self.users, &other.users)
+            && super::table_eq(&self.reservations, &other.reservations)
+    }
 }
 
 const CABINS: [&str; 3] = ["business", "economy", "basic_economy"];

@@ -74,7 +74,7 @@ pub(crate) struct Order {
 }
 
 /// The demo database.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DemoDb {
     #[serde(with = "super::table")]
@@ -83,6 +83,14 @@ pub(crate) struct DemoDb {
     pub products: Table<Product>,
     #[serde(with = "super::table")]
     pub orders: Table<Order>,
+}
+
+impl PartialEq for DemoDb {
+    fn eq(&self, other: &Self) -> bool {
+        super::table_eq(&self.customers, &other.customers)
+            && super::table_eq(&self.products, &other.products)
+            && super::table_eq(&self.orders, &other.orders)
+    }
 }
 
 const ORDER_ID: &str = "The order id, such as '#P1001' (with the leading '#').";

@@ -357,3 +357,11 @@ pub(crate) mod table {
 pub(crate) fn get_mut<'a, T: Clone>(t: &'a mut Table<T>, key: &str) -> Option<&'a mut T> {
     t.get_mut(key).map(Arc::make_mut)
 }
+
+/// Equality of two tables (key order ignored, like τ²'s sorted-key hash); records still shared
+/// between the two environments compare by pointer.
+pub(crate) fn table_eq<T: PartialEq>(a: &Table<T>, b: &Table<T>) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .all(|(k, v)| b.get(k).is_some_and(|w| Arc::ptr_eq(v, w) || **v == **w))
+}

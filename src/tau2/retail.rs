@@ -123,7 +123,7 @@ pub(crate) struct Order {
 }
 
 /// The retail database.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RetailDb {
     #[serde(with = "super::table")]
@@ -132,6 +132,14 @@ pub(crate) struct RetailDb {
     pub users: Table<User>,
     #[serde(with = "super::table")]
     pub orders: Table<Order>,
+}
+
+impl PartialEq for RetailDb {
+    fn eq(&self, other: &Self) -> bool {
+        super::table_eq(&self.products, &other.products)
+            && super::table_eq(&self.users, &other.users)
+            && super::table_eq(&self.orders, &other.orders)
+    }
 }
 
 const ORDER_ID: &str = "The order id, such as '#W0000000'. Be careful there is a '#' symbol at the beginning of the order id.";
