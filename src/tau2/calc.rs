@@ -388,11 +388,7 @@ fn arith(a: Num, b: Num, op: &Tok) -> R<Num> {
         }
         Tok::Pow => {
             if x == 0.0 && y < 0.0 {
-                return Err(if both_int {
-                    "0.0 cannot be raised to a negative power".into()
-                } else {
-                    "0.0 cannot be raised to a negative power".into()
-                });
+                return Err("0.0 cannot be raised to a negative power".into());
             }
             if x < 0.0 && y.fract() != 0.0 {
                 return Ok(Num::Complex);

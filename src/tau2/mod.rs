@@ -86,7 +86,7 @@ impl Db {
         v.unwrap_or(Value::Null)
     }
 
-    fn from_value(&self, value: Value) -> std::result::Result<Db, String> {
+    fn same_kind_from_value(&self, value: Value) -> std::result::Result<Db, String> {
         let r = match self {
             Db::Retail(_) => serde_json::from_value(value).map(Db::Retail),
             Db::Airline(_) => serde_json::from_value(value).map(Db::Airline),
@@ -304,7 +304,7 @@ impl Env {
         merge(&mut current, update);
         self.db = self
             .db
-            .from_value(current)
+            .same_kind_from_value(current)
             .map_err(|e| crate::Error::Environment {
                 domain: self.domain.clone(),
                 message: format!("initialization data does not fit the database: {e}"),

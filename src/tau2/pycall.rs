@@ -328,7 +328,7 @@ pub(crate) fn py_lower(s: &str) -> String {
 }
 
 /// A list argument (`List[...]`): the items, or Python's error for iterating a non-list.
-pub(crate) fn list<'v>(v: &'v Value) -> std::result::Result<Vec<&'v Value>, String> {
+pub(crate) fn list(v: &Value) -> std::result::Result<Vec<&Value>, String> {
     match v {
         Value::Array(items) => Ok(items.iter().collect()),
         Value::String(s) if s.is_empty() => Ok(Vec::new()),
