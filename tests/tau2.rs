@@ -393,7 +393,8 @@ fn shared_error_strings_match_tau2() {
 
 /// Byte-for-byte comparison with τ² itself, when `PPOL_TAU2_EXPECTED` names a JSONL file made by
 /// running τ² (each line: `{"domain", "task_id", "calls": [{"name", "args", "content"}], "hash"}`,
-/// the calls run in order on a fresh environment and `hash` its final `get_db_hash()`).
+/// the calls run in order on a fresh environment and `hash` its final `get_db_hash()`; or
+/// `{"kind": "scenario", "domain", "task_id", "text"}` with `str(task.user_scenario)`).
 #[test]
 fn matches_tau2_recorded_outputs_when_available() {
     let Some(path) = std::env::var_os("PPOL_TAU2_EXPECTED") else {
@@ -406,10 +407,22 @@ fn matches_tau2_recorded_outputs_when_available() {
     }
     let text = std::fs::read_to_string(path).unwrap();
     let mut n_calls = 0;
+    let mut n_scenarios = 0;
     let mut mismatches = Vec::new();
     for line in text.lines() {
         let rec: Value = serde_json::from_str(line).unwrap();
         let d = shared_domain(rec["domain"].as_str().unwrap()).unwrap();
+        if rec["kind"] == "scenario" {
+            n_scenarios += 1;
+            let task = d.task(rec["task_id"].as_str().unwrap()).unwrap();
+            if task.user_scenario_text() != rec["text"].as_str().unwrap() {
+                mismatches.push(format!(
+                    "{} task {}: user scenario text differs",
+                    rec["domain"], rec["task_id"]
+                ));
+            }
+            continue;
+        }
         let mut env = d.env();
         for c in rec["calls"].as_array().unwrap() {
             let out = env.call(c["name"].as_str().unwrap(), &c["args"]);
@@ -428,7 +441,9 @@ fn matches_tau2_recorded_outputs_when_available() {
             ));
         }
     }
-    println!("compared {n_calls} tool calls with τ²'s recorded outputs");
+    println!(
+        "compared {n_calls} tool calls and {n_scenarios} user scenarios with τ²'s recorded outputs"
+    );
     assert!(
         mismatches.is_empty(),
         "{} mismatches:\n{}",

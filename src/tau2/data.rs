@@ -399,11 +399,12 @@ fn domain_dir_in(base: &Path, name: &str) -> Option<PathBuf> {
     if let Some(c) = candidates.iter().find(|c| is_domain_dir(c)) {
         return Some(c.clone());
     }
-    if is_domain_dir(base) && base.file_name().is_some_and(|f| f == name) {
-        return Some(base.to_path_buf());
-    }
-    if is_domain_dir(base) {
-        // A domain directory given directly, whatever its name.
+    // A domain directory given directly (any name except another known domain's).
+    let other_domain = base
+        .file_name()
+        .and_then(|f| f.to_str())
+        .is_some_and(|f| matches!(f, "retail" | "airline" | "telecom" | "mock") && f != name);
+    if is_domain_dir(base) && !other_domain {
         return Some(base.to_path_buf());
     }
     None
@@ -660,6 +661,22 @@ impl Domain {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_domain_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dom = tmp.path().join("data/tau2/domains/retail");
+        std::fs::create_dir_all(&dom).unwrap();
+        std::fs::write(dom.join("db.json"), "{}").unwrap();
+        std::fs::write(dom.join("tasks.json"), "[]").unwrap();
+        // The directory holding retail/, the domain directory itself, and a package root.
+        let domains = tmp.path().join("data/tau2/domains");
+        assert_eq!(domain_dir_in(&domains, "retail"), Some(dom.clone()));
+        assert_eq!(domain_dir_in(&dom, "retail"), Some(dom.clone()));
+        assert_eq!(domain_dir_in(tmp.path(), "retail"), Some(dom.clone()));
+        assert_eq!(domain_dir_in(&domains, "airline"), None);
+        assert_eq!(domain_dir_in(&dom, "airline"), None);
+    }
 
     #[test]
     fn indent_skips_blank_lines() {
