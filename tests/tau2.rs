@@ -451,3 +451,47 @@ fn matches_tau2_recorded_outputs_when_available() {
         mismatches.join("\n")
     );
 }
+
+#[test]
+fn demo_initial_state_is_applied_to_episode_and_gold() {
+    let d = demo();
+    let mut task = d.task("5").unwrap().clone();
+    task.initial_state = Some(
+        serde_json::from_value(json!({
+            "initialization_data": {"agent_data": {"customers": {"ben_okafor_202": {"store_credit": 10.0}}}},
+            "initialization_actions": [{"env_type": "assistant", "func_name": "return_order", "arguments": {"order_id": "#P1004"}}]
+        }))
+        .unwrap(),
+    );
+    task.evaluation_criteria.as_mut().unwrap().communicate_info = Some(vec!["44.5".into()]);
+    let (turns, env) = episode(d, &task, &gold_calls(&task), true);
+    let db = env.db_json();
+    assert_eq!(
+        db["customers"]["ben_okafor_202"]["store_credit"],
+        json!(44.5)
+    );
+    assert_eq!(db["orders"]["#P1004"]["status"], json!("return requested"));
+    assert_eq!(evaluate(d, &task, &turns, &env).unwrap().reward, 1.0);
+    assert_eq!(evaluate_replay(d, &task, &turns).unwrap().reward, 1.0);
+    // Without the initial state the episode's DB differs from the gold one.
+    let plain = d.task("5").unwrap();
+    let (turns, env) = episode(d, plain, &gold_calls(plain), true);
+    assert_eq!(
+        evaluate(d, &task, &turns, &env).unwrap().db_match,
+        Some(false)
+    );
+}
+
+#[test]
+fn retail_item_ids_of_wrong_type_fail_like_python() {
+    if shared_dir().is_none() {
+        println!("skipped: ../shared/tau2 not found");
+        return;
+    }
+    let mut r = shared_domain("retail").unwrap().env();
+    let out = r.call(
+        "modify_pending_order_items",
+        &json!({"order_id": "#W5918442", "item_ids": [123], "new_item_ids": ["1"], "payment_method_id": "x"}),
+    );
+    assert_eq!(out.content, "Error: 123 not found");
+}

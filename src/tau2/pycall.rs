@@ -342,21 +342,14 @@ pub(crate) fn list(v: &Value) -> std::result::Result<Vec<&Value>, String> {
     }
 }
 
-/// A list of item-id strings; non-string items are kept as their `str()` form prefixed so they
-/// can never equal a real id.
-pub(crate) fn str_list(v: &Value) -> std::result::Result<Vec<String>, String> {
-    let items = list(v)?;
-    items
-        .into_iter()
-        .map(|i| match i {
-            Value::String(s) => Ok(s.clone()),
-            other => Err(format!(
-                "item ids must be strings, got {} ({})",
-                py_repr(other),
-                py_type_name(other)
-            )),
-        })
-        .collect()
+/// A list argument's items, cloned (non-string ids simply never match a real id, as in Python).
+pub(crate) fn value_list(v: &Value) -> std::result::Result<Vec<Value>, String> {
+    Ok(list(v)?.into_iter().cloned().collect())
+}
+
+/// The text of values known to be strings (checked by a preceding lookup).
+pub(crate) fn strings(v: &[Value]) -> Vec<String> {
+    v.iter().map(super::pyjson::py_str).collect()
 }
 
 #[cfg(test)]

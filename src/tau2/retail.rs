@@ -443,9 +443,13 @@ fn cancel_pending_order(db: &mut RetailDb, order_id: &Value, reason: &Value) -> 
 
 /// Python's `list.count` check used by the item tools: every requested id must occur at least
 /// as often in the order.
-fn first_missing<'a>(requested: &'a [String], present: &[String]) -> Option<&'a String> {
+fn first_missing<'a>(requested: &'a [Value], present: &[String]) -> Option<&'a Value> {
     requested.iter().find(|id| {
-        requested.iter().filter(|x| x == id).count() > present.iter().filter(|x| x == id).count()
+        requested.iter().filter(|x| x == id).count()
+            > present
+                .iter()
+                .filter(|x| key(id) == Some(x.as_str()))
+                .count()
     })
 }
 
@@ -465,17 +469,20 @@ fn exchange_or_modify_items(
     } else if order.status != "delivered" {
         return Err("Non-delivered order cannot be exchanged".into());
     }
-    let item_ids = pycall::str_list(item_ids)?;
+    let item_ids = pycall::value_list(item_ids)?;
     let all_item_ids: Vec<String> = order.items.iter().map(|i| i.item_id.clone()).collect();
     if let Some(missing) = first_missing(&item_ids, &all_item_ids) {
+        let missing = super::pyjson::py_str(missing);
         return Err(if modify {
             format!("{missing} not found")
         } else {
             format!("Number of {missing} not found.")
         });
     }
-    let new_item_ids = pycall::str_list(new_item_ids)?;
-    if item_ids.len() != new_item_ids.len() {
+    // Every requested id was found among the order's (string) item ids.
+    let item_ids = pycall::strings(&item_ids);
+    let new_item_values = pycall::value_list(new_item_ids)?;
+    if item_ids.len() != new_item_values.len() {
         return Err(if modify {
             "The number of items to be exchanged should match".into()
         } else {
@@ -484,8 +491,8 @@ fn exchange_or_modify_items(
     }
     let mut diff_price = 0.0f64;
     let mut last_variant: Option<Variant> = None;
-    for (item_id, new_item_id) in item_ids.iter().zip(&new_item_ids) {
-        if modify && item_id == new_item_id {
+    for (item_id, new_item_value) in item_ids.iter().zip(&new_item_values) {
+        if modify && key(new_item_value) == Some(item_id.as_str()) {
             return Err("The new item id should be different from the old item id".into());
         }
         let item = order
@@ -493,6 +500,7 @@ fn exchange_or_modify_items(
             .iter()
             .find(|i| &i.item_id == item_id)
             .ok_or_else(|| format!("Item {item_id} not found"))?;
+        let new_item_id = key(new_item_value).ok_or("Variant not found")?;
         let variant = get_variant(db, &item.product_id, new_item_id)?;
         if !variant.available {
             return Err(format!("New item {new_item_id} not found or available"));
@@ -500,6 +508,8 @@ fn exchange_or_modify_items(
         diff_price += variant.price - item.price;
         last_variant = Some(variant.clone());
     }
+    // Every new id was found as a variant, so all are strings.
+    let new_item_ids = pycall::strings(&new_item_values);
     let oid = order.order_id.clone();
     let uid = order.user_id.clone();
     if !modify {
@@ -634,12 +644,12 @@ fn return_delivered_order_items(
     if !is_gift_card(pm) && pm_id != original {
         return Err("Payment method should be the original payment method".into());
     }
-    let item_ids = pycall::str_list(item_ids)?;
+    let item_ids = pycall::value_list(item_ids)?;
     let all_item_ids: Vec<String> = order.items.iter().map(|i| i.item_id.clone()).collect();
     if first_missing(&item_ids, &all_item_ids).is_some() {
         return Err("Some item not found".into());
     }
-    let mut sorted = item_ids;
+    let mut sorted = pycall::strings(&item_ids);
     sorted.sort();
     let order = get_mut(&mut db.orders, &oid).expect("order exists");
     order.status = "return requested".into();
