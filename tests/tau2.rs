@@ -56,10 +56,9 @@ fn episode(
             name: name.clone(),
             arguments: args.clone(),
         });
+        let t = env.respond(&a.tool_calls[0]);
+        assert_eq!(t.tool_call_id.as_deref(), Some(id.as_str()));
         turns.push(a);
-        let out = env.call(name, args);
-        let mut t = Turn::new(Role::Tool, out.content);
-        t.tool_call_id = Some(id);
         turns.push(t);
     }
     let info = if say_info {
@@ -494,4 +493,14 @@ fn retail_item_ids_of_wrong_type_fail_like_python() {
         &json!({"order_id": "#W5918442", "item_ids": [123], "new_item_ids": ["1"], "payment_method_id": "x"}),
     );
     assert_eq!(out.content, "Error: 123 not found");
+    let out = r.call(
+        "exchange_delivered_order_items",
+        &json!({"order_id": "#W2378156", "item_ids": ["1151293680"], "new_item_ids": [5], "payment_method_id": "x"}),
+    );
+    assert_eq!(out.content, "Error: Variant not found");
+    let out = r.call(
+        "return_delivered_order_items",
+        &json!({"order_id": "#W2378156", "item_ids": [5], "payment_method_id": "credit_card_9513926"}),
+    );
+    assert_eq!(out.content, "Error: Some item not found");
 }

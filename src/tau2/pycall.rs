@@ -327,17 +327,11 @@ pub(crate) fn py_lower(s: &str) -> String {
     s.to_lowercase()
 }
 
-/// A list argument (`List[...]`): the items, or Python's error for iterating a non-list.
+/// A list argument (`List[...]`): the items of a JSON array. Anything else is rejected with
+/// Python's wording for non-iterables (τ² would iterate strings and dicts; ppol does not).
 pub(crate) fn list(v: &Value) -> std::result::Result<Vec<&Value>, String> {
     match v {
         Value::Array(items) => Ok(items.iter().collect()),
-        Value::String(s) if s.is_empty() => Ok(Vec::new()),
-        Value::Object(m) => Err(format!(
-            "list argument given as a dict with keys {}",
-            py_repr(&Value::Array(
-                m.keys().map(|k| Value::String(k.clone())).collect()
-            ))
-        )),
         other => Err(format!("'{}' object is not iterable", py_type_name(other))),
     }
 }
