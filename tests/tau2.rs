@@ -112,6 +112,9 @@ fn demo_domain_loads_with_splits() {
     let text = d.tasks[2].user_scenario_text();
     assert!(text.starts_with("Instructions:\n\tDomain: demo\n\tReason for call:\n\t\tYou want to cancel order #P1005"), "{text}");
     assert!(text.contains("\n\tUnknown info:\n\t\tYou do not know that the order has shipped."));
+    let prompt = d.tasks[2].user_system_prompt("GUIDELINES");
+    assert!(prompt.starts_with("GUIDELINES\n\n<scenario>\nInstructions:\n"));
+    assert!(prompt.ends_with("\n</scenario>"));
     let env = d.env();
     let names: Vec<String> = env.tools().into_iter().map(|t| t.name).collect();
     assert!(names.contains(&"cancel_order".to_string()));

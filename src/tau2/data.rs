@@ -252,6 +252,15 @@ impl Task {
         self.user_scenario.to_string()
     }
 
+    /// τ²'s user-simulator system prompt for this task: the global simulation guidelines (τ²'s
+    /// `simulation_guidelines.md`), a blank line, then the scenario inside `<scenario>` tags.
+    pub fn user_system_prompt(&self, guidelines: &str) -> String {
+        format!(
+            "{guidelines}\n\n<scenario>\n{}\n</scenario>",
+            self.user_scenario_text()
+        )
+    }
+
     /// Gold actions (empty if none).
     pub fn gold_actions(&self) -> &[Action] {
         self.evaluation_criteria
