@@ -33,6 +33,7 @@ mod python;
 pub mod reference;
 pub mod runlog;
 pub mod score;
+pub mod tau2;
 pub mod traces;
 
 pub use error::{Error, Result};

@@ -5,4 +5,5 @@ mod cli;
 mod discriminator;
 mod mutation;
 mod parity;
+mod tau2;
 mod util;
