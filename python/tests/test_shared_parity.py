@@ -8,7 +8,8 @@ import ppol_rs
 
 
 def expected(path):
-    return [json.loads(l) for l in open(path, encoding="utf-8") if l.strip()]
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(l) for l in f if l.strip()]
 
 
 def test_shared_feature_parity(shared):
@@ -30,7 +31,8 @@ def test_shared_coverage_and_dice_parity(shared):
     # the discriminator does not enter coverage or Dice
     disc = ppol_rs.Discriminator.train(ref, p / "synthetic_baseline.jsonl", trees=10, folds=2)
     for raw, name in [(False, "coverage.json"), (True, "coverage-raw.json")]:
-        want = json.load(open(p / f"synthetic_candidate.ppol-0.1.1.{name}"))
+        with open(p / f"synthetic_candidate.ppol-0.1.1.{name}", encoding="utf-8") as f:
+            want = json.load(f)
         s = ppol_rs.score(ref, p / "synthetic_candidate.jsonl", disc, raw=raw)
         assert abs(s["coverage"] - want["intra_set_diversity"]) <= 1e-9
         assert abs(s["d_ref"] - want["d_ref"]) <= 1e-9
