@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod episodes;
+mod export;
 mod fingerprint;
 mod reference;
 mod score;
@@ -36,6 +38,10 @@ pub enum Command {
     Discriminator(score::DiscriminatorArgs),
     /// Score simulated dialogues: P(human), coverage, combined, Dice D1–D4.
     Score(score::ScoreArgs),
+    /// Play episodes (user simulator ↔ agent ↔ τ² environment) and write them as JSONL.
+    Episodes(episodes::EpisodesArgs),
+    /// Export episodes as agent-hardening training data.
+    Export(export::ExportArgs),
     /// Measure speed.
     Bench(bench::BenchArgs),
 }
@@ -93,8 +99,30 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Reference(a) => reference::run(a),
         Command::Discriminator(a) => score::run_discriminator(a),
         Command::Score(a) => score::run_score(a),
+        Command::Episodes(a) => episodes::run(a),
+        Command::Export(a) => export::run(a),
         Command::Bench(a) => bench::run(a),
     }
+}
+
+/// A multi-threaded tokio runtime for commands that do async work.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+/// A progress bar on stderr (hidden with `quiet` or when stderr is not a terminal).
+pub(crate) fn progress(len: u64, what: &str, quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
 }
 
 /// Write to a file (atomically) or to stdout when `path` is `None` or `-`.

@@ -12,6 +12,7 @@ use crate::Result;
 
 pub mod llm;
 pub mod record;
+pub mod runner;
 pub mod scripted;
 
 /// What the simulated user knows about its task (τ²'s `user_scenario.instructions`).
@@ -53,14 +54,8 @@ pub struct Plan {
     pub communicate_info: Vec<String>,
 }
 
-/// The result of one tool call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolOutcome {
-    /// What the tool returned, as the agent sees it.
-    pub content: String,
-    /// Whether the call failed (the content then holds the error message).
-    pub error: bool,
-}
+/// The result of one tool call (τ²'s tool-message content and error flag).
+pub use crate::tau2::ToolOutcome;
 
 /// A tool environment the agent acts on.
 pub trait ToolEnv: Send {
