@@ -470,6 +470,10 @@ async fn spec_defaults_and_provider_direct_use() {
     assert!(client.describe().contains("agent=openai:agent-model@"));
 
     client.chat(&user(CallRole::UserSim, "a")).await.unwrap();
+    let h = server.headers().pop().unwrap();
+    assert_eq!(h["x-ppol-test"], "yes");
+    assert!(h["authorization"].starts_with("Bearer"));
+    assert_eq!(h["content-type"], "application/json");
     let b = server.last_body().unwrap();
     assert_eq!(b["model"], "mock-model");
     assert_eq!(b["temperature"], 0.25);
@@ -483,6 +487,36 @@ async fn spec_defaults_and_provider_direct_use() {
     assert_eq!(b["model"], "agent-model");
     assert!((b["temperature"].as_f64().unwrap() - 0.9).abs() < 1e-6);
 
+    // Newer OpenAI models reject max_tokens / temperature: adapt once and remember.
+    let reject_max_tokens = MockReply {
+        status: Some(400),
+        raw_body: Some(
+            r#"{"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error"}}"#
+                .into(),
+        ),
+        ..MockReply::default()
+    };
+    let reject_temperature = MockReply {
+        status: Some(400),
+        raw_body: Some(
+            r#"{"error": {"message": "Unsupported value: 'temperature' does not support 0.25 with this model.", "type": "invalid_request_error"}}"#
+                .into(),
+        ),
+        ..MockReply::default()
+    };
+    server.push_replies([reject_max_tokens, reject_temperature]);
+    let r = client.chat(&user(CallRole::Generator, "e")).await.unwrap();
+    assert_eq!(r.message.content, "echo: e");
+    let b = server.last_body().unwrap();
+    assert_eq!(b["max_completion_tokens"], 64);
+    assert!(b.get("max_tokens").is_none() && b.get("temperature").is_none());
+    client.chat(&user(CallRole::Generator, "f")).await.unwrap();
+    let b = server.last_body().unwrap();
+    assert_eq!(b["max_completion_tokens"], 64);
+    assert!(b.get("temperature").is_none());
+    assert_eq!(server.requests(), 6);
+    assert_eq!(client.accounting().total.retries, 0);
+
     // A provider used directly makes exactly one attempt.
     let p = OpenAiProvider::new("direct", server.base_url()).unwrap();
     assert_eq!(p.describe(), format!("openai:direct@{}", server.base_url()));
@@ -490,7 +524,7 @@ async fn spec_defaults_and_provider_direct_use() {
     assert_eq!(r.message.content, "echo: c");
     server.push_replies([MockReply::status(503)]);
     assert!(p.chat(&user(CallRole::Agent, "d")).await.is_err());
-    assert_eq!(server.requests(), 4);
+    assert_eq!(server.requests(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -585,10 +619,51 @@ async fn mock_server_routes_script_files_and_stop() {
     assert_eq!(stats.requests, 1 + 3);
     assert_eq!(stats.other_requests, 2);
 
+    // Control routes for out-of-process tests.
+    let pushed: serde_json::Value = http
+        .post(format!("{base}/mock/replies"))
+        .body(r#"[{"content": "pushed 1"}, {"status": 502}]"#)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pushed["queued"], 2);
+    let r = client.chat(&user(CallRole::Agent, "x")).await.unwrap();
+    assert_eq!(r.message.content, "pushed 1");
+    let stats: serde_json::Value = http
+        .get(format!("{base}/mock/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["requests"], 5);
+    let log: serde_json::Value = http
+        .get(format!("{base}/mock/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(log["bodies"].as_array().unwrap().len(), 4); // the non-JSON body is not recorded
+    assert_eq!(log["headers"].as_array().unwrap().len(), 4);
+
     let addr = server.addr();
+    let url = server.base_url();
     server.stop();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    // A stopped server is a connection error, retried, then reported.
+    let client = LlmClient::from_config(&mock_config(&url)).unwrap();
+    let (endpoint, _, message) =
+        llm_error(client.chat(&user(CallRole::Agent, "x")).await.unwrap_err());
+    assert_eq!(endpoint, url);
+    assert!(message.contains("connection error"), "{message}");
+    assert_eq!(client.accounting().total.attempts, 4);
 
     // Dropping stops too; a lifetime stops by itself.
     let mut short = serve_with(
@@ -841,4 +916,48 @@ async fn scripted_provider_is_deterministic_and_replays_by_role() {
         Error::Parse { location, .. } => assert_eq!(location, "line 2"),
         e => panic!("{e:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_server_run_prints_its_address() {
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    struct Sink(std::sync::mpsc::Sender<Vec<u8>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _ = self.0.send(buf.to_vec());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let task = tokio::spawn(ppol::llm::mock_server::run(
+        MockScript::always(MockReply::text("pong")),
+        MockOptions {
+            max_lifetime: Some(Duration::from_millis(500)),
+            ..MockOptions::default()
+        },
+        Sink(tx),
+    ));
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = Vec::new();
+        while !line.ends_with(b"\n") {
+            line.extend(rx.recv_timeout(Duration::from_secs(5)).unwrap());
+        }
+        line
+    })
+    .await
+    .unwrap();
+    let ready: serde_json::Value = serde_json::from_slice(&line).unwrap();
+    let base_url = ready["base_url"].as_str().unwrap().to_string();
+    assert!(base_url.starts_with("http://127.0.0.1:"));
+    let client = LlmClient::from_config(&mock_config(&base_url)).unwrap();
+    let r = client.chat(&user(CallRole::Agent, "ping")).await.unwrap();
+    assert_eq!(r.message.content, "pong");
+    let stats = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(stats.requests, 1);
 }

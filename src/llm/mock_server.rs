@@ -19,6 +19,12 @@
 //! `GET /v1/models` and `GET /models`, `GET /health`. Anything else is a JSON 404/405.
 //! Keep-alive is supported; bodies need `Content-Length` (chunked uploads get 411).
 //!
+//! **Control routes** (for tests in another process, e.g. Python against a
+//! `ppol mock-server` child): `GET /mock/stats` ([`MockStats`] as JSON), `GET /mock/requests`
+//! (`{"bodies": [...], "headers": [...]}` of the chat requests), `POST /mock/replies` (a REPLY
+//! or a list of them, appended to the queue; answers `{"queued": N}`) and `POST /mock/default`
+//! (a REPLY that becomes the default). They count as `other_requests`.
+//!
 //! **Choosing a reply** for each chat request: the first [rule](MockRule) that matches and has
 //! uses left, else the next reply of the queue, else the default reply (echo by default).
 //!
@@ -45,7 +51,7 @@
 //! maximum number of chat requests in flight at once. It stops when [`MockServer::stop`] is
 //! called, when the handle is dropped, or after [`MockOptions::max_lifetime`].
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -425,11 +431,22 @@ struct State {
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     bodies: Mutex<Vec<Value>>,
+    headers: Mutex<Vec<BTreeMap<String, String>>>,
     models: Vec<String>,
     max_body_bytes: usize,
 }
 
 impl State {
+    fn stats(&self) -> MockStats {
+        MockStats {
+            requests: self.requests.load(Ordering::SeqCst),
+            other_requests: self.other_requests.load(Ordering::SeqCst),
+            connections: self.connections.load(Ordering::SeqCst),
+            in_flight: self.in_flight.load(Ordering::SeqCst),
+            max_in_flight: self.max_in_flight.load(Ordering::SeqCst),
+        }
+    }
+
     fn pick(&self, body: &Value) -> MockReply {
         let mut s = self.script.lock().unwrap_or_else(|e| e.into_inner());
         for (rule, left) in s.rules.iter_mut() {
@@ -541,6 +558,7 @@ pub async fn serve_with(script: MockScript, options: MockOptions) -> Result<Mock
         in_flight: AtomicUsize::new(0),
         max_in_flight: AtomicUsize::new(0),
         bodies: Mutex::new(Vec::new()),
+        headers: Mutex::new(Vec::new()),
         models,
         max_body_bytes: options.max_body_bytes,
     });
@@ -559,6 +577,30 @@ pub async fn serve_with(script: MockScript, options: MockOptions) -> Result<Mock
         stop,
         task: Some(task),
     })
+}
+
+/// Serve until Ctrl-C or [`MockOptions::max_lifetime`], for a CLI verb such as
+/// `ppol mock-server --port 0 --script FILE`. Once listening, writes one JSON line
+/// `{"addr": "127.0.0.1:PORT", "base_url": "http://127.0.0.1:PORT/v1"}` to `ready` (a parent
+/// process reads it to learn the port). Returns the final counters.
+pub async fn run(
+    script: MockScript,
+    options: MockOptions,
+    mut ready: impl std::io::Write,
+) -> Result<MockStats> {
+    let mut server = serve_with(script, options).await?;
+    let line = json!({"addr": server.addr().to_string(), "base_url": server.base_url()});
+    ready
+        .write_all(format!("{line}\n").as_bytes())
+        .and_then(|_| ready.flush())
+        .map_err(|e| Error::io("writing", "<mock-server ready line>", e))?;
+    tokio::select! {
+        _ = server.wait() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    let stats = server.stats();
+    server.stop();
+    Ok(stats)
 }
 
 async fn accept_loop(
@@ -624,13 +666,7 @@ impl MockServer {
 
     /// All counters.
     pub fn stats(&self) -> MockStats {
-        MockStats {
-            requests: self.requests(),
-            other_requests: self.state.other_requests.load(Ordering::SeqCst),
-            connections: self.state.connections.load(Ordering::SeqCst),
-            in_flight: self.state.in_flight.load(Ordering::SeqCst),
-            max_in_flight: self.max_in_flight(),
-        }
+        self.state.stats()
     }
 
     /// The chat request bodies received (parsed JSON), in arrival order.
@@ -650,6 +686,16 @@ impl MockServer {
             .unwrap_or_else(|e| e.into_inner())
             .last()
             .cloned()
+    }
+
+    /// The headers of the chat requests recorded by [`MockServer::bodies`] (lowercase
+    /// names), in the same order.
+    pub fn headers(&self) -> Vec<BTreeMap<String, String>> {
+        self.state
+            .headers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Append replies to the queue of the running server.
@@ -712,6 +758,7 @@ impl Drop for MockServer {
 struct HttpRequest {
     method: String,
     path: String,
+    headers: BTreeMap<String, String>,
     close: bool,
     body: Vec<u8>,
 }
@@ -754,11 +801,13 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, max_body: usize
     let path = target.split('?').next().unwrap_or_default().to_string();
     let mut content_length = 0usize;
     let mut close = version.eq_ignore_ascii_case("HTTP/1.0");
+    let mut headers = BTreeMap::new();
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
             continue;
         };
         let value = value.trim();
+        headers.insert(name.trim().to_ascii_lowercase(), value.to_string());
         match name.trim().to_ascii_lowercase().as_str() {
             "content-length" => match value.parse() {
                 Ok(n) => content_length = n,
@@ -798,6 +847,7 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, max_body: usize
     ReadOutcome::Request(HttpRequest {
         method,
         path,
+        headers,
         close,
         body,
     })
@@ -915,6 +965,60 @@ async fn route(req: &HttpRequest, state: &State) -> HttpResponse {
             state.other_requests.fetch_add(1, Ordering::SeqCst);
             HttpResponse::json(200, json!({"status": "ok"}))
         }
+        ("GET", "/mock/stats") => {
+            state.other_requests.fetch_add(1, Ordering::SeqCst);
+            HttpResponse::json(200, json!(state.stats()))
+        }
+        ("GET", "/mock/requests") => {
+            state.other_requests.fetch_add(1, Ordering::SeqCst);
+            let bodies = state
+                .bodies
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let headers = state
+                .headers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            HttpResponse::json(200, json!({"bodies": bodies, "headers": headers}))
+        }
+        ("POST", "/mock/replies" | "/mock/default") => {
+            state.other_requests.fetch_add(1, Ordering::SeqCst);
+            let replies = match serde_json::from_slice::<Value>(&req.body) {
+                Ok(Value::Array(items)) => items
+                    .into_iter()
+                    .map(serde_json::from_value::<MockReply>)
+                    .collect::<std::result::Result<Vec<_>, _>>(),
+                Ok(item) => serde_json::from_value::<MockReply>(item).map(|r| vec![r]),
+                Err(e) => Err(e),
+            };
+            match replies {
+                Err(e) => HttpResponse::error(
+                    400,
+                    "invalid_request_error",
+                    &format!("expected a reply object or a list of them: {e}"),
+                ),
+                Ok(replies) => {
+                    let mut s = state.script.lock().unwrap_or_else(|e| e.into_inner());
+                    if path == "/mock/default" {
+                        match replies.into_iter().last() {
+                            Some(r) => s.default = r,
+                            None => {
+                                return HttpResponse::error(
+                                    400,
+                                    "invalid_request_error",
+                                    "no reply given",
+                                )
+                            }
+                        }
+                    } else {
+                        s.queue.extend(replies);
+                    }
+                    HttpResponse::json(200, json!({"queued": s.queue.len()}))
+                }
+            }
+        }
         _ => {
             state.other_requests.fetch_add(1, Ordering::SeqCst);
             HttpResponse::error(
@@ -947,6 +1051,11 @@ async fn chat(req: &HttpRequest, state: &State) -> HttpResponse {
         let mut bodies = state.bodies.lock().unwrap_or_else(|e| e.into_inner());
         if bodies.len() < MAX_RECORDED_BODIES {
             bodies.push(body.clone());
+            state
+                .headers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(req.headers.clone());
         }
     }
     if body.get("stream").and_then(Value::as_bool) == Some(true) {

@@ -3,12 +3,17 @@
 //! ppol [mock server](super::mock_server) — through `async-openai` in bring-your-own-types
 //! mode (`serde_json::Value` in and out).
 //!
+//! Newer OpenAI models reject `max_tokens` (they want `max_completion_tokens`) and non-default
+//! temperatures; on such a 400 the provider adapts the request once, remembers it, and resends
+//! within the same attempt.
+//!
 //! `async-openai`'s own retry layer is replaced by a plain transport that turns every non-2xx
 //! answer into a classified error (status, `Retry-After`, body), so that retries, backoff and
 //! their accounting happen in one place: [`super::LlmClient`].
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_openai::config::OpenAIConfig;
@@ -115,6 +120,10 @@ pub struct OpenAiProvider {
     base_url: String,
     temperature: Option<f32>,
     max_tokens: Option<u32>,
+    /// Send `max_completion_tokens` instead of `max_tokens` (learned from a 400).
+    use_max_completion_tokens: AtomicBool,
+    /// Do not send `temperature` (learned from a 400).
+    omit_temperature: AtomicBool,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -160,6 +169,8 @@ impl OpenAiProvider {
             base_url,
             temperature: spec.temperature,
             max_tokens: spec.max_tokens,
+            use_max_completion_tokens: AtomicBool::new(false),
+            omit_temperature: AtomicBool::new(false),
         })
     }
 
@@ -167,6 +178,46 @@ impl OpenAiProvider {
     /// unless `$OPENAI_API_KEY` is set).
     pub fn new(model: impl Into<String>, base_url: impl Into<String>) -> Result<Self> {
         OpenAiProvider::from_spec(&ModelSpec::openai(model, Some(base_url.into())), "openai")
+    }
+
+    /// Adapt `body` to a 400 that rejects a parameter newer OpenAI models do not take
+    /// (`max_tokens` → `max_completion_tokens`; a non-default `temperature` → omitted).
+    /// Returns whether the body changed; the change is remembered for later requests.
+    fn adapt_to_rejection(&self, error: &AttemptError, body: &mut Value) -> bool {
+        if error.kind != FailureKind::Client(400) {
+            return false;
+        }
+        let Some(obj) = body.as_object_mut() else {
+            return false;
+        };
+        let msg = error.message.to_ascii_lowercase();
+        if msg.contains("max_completion_tokens") && obj.contains_key("max_tokens") {
+            if let Some(v) = obj.remove("max_tokens") {
+                obj.insert("max_completion_tokens".into(), v);
+            }
+            self.use_max_completion_tokens
+                .store(true, Ordering::Relaxed);
+            tracing::info!(
+                endpoint = %self.base_url,
+                model = %self.model,
+                "endpoint rejects max_tokens; sending max_completion_tokens from now on"
+            );
+            return true;
+        }
+        if msg.contains("temperature")
+            && (msg.contains("unsupported") || msg.contains("not support"))
+            && obj.contains_key("temperature")
+        {
+            obj.remove("temperature");
+            self.omit_temperature.store(true, Ordering::Relaxed);
+            tracing::info!(
+                endpoint = %self.base_url,
+                model = %self.model,
+                "endpoint rejects temperature; omitting it from now on"
+            );
+            return true;
+        }
+        false
     }
 
     /// The chat-completions request body for `request` (non-streaming).
@@ -196,10 +247,17 @@ impl OpenAiProvider {
             body.insert("tools".into(), Value::Array(tools));
         }
         if let Some(t) = request.temperature.or(self.temperature) {
-            body.insert("temperature".into(), json!(t));
+            if !self.omit_temperature.load(Ordering::Relaxed) {
+                body.insert("temperature".into(), json!(t));
+            }
         }
         if let Some(m) = request.max_tokens.or(self.max_tokens) {
-            body.insert("max_tokens".into(), json!(m));
+            let key = if self.use_max_completion_tokens.load(Ordering::Relaxed) {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            body.insert(key.into(), json!(m));
         }
         if let Some(s) = request.seed {
             body.insert("seed".into(), json!(s));
@@ -481,7 +539,19 @@ impl Provider for OpenAiProvider {
         &self,
         request: &ChatRequest,
     ) -> std::result::Result<ChatResponse, AttemptError> {
-        let body = self.request_body(request)?;
+        let mut body = self.request_body(request)?;
+        // At most two parameter adaptations, then the answer stands.
+        for _ in 0..2 {
+            match self.client.chat().create_byot(body.clone()).await {
+                Ok(answer) => return check_answer(parse_response(&answer, &self.model)?),
+                Err(e) => {
+                    let e = classify(e);
+                    if !self.adapt_to_rejection(&e, &mut body) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
         let answer: Value = self
             .client
             .chat()
