@@ -961,3 +961,93 @@ async fn mock_server_run_prints_its_address() {
         .unwrap();
     assert_eq!(stats.requests, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_server_speaks_plain_http() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = serve(MockScript::default()).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    let body = format!(
+        r#"{{"model": "m", "messages": [{{"role": "user", "content": "{}"}}]}}"#,
+        "x".repeat(2000)
+    );
+    // Expect: 100-continue (as curl sends for large bodies), then keep-alive reuse.
+    s.write_all(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Expect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 25];
+    s.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(body.as_bytes()).await.unwrap();
+    let first = read_http_response(&mut s).await;
+    assert!(first.starts_with("HTTP/1.1 200 OK"), "{first}");
+    assert!(first.contains("Connection: keep-alive"));
+    assert!(first.contains(&format!("echo: {}", "x".repeat(2000))));
+
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = String::new();
+    s.read_to_string(&mut rest).await.unwrap();
+    assert!(
+        rest.starts_with("HTTP/1.1 200 OK") && rest.contains("\"ok\""),
+        "{rest}"
+    );
+    let stats = server.stats();
+    assert_eq!(
+        (stats.requests, stats.other_requests, stats.connections),
+        (1, 1, 1)
+    );
+
+    // A scripted provider bypasses the cache (replays must not be short-cut).
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = LlmConfig::scripted(None);
+    cfg.cache_dir = Some(dir.path().to_path_buf());
+    let client = LlmClient::from_config(&cfg).unwrap();
+    client.chat(&user(CallRole::Agent, "a")).await.unwrap();
+    client.chat(&user(CallRole::Agent, "a")).await.unwrap();
+    let acc = client.accounting();
+    assert_eq!(acc.total.cache_hits, 0);
+    assert!(client.cache().unwrap().is_empty());
+    let text = acc.to_string();
+    assert!(
+        text.contains("agent") && text.contains("2 calls (0 cached)"),
+        "{text}"
+    );
+    let mut merged = acc.clone();
+    merged.merge(&acc);
+    assert_eq!(merged.total.calls, 4);
+    assert_eq!(merged.roles[&CallRole::Agent].calls, 4);
+}
+
+/// Read one HTTP response with a Content-Length body.
+async fn read_http_response(s: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut data = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "connection closed early");
+        data.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&data).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len: usize = text[..end]
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            if data.len() >= end + 4 + len {
+                return text;
+            }
+        }
+    }
+}

@@ -10,7 +10,8 @@
 //!   up to `max_retries` times with exponential backoff and jitter (`Retry-After` honoured);
 //!   each retry is logged with `tracing::warn!` and counted. Other 4xx fail at once.
 //! * **Cache** — opt-in ([`super::ResponseCache`]); a hit makes no request, costs nothing and
-//!   is marked `cached: true`. Hits are served even when the budget is spent.
+//!   is marked `cached: true`. Hits are served even when the budget is spent. Providers that
+//!   say they are not [cacheable](super::Provider::cacheable) (scripted) bypass it.
 //! * **Accounting and budget** — per role: calls, cache hits, attempts, retries, failures,
 //!   budget refusals, tokens and USD ([`Accounting`]). Once a [`Budget`] cap is reached, new
 //!   calls fail fast with [`Error::BudgetExhausted`]; calls already in flight complete.
@@ -58,7 +59,8 @@ pub struct RoleAccounting {
 }
 
 impl RoleAccounting {
-    fn add(&mut self, o: &RoleAccounting) {
+    /// Add another set of counters to this one.
+    pub fn add(&mut self, o: &RoleAccounting) {
         self.calls += o.calls;
         self.cache_hits += o.cache_hits;
         self.attempts += o.attempts;
@@ -91,6 +93,50 @@ pub struct Accounting {
     pub budget_exhausted: Option<String>,
     /// Which model answers each role (`openai:gpt-4o-mini@https://...`).
     pub models: BTreeMap<CallRole, String>,
+}
+
+impl Accounting {
+    /// Add another snapshot (e.g. from another process) to this one. Budget and models are
+    /// kept from `self`.
+    pub fn merge(&mut self, other: &Accounting) {
+        for (role, acc) in &other.roles {
+            self.roles.entry(*role).or_default().add(acc);
+        }
+        self.total.add(&other.total);
+    }
+}
+
+impl std::fmt::Display for RoleAccounting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} calls ({} cached), {} retries, {} failures, {} refused, {}+{} tokens, ${:.4}",
+            self.calls,
+            self.cache_hits,
+            self.retries,
+            self.failures,
+            self.budget_refusals,
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.usd
+        )
+    }
+}
+
+impl std::fmt::Display for Accounting {
+    /// One line per role with calls, then the total.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (role, acc) in &self.roles {
+            if acc.calls > 0 {
+                writeln!(f, "{:<10} {acc}", role.as_str())?;
+            }
+        }
+        write!(f, "{:<10} {}", "total", self.total)?;
+        if let Some(why) = &self.budget_exhausted {
+            write!(f, " — {why}")?;
+        }
+        Ok(())
+    }
 }
 
 struct Route {
@@ -385,10 +431,12 @@ impl LlmClient {
         let endpoint = provider.endpoint();
         let request = self.effective(request);
 
-        let cache_key =
-            self.inner.cache.as_ref().map(|_| {
-                ResponseCache::key(provider.name(), provider.model(), &endpoint, &request)
-            });
+        let cache_key = self
+            .inner
+            .cache
+            .as_ref()
+            .filter(|_| provider.cacheable())
+            .map(|_| ResponseCache::key(provider.name(), provider.model(), &endpoint, &request));
         if let (Some(cache), Some(key)) = (&self.inner.cache, &cache_key) {
             if let Some(hit) = cache.get(key) {
                 self.record(role, Outcome::Hit);

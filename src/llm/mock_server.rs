@@ -832,6 +832,19 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, max_body: usize
     if content_length > max_body {
         return ReadOutcome::Bad(413, format!("body larger than {max_body} bytes"));
     }
+    let expects_continue = headers
+        .get("expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    if expects_continue && buf.len() - head_end < content_length {
+        // curl waits for this before sending bodies over 1 KiB.
+        if stream
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return ReadOutcome::Closed;
+        }
+    }
     buf.drain(..head_end);
     while buf.len() < content_length {
         let n = match tokio::time::timeout(IDLE_TIMEOUT, stream.read(&mut chunk)).await {

@@ -249,6 +249,11 @@ pub trait Provider: Send + Sync {
     fn endpoint(&self) -> String;
     /// The configured model name.
     fn model(&self) -> &str;
+    /// Whether [`LlmClient`]'s response cache may store this provider's answers (default
+    /// true; the scripted provider says no, as replaying a script must not be short-cut).
+    fn cacheable(&self) -> bool {
+        true
+    }
     /// One attempt. Implementations reject answers with neither text nor tool calls
     /// ([`FailureKind::Empty`] / [`FailureKind::Truncated`], see [`check_answer`]).
     async fn attempt(

@@ -316,6 +316,10 @@ impl Provider for ScriptedModel {
         "scripted"
     }
 
+    fn cacheable(&self) -> bool {
+        false
+    }
+
     async fn attempt(
         &self,
         request: &ChatRequest,
