@@ -120,7 +120,7 @@ async fn transient_failures_are_retried_and_counted() {
                 ..MockReply::default()
             },
             MockReply::hang_up(),
-            MockReply::text("too slow").with_delay(400),
+            MockReply::text("too slow").with_delay(800),
         ])
         .with_default(MockReply::text("finally")),
     )
@@ -128,7 +128,7 @@ async fn transient_failures_are_retried_and_counted() {
     .unwrap();
     let mut cfg = mock_config(&server.base_url());
     cfg.max_retries = 9;
-    cfg.default.timeout_s = 0.15;
+    cfg.default.timeout_s = 0.3;
     let client = LlmClient::from_config(&cfg).unwrap();
 
     let r = client.chat(&user(CallRole::UserSim, "hi")).await.unwrap();
@@ -272,15 +272,14 @@ async fn usd_budget_lets_calls_in_flight_complete() {
     cfg.budget.max_usd = Some(0.005);
     let client = LlmClient::from_config(&cfg).unwrap();
 
-    let mut tasks = Vec::new();
-    for i in 0..5 {
-        let c = client.clone();
-        tasks.push(tokio::spawn(async move {
-            c.chat(&user(CallRole::Generator, &format!("p{i}"))).await
-        }));
-    }
-    for t in tasks {
-        assert_eq!(t.await.unwrap().unwrap().message.content, "ok");
+    // join_all polls every call once before any answer can arrive, so all five are admitted
+    // (in flight) before the first one spends the budget.
+    let requests: Vec<ChatRequest> = (0..5)
+        .map(|i| user(CallRole::Generator, &format!("p{i}")))
+        .collect();
+    let answers = futures::future::join_all(requests.iter().map(|r| client.chat(r))).await;
+    for a in answers {
+        assert_eq!(a.unwrap().message.content, "ok");
     }
     let err = client
         .chat(&user(CallRole::Generator, "one more"))
