@@ -9,8 +9,8 @@ use ppol::dialogue::{Role, ToolCall, Turn};
 use ppol::llm::mock_server::{serve, serve_with, MockOptions, MockReply, MockRule, MockScript};
 use ppol::llm::scripted::ScriptedReply;
 use ppol::llm::{
-    CallRole, ChatModel, ChatRequest, LlmClient, LlmConfig, ModelSpec, OpenAiProvider, Price,
-    ProviderKind, ScriptedModel, ToolSpec,
+    CallRole, ChatModel, ChatModelProvider, ChatRequest, LlmClient, LlmConfig, ModelSpec,
+    OpenAiProvider, Price, ProviderKind, ScriptedModel, ToolSpec,
 };
 use ppol::Error;
 use serde_json::json;
@@ -906,6 +906,20 @@ async fn scripted_provider_is_deterministic_and_replays_by_role() {
     assert_eq!(client.accounting().total.retries, 0);
     // Other roles use the hash mode.
     assert!(client.chat(&user(CallRole::Mutator, "m")).await.is_ok());
+
+    // Any ChatModel can answer a role through the client.
+    let custom = ScriptedModel::from_replies([ScriptedReply::text("from a custom model")]);
+    let client = LlmClient::builder(LlmConfig::scripted(None))
+        .provider(
+            CallRole::UserSim,
+            Arc::new(ChatModelProvider::new(Arc::new(custom))),
+        )
+        .build()
+        .unwrap();
+    let r = client.chat(&user(CallRole::UserSim, "x")).await.unwrap();
+    assert_eq!(r.message.content, "from a custom model");
+    assert_eq!(client.describe_role(CallRole::UserSim), "scripted");
+    assert_eq!(client.accounting().roles[&CallRole::UserSim].calls, 1);
 
     // Script file errors name the line.
     let dir = tempfile::tempdir().unwrap();

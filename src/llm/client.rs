@@ -447,7 +447,10 @@ impl LlmClient {
 
         if let Some(why) = self.budget_exhausted() {
             self.record(role, Outcome::Refused);
-            return Err(Error::BudgetExhausted(why));
+            return Err(Error::BudgetExhausted(format!(
+                "{why}; {} call to {endpoint} refused",
+                role.as_str()
+            )));
         }
         let _permit = self
             .inner
@@ -458,7 +461,10 @@ impl LlmClient {
         // A call that waited for a permit is not in flight yet: check again.
         if let Some(why) = self.budget_exhausted() {
             self.record(role, Outcome::Refused);
-            return Err(Error::BudgetExhausted(why));
+            return Err(Error::BudgetExhausted(format!(
+                "{why}; {} call to {endpoint} refused",
+                role.as_str()
+            )));
         }
 
         let timeout = route.spec.timeout();

@@ -298,3 +298,54 @@ pub(crate) fn llm_error(
         message: message.into(),
     }
 }
+
+/// Adapts any [`ChatModel`] (e.g. a rule-based offline engine) into a [`Provider`], so it can
+/// answer a role inside an [`LlmClient`] and share its accounting. Its errors are not retried,
+/// its answers are passed through unchecked and never cached.
+pub struct ChatModelProvider {
+    inner: std::sync::Arc<dyn ChatModel>,
+    describe: String,
+}
+
+impl ChatModelProvider {
+    /// Wrap a model.
+    pub fn new(model: std::sync::Arc<dyn ChatModel>) -> Self {
+        let describe = model.describe();
+        ChatModelProvider {
+            inner: model,
+            describe,
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for ChatModelProvider {
+    fn name(&self) -> &'static str {
+        "custom"
+    }
+
+    fn endpoint(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn model(&self) -> &str {
+        &self.describe
+    }
+
+    fn cacheable(&self) -> bool {
+        false
+    }
+
+    async fn attempt(
+        &self,
+        request: &ChatRequest,
+    ) -> std::result::Result<ChatResponse, AttemptError> {
+        self.inner.chat(request).await.map_err(|e| {
+            let message = match e {
+                crate::Error::Llm { message, .. } => message,
+                other => other.to_string(),
+            };
+            AttemptError::new(FailureKind::Fatal, message)
+        })
+    }
+}

@@ -16,7 +16,9 @@
 //!   A request with role R takes the next line keyed `"role": R`, else the next line without
 //!   a role. Tool-call `id`s default to `call_N`; `arguments` must be a JSON object. Blank
 //!   lines and lines starting with `#` or `//` are skipped. When no line is left for a role the
-//!   call fails ([`FailureKind::Fatal`], not retried). Under concurrency the order in which
+//!   call fails ([`FailureKind::Fatal`], not retried). A line with neither text nor tool calls
+//!   is an empty answer, which [`super::LlmClient`] retries like any empty answer (taking the
+//!   next line). Under concurrency the order in which
 //!   requests take lines is the order in which they arrive.
 //! * **Hash** (no script) — the answer is a short fixed-form text derived from the SHA-256 of
 //!   the request (role, messages, tools): `"Okay. (scripted user-sim 1a2b3c4d)"`. Same request,
