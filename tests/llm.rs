@@ -359,6 +359,33 @@ async fn cache_hits_skip_the_server() {
     );
     assert_eq!(server.requests(), 3);
 
+    // Entries are sha256-named files in two-character shards; a corrupt one is a miss.
+    let key = ppol::llm::ResponseCache::key(
+        "openai",
+        "mock-model",
+        &server.base_url(),
+        &user(CallRole::Agent, "other"),
+    );
+    assert_eq!(key.len(), 64);
+    let entry = again.cache().unwrap().path(&key);
+    assert!(entry.starts_with(dir.path().join("cache").join(&key[..2])));
+    std::fs::write(&entry, "{ not json").unwrap();
+    assert!(
+        !again
+            .chat(&user(CallRole::Agent, "other"))
+            .await
+            .unwrap()
+            .cached
+    );
+    assert_eq!(server.requests(), 4);
+    assert!(
+        again
+            .chat(&user(CallRole::Agent, "other"))
+            .await
+            .unwrap()
+            .cached
+    );
+
     // Cache hits are served even once the budget is spent.
     cfg.budget.max_tokens = Some(0);
     let broke = LlmClient::from_config(&cfg).unwrap();
