@@ -3,6 +3,7 @@
 mod archive;
 mod cli;
 mod discriminator;
+mod llm;
 mod mutation;
 mod parity;
 mod tau2;

@@ -1,5 +1,31 @@
 //! LLM access: one [`ChatModel`] trait, providers selected by name, and the wrapper that adds
 //! concurrency limits, retries, caching and cost accounting around any provider.
+//!
+//! * [`config`] — [`LlmConfig`]: per-role [`ModelSpec`]s, limits, budget, prices; parsed from
+//!   TOML or a `--llm` value (`scripted`, `openai:MODEL[@BASE_URL]`, a TOML path).
+//! * [`openai`] — [`OpenAiProvider`], any OpenAI-compatible endpoint through `async-openai`.
+//! * [`scripted`] — [`ScriptedModel`], deterministic and offline.
+//! * [`client`] — [`LlmClient`], the wrapper every caller should use: routing by role,
+//!   semaphore, timeouts, retries with backoff, on-disk cache, accounting and budget.
+//! * [`cache`] — [`ResponseCache`], the content-addressed response cache.
+//! * [`mock_server`] — an OpenAI-compatible HTTP server on 127.0.0.1 driven by a
+//!   [`mock_server::MockScript`], used by every test that needs an endpoint.
+//!
+//! Building a client:
+//!
+//! ```no_run
+//! # async fn demo() -> ppol::Result<()> {
+//! use ppol::dialogue::{Role, Turn};
+//! use ppol::llm::{CallRole, ChatModel, ChatRequest, LlmClient};
+//!
+//! let client = LlmClient::from_cli_value("openai:gpt-4o-mini@http://127.0.0.1:8000/v1")?;
+//! let request = ChatRequest::new(CallRole::Agent, vec![Turn::new(Role::User, "Hello")]);
+//! let answer = client.chat(&request).await?;
+//! println!("{} ({:?})", answer.message.content, client.accounting().total);
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -7,6 +33,19 @@ use serde_json::Value;
 
 use crate::dialogue::Turn;
 use crate::Result;
+
+pub mod cache;
+pub mod client;
+pub mod config;
+pub mod mock_server;
+pub mod openai;
+pub mod scripted;
+
+pub use cache::ResponseCache;
+pub use client::{Accounting, LlmClient, RoleAccounting};
+pub use config::{Budget, LlmConfig, ModelPatch, ModelSpec, Price, ProviderKind};
+pub use openai::OpenAiProvider;
+pub use scripted::ScriptedModel;
 
 /// Which part of ppol makes a call; costs and budgets are accounted per role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -125,4 +164,188 @@ pub trait ChatModel: Send + Sync {
     fn describe(&self) -> String;
     /// Answer one request.
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse>;
+}
+
+/// Why one attempt at a call failed, classified for the retry policy of [`LlmClient`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// HTTP 429 (rate limited). Retryable.
+    RateLimited,
+    /// HTTP 5xx (or an error object in a 200 body). Retryable.
+    Server(u16),
+    /// The attempt exceeded its timeout (or HTTP 408). Retryable.
+    Timeout,
+    /// The connection could not be made or broke mid-response. Retryable.
+    Connection,
+    /// The body, or a tool call's arguments, is not the expected JSON. Retryable.
+    Garbage,
+    /// The answer has neither text nor tool calls. Retryable.
+    Empty,
+    /// `finish_reason == "length"` with empty text. Retryable.
+    Truncated,
+    /// Any other HTTP 4xx (bad request, auth, unknown model). Not retried.
+    Client(u16),
+    /// Anything else that retrying cannot fix (bad input, exhausted script). Not retried.
+    Fatal,
+}
+
+impl FailureKind {
+    /// Whether the same request may succeed when sent again.
+    pub fn is_retryable(self) -> bool {
+        !matches!(self, FailureKind::Client(_) | FailureKind::Fatal)
+    }
+
+    /// Short label for logs and messages (`429`, `http-503`, `timeout`, `garbage`, ...).
+    pub fn label(self) -> String {
+        match self {
+            FailureKind::RateLimited => "rate-limited (429)".to_string(),
+            FailureKind::Server(s) => format!("server error ({s})"),
+            FailureKind::Timeout => "timeout".to_string(),
+            FailureKind::Connection => "connection error".to_string(),
+            FailureKind::Garbage => "unparseable response".to_string(),
+            FailureKind::Empty => "empty response".to_string(),
+            FailureKind::Truncated => "truncated response".to_string(),
+            FailureKind::Client(s) => format!("client error ({s})"),
+            FailureKind::Fatal => "error".to_string(),
+        }
+    }
+}
+
+/// One failed attempt: what kind, the details, and the server's `Retry-After` if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptError {
+    /// Classification.
+    pub kind: FailureKind,
+    /// Human-readable details (status line, body excerpt, parse error).
+    pub message: String,
+    /// Delay requested by the server (`Retry-After`).
+    pub retry_after: Option<Duration>,
+}
+
+impl AttemptError {
+    /// An attempt error without `Retry-After`.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        AttemptError {
+            kind,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.label(), self.message)
+    }
+}
+
+/// A backend that makes single attempts; [`LlmClient`] adds retries, limits and accounting.
+/// Every provider also implements [`ChatModel`] directly (one attempt, no retries).
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// Provider name (`openai`, `scripted`).
+    fn name(&self) -> &'static str;
+    /// The endpoint named in errors (base URL, or `scripted`).
+    fn endpoint(&self) -> String;
+    /// The configured model name.
+    fn model(&self) -> &str;
+    /// Whether [`LlmClient`]'s response cache may store this provider's answers (default
+    /// true; the scripted provider says no, as replaying a script must not be short-cut).
+    fn cacheable(&self) -> bool {
+        true
+    }
+    /// One attempt. Implementations reject answers with neither text nor tool calls
+    /// ([`FailureKind::Empty`] / [`FailureKind::Truncated`], see [`check_answer`]).
+    async fn attempt(
+        &self,
+        request: &ChatRequest,
+    ) -> std::result::Result<ChatResponse, AttemptError>;
+}
+
+/// Reject an answer that has neither text nor tool calls: [`FailureKind::Truncated`] when the
+/// finish reason is `length`, else [`FailureKind::Empty`].
+pub fn check_answer(response: ChatResponse) -> std::result::Result<ChatResponse, AttemptError> {
+    let empty =
+        response.message.content.trim().is_empty() && response.message.tool_calls.is_empty();
+    if !empty {
+        return Ok(response);
+    }
+    if response.finish_reason.as_deref() == Some("length") {
+        Err(AttemptError::new(
+            FailureKind::Truncated,
+            "finish_reason 'length' with no text (max_tokens too small?)",
+        ))
+    } else {
+        Err(AttemptError::new(
+            FailureKind::Empty,
+            format!(
+                "no text and no tool calls (finish_reason {})",
+                response.finish_reason.as_deref().unwrap_or("none")
+            ),
+        ))
+    }
+}
+
+/// Turn an attempt error into the crate error, naming endpoint and role.
+pub(crate) fn llm_error(
+    endpoint: &str,
+    role: CallRole,
+    message: impl Into<String>,
+) -> crate::Error {
+    crate::Error::Llm {
+        endpoint: endpoint.to_string(),
+        role: role.as_str().to_string(),
+        message: message.into(),
+    }
+}
+
+/// Adapts any [`ChatModel`] (e.g. a rule-based offline engine) into a [`Provider`], so it can
+/// answer a role inside an [`LlmClient`] and share its accounting. Its errors are not retried,
+/// its answers are passed through unchecked and never cached.
+pub struct ChatModelProvider {
+    inner: std::sync::Arc<dyn ChatModel>,
+    describe: String,
+}
+
+impl ChatModelProvider {
+    /// Wrap a model.
+    pub fn new(model: std::sync::Arc<dyn ChatModel>) -> Self {
+        let describe = model.describe();
+        ChatModelProvider {
+            inner: model,
+            describe,
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for ChatModelProvider {
+    fn name(&self) -> &'static str {
+        "custom"
+    }
+
+    fn endpoint(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn model(&self) -> &str {
+        &self.describe
+    }
+
+    fn cacheable(&self) -> bool {
+        false
+    }
+
+    async fn attempt(
+        &self,
+        request: &ChatRequest,
+    ) -> std::result::Result<ChatResponse, AttemptError> {
+        self.inner.chat(request).await.map_err(|e| {
+            let message = match e {
+                crate::Error::Llm { message, .. } => message,
+                other => other.to_string(),
+            };
+            AttemptError::new(FailureKind::Fatal, message)
+        })
+    }
 }

@@ -1,0 +1,726 @@
+//! LLM configuration: which provider and model answers each [`CallRole`], and the limits of
+//! the wrapper ([`super::LlmClient`]) around them.
+//!
+//! A configuration comes from a TOML file, from a `--llm` command-line value
+//! ([`LlmConfig::from_cli_value`]) or is built in code. A complete TOML file:
+//!
+//! ```toml
+//! max_concurrency = 8        # simultaneous requests over all roles
+//! max_retries = 4            # retries after the first attempt
+//! backoff_base_ms = 500      # first retry waits about this long, doubling each time
+//! backoff_max_ms = 30000     # cap of one backoff
+//! cache_dir = ".ppol-cache"  # opt-in response cache (relative to this file)
+//!
+//! [budget]                   # optional hard caps over the whole run
+//! max_usd = 5.0
+//! max_tokens = 2000000
+//!
+//! [default]                  # the model of every role not listed under [roles]
+//! provider = "openai"        # "openai" (any OpenAI-compatible endpoint) or "scripted"
+//! model = "gpt-4o-mini"      # empty: $PPOL_LLM_MODEL
+//! base_url = "http://localhost:8000/v1"   # unset: $OPENAI_BASE_URL, else api.openai.com
+//! api_key_env = "OPENAI_API_KEY"
+//! temperature = 0.7          # used when a request does not set its own
+//! max_tokens = 1024
+//! timeout_s = 60
+//! headers = { "X-Title" = "ppol" }
+//!
+//! [roles.user-sim]           # field-by-field override of [default] for one role
+//! model = "gpt-4o"
+//!
+//! [roles.mutator]
+//! provider = "scripted"
+//! script = "mutator-replies.jsonl"
+//!
+//! [prices."gpt-4o-mini"]     # USD per 1M tokens; unknown models cost 0
+//! prompt = 0.15
+//! completion = 0.60
+//! ```
+//!
+//! Role names are `user-sim`, `agent`, `mutator`, `generator` and `reflection`. Every unknown
+//! key is an [`Error::Config`] naming the dotted key (`roles.agent.temprature`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::CallRole;
+use crate::{Error, Result};
+
+/// Default base URL of the `openai` provider when neither the spec nor `$OPENAI_BASE_URL` set one.
+pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// Environment variable holding the default base URL.
+pub const ENV_BASE_URL: &str = "OPENAI_BASE_URL";
+/// Environment variable holding the API key (the default of [`ModelSpec::api_key_env`]).
+pub const ENV_API_KEY: &str = "OPENAI_API_KEY";
+/// Environment variable holding the default model name.
+pub const ENV_MODEL: &str = "PPOL_LLM_MODEL";
+
+/// Which implementation answers a role's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, llama.cpp,
+    /// OpenRouter, the ppol mock server), through `async-openai`.
+    #[default]
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// The deterministic offline provider ([`super::ScriptedModel`]).
+    Scripted,
+}
+
+impl ProviderKind {
+    /// The name used in configuration (`openai`, `scripted`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Scripted => "scripted",
+        }
+    }
+}
+
+fn default_api_key_env() -> String {
+    ENV_API_KEY.to_string()
+}
+
+fn default_timeout_s() -> f64 {
+    60.0
+}
+
+/// The model behind one role.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// Provider name.
+    #[serde(default)]
+    pub provider: ProviderKind,
+    /// Model name sent to the endpoint; empty means `$PPOL_LLM_MODEL` (required for `openai`).
+    #[serde(default)]
+    pub model: String,
+    /// Base URL including the version prefix (`http://localhost:8000/v1`); `None` means
+    /// `$OPENAI_BASE_URL`, else [`OPENAI_DEFAULT_BASE_URL`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the API key. A missing variable is an error
+    /// only for api.openai.com; local servers get an empty key.
+    #[serde(default = "default_api_key_env")]
+    pub api_key_env: String,
+    /// Sampling temperature used when a request does not set one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Completion token cap used when a request does not set one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Timeout of one attempt, in seconds.
+    #[serde(default = "default_timeout_s")]
+    pub timeout_s: f64,
+    /// Extra HTTP headers sent with every request (`openai` only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// JSONL replies replayed by the `scripted` provider (see [`super::scripted`]); `None`
+    /// answers from a hash of the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<PathBuf>,
+}
+
+impl Default for ModelSpec {
+    fn default() -> Self {
+        ModelSpec {
+            provider: ProviderKind::OpenAi,
+            model: String::new(),
+            base_url: None,
+            api_key_env: default_api_key_env(),
+            temperature: None,
+            max_tokens: None,
+            timeout_s: default_timeout_s(),
+            headers: BTreeMap::new(),
+            script: None,
+        }
+    }
+}
+
+impl ModelSpec {
+    /// The `scripted` provider, replaying `script` if given.
+    pub fn scripted(script: Option<PathBuf>) -> Self {
+        ModelSpec {
+            provider: ProviderKind::Scripted,
+            model: "scripted".to_string(),
+            script,
+            ..ModelSpec::default()
+        }
+    }
+
+    /// The `openai` provider with a model and an optional base URL.
+    pub fn openai(model: impl Into<String>, base_url: Option<String>) -> Self {
+        ModelSpec {
+            provider: ProviderKind::OpenAi,
+            model: model.into(),
+            base_url,
+            ..ModelSpec::default()
+        }
+    }
+
+    /// The model name after the `$PPOL_LLM_MODEL` fallback; `key` names the field in errors.
+    pub fn resolved_model(&self, key: &str) -> Result<String> {
+        if !self.model.trim().is_empty() {
+            return Ok(self.model.trim().to_string());
+        }
+        match std::env::var(ENV_MODEL) {
+            Ok(m) if !m.trim().is_empty() => Ok(m.trim().to_string()),
+            _ => match self.provider {
+                ProviderKind::Scripted => Ok("scripted".to_string()),
+                ProviderKind::OpenAi => Err(Error::config(
+                    key,
+                    format!("no model given and ${ENV_MODEL} is not set"),
+                )),
+            },
+        }
+    }
+
+    /// The base URL after the `$OPENAI_BASE_URL` fallback, without a trailing slash.
+    pub fn resolved_base_url(&self) -> String {
+        let url = match &self.base_url {
+            Some(u) if !u.trim().is_empty() => u.trim().to_string(),
+            _ => match std::env::var(ENV_BASE_URL) {
+                Ok(u) if !u.trim().is_empty() => u.trim().to_string(),
+                _ => OPENAI_DEFAULT_BASE_URL.to_string(),
+            },
+        };
+        url.trim_end_matches('/').to_string()
+    }
+
+    /// The API key read from [`ModelSpec::api_key_env`]. Missing is an error only for the
+    /// official OpenAI endpoint; `key` names the field in errors.
+    pub fn resolved_api_key(&self, key: &str) -> Result<String> {
+        match std::env::var(&self.api_key_env) {
+            Ok(k) => {
+                let k = k.trim().to_string();
+                if k.chars().any(|c| c.is_control()) {
+                    return Err(Error::config(
+                        key,
+                        format!("${} contains control characters", self.api_key_env),
+                    ));
+                }
+                Ok(k)
+            }
+            Err(_) if self.resolved_base_url().contains("api.openai.com") => Err(Error::config(
+                key,
+                format!(
+                    "environment variable ${} is not set (needed for {})",
+                    self.api_key_env,
+                    self.resolved_base_url()
+                ),
+            )),
+            Err(_) => Ok(String::new()),
+        }
+    }
+
+    /// The per-attempt timeout.
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.timeout_s.max(0.001))
+    }
+
+    fn validate(&self, key: &str) -> Result<()> {
+        if !(self.timeout_s.is_finite() && self.timeout_s > 0.0) {
+            return Err(Error::config(
+                format!("{key}.timeout_s"),
+                format!(
+                    "must be a positive number of seconds, got {}",
+                    self.timeout_s
+                ),
+            ));
+        }
+        if let Some(url) = &self.base_url {
+            let u = url.trim();
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(Error::config(
+                    format!("{key}.base_url"),
+                    format!("'{url}' is not an http:// or https:// URL"),
+                ));
+            }
+        }
+        if let Some(t) = self.temperature {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(Error::config(
+                    format!("{key}.temperature"),
+                    format!("must be a non-negative number, got {t}"),
+                ));
+            }
+        }
+        for (name, value) in &self.headers {
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(Error::config(
+                    format!("{key}.headers"),
+                    format!("'{name}' is not a valid HTTP header name"),
+                ));
+            }
+            if reqwest::header::HeaderValue::from_str(value).is_err() {
+                return Err(Error::config(
+                    format!("{key}.headers.{name}"),
+                    "not a valid HTTP header value",
+                ));
+            }
+        }
+        if self.api_key_env.trim().is_empty() {
+            return Err(Error::config(
+                format!("{key}.api_key_env"),
+                "must name an environment variable",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A field-by-field override of [`LlmConfig::default`] for one role (`[roles.<role>]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPatch {
+    /// See [`ModelSpec::provider`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<ProviderKind>,
+    /// See [`ModelSpec::model`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// See [`ModelSpec::base_url`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// See [`ModelSpec::api_key_env`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// See [`ModelSpec::temperature`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// See [`ModelSpec::max_tokens`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// See [`ModelSpec::timeout_s`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
+    /// Extra headers, merged over the default's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// See [`ModelSpec::script`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<PathBuf>,
+}
+
+impl ModelPatch {
+    /// A patch replacing every field of a spec.
+    pub fn from_spec(spec: &ModelSpec) -> Self {
+        ModelPatch {
+            provider: Some(spec.provider),
+            model: Some(spec.model.clone()),
+            base_url: spec.base_url.clone(),
+            api_key_env: Some(spec.api_key_env.clone()),
+            temperature: spec.temperature,
+            max_tokens: spec.max_tokens,
+            timeout_s: Some(spec.timeout_s),
+            headers: Some(spec.headers.clone()),
+            script: spec.script.clone(),
+        }
+    }
+
+    /// `base` with this patch's fields applied.
+    pub fn apply(&self, base: &ModelSpec) -> ModelSpec {
+        let mut s = base.clone();
+        if let Some(p) = self.provider {
+            s.provider = p;
+            if p != base.provider && self.model.is_none() {
+                // A provider switch does not inherit the other provider's model name.
+                s.model = String::new();
+            }
+        }
+        if let Some(m) = &self.model {
+            s.model = m.clone();
+        }
+        if let Some(u) = &self.base_url {
+            s.base_url = Some(u.clone());
+        }
+        if let Some(k) = &self.api_key_env {
+            s.api_key_env = k.clone();
+        }
+        if let Some(t) = self.temperature {
+            s.temperature = Some(t);
+        }
+        if let Some(t) = self.max_tokens {
+            s.max_tokens = Some(t);
+        }
+        if let Some(t) = self.timeout_s {
+            s.timeout_s = t;
+        }
+        if let Some(h) = &self.headers {
+            s.headers
+                .extend(h.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        if let Some(p) = &self.script {
+            s.script = Some(p.clone());
+        }
+        s
+    }
+}
+
+/// Hard caps over the whole run. Once one is reached, new calls fail with
+/// [`Error::BudgetExhausted`]; calls already in flight complete.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Maximum spend in USD (from [`LlmConfig::prices`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_usd: Option<f64>,
+    /// Maximum prompt + completion tokens (cache hits excluded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+}
+
+/// Price of a model in USD per one million tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// USD per 1M prompt tokens.
+    #[serde(default)]
+    pub prompt: f64,
+    /// USD per 1M completion tokens.
+    #[serde(default)]
+    pub completion: f64,
+}
+
+impl Price {
+    /// Cost of a call in USD.
+    pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> f64 {
+        (prompt_tokens as f64 * self.prompt + completion_tokens as f64 * self.completion) / 1e6
+    }
+}
+
+fn default_max_concurrency() -> usize {
+    8
+}
+fn default_max_retries() -> u32 {
+    4
+}
+fn default_backoff_base_ms() -> u64 {
+    500
+}
+fn default_backoff_max_ms() -> u64 {
+    30_000
+}
+
+/// The whole LLM configuration. See the [module docs](self) for the TOML form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// Maximum simultaneous requests over all roles (≥ 1).
+    #[serde(default = "default_max_concurrency")]
+    pub max_concurrency: usize,
+    /// Retries after the first attempt of a call.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    /// Base of the exponential backoff, in milliseconds.
+    #[serde(default = "default_backoff_base_ms")]
+    pub backoff_base_ms: u64,
+    /// Cap of one backoff, in milliseconds.
+    #[serde(default = "default_backoff_max_ms")]
+    pub backoff_max_ms: u64,
+    /// Directory of the opt-in on-disk response cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<PathBuf>,
+    /// Hard caps.
+    #[serde(default)]
+    pub budget: Budget,
+    /// The model of every role not overridden in [`LlmConfig::roles`].
+    #[serde(default)]
+    pub default: ModelSpec,
+    /// Per-role overrides of [`LlmConfig::default`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<CallRole, ModelPatch>,
+    /// Prices by model name; models not listed cost 0.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, Price>,
+}
+
+impl Default for LlmConfig {
+    /// Wrapper defaults with an `openai` default spec (model from `$PPOL_LLM_MODEL`).
+    fn default() -> Self {
+        LlmConfig::with_default(ModelSpec::default())
+    }
+}
+
+const TOP_KEYS: &[&str] = &[
+    "max_concurrency",
+    "max_retries",
+    "backoff_base_ms",
+    "backoff_max_ms",
+    "cache_dir",
+    "budget",
+    "default",
+    "roles",
+    "prices",
+];
+const SPEC_KEYS: &[&str] = &[
+    "provider",
+    "model",
+    "base_url",
+    "api_key_env",
+    "temperature",
+    "max_tokens",
+    "timeout_s",
+    "headers",
+    "script",
+];
+const BUDGET_KEYS: &[&str] = &["max_usd", "max_tokens"];
+const PRICE_KEYS: &[&str] = &["prompt", "completion"];
+
+fn check_keys(table: &toml::Table, prefix: &str, allowed: &[&str], file: &Path) -> Result<()> {
+    for key in table.keys() {
+        if !allowed.contains(&key.as_str()) {
+            let full = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            return Err(Error::config(
+                full,
+                format!(
+                    "unknown key in '{}'; expected one of: {}",
+                    file.display(),
+                    allowed.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn sub_table<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Table> {
+    table.get(key).and_then(|v| v.as_table())
+}
+
+/// Reject every key the schema does not know, naming it with its dotted path.
+fn check_unknown_keys(root: &toml::Table, file: &Path) -> Result<()> {
+    check_keys(root, "", TOP_KEYS, file)?;
+    if let Some(t) = sub_table(root, "budget") {
+        check_keys(t, "budget", BUDGET_KEYS, file)?;
+    }
+    if let Some(t) = sub_table(root, "default") {
+        check_keys(t, "default", SPEC_KEYS, file)?;
+    }
+    if let Some(roles) = sub_table(root, "roles") {
+        let names: Vec<&str> = CallRole::ALL.iter().map(|r| r.as_str()).collect();
+        for (role, v) in roles {
+            if !names.contains(&role.as_str()) {
+                return Err(Error::config(
+                    format!("roles.{role}"),
+                    format!(
+                        "unknown role in '{}'; expected one of: {}",
+                        file.display(),
+                        names.join(", ")
+                    ),
+                ));
+            }
+            if let Some(t) = v.as_table() {
+                check_keys(t, &format!("roles.{role}"), SPEC_KEYS, file)?;
+            }
+        }
+    }
+    if let Some(prices) = sub_table(root, "prices") {
+        for (model, v) in prices {
+            if let Some(t) = v.as_table() {
+                check_keys(t, &format!("prices.\"{model}\""), PRICE_KEYS, file)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+    (line, col)
+}
+
+impl LlmConfig {
+    /// Wrapper defaults with `spec` for every role.
+    pub fn with_default(spec: ModelSpec) -> Self {
+        LlmConfig {
+            max_concurrency: default_max_concurrency(),
+            max_retries: default_max_retries(),
+            backoff_base_ms: default_backoff_base_ms(),
+            backoff_max_ms: default_backoff_max_ms(),
+            cache_dir: None,
+            budget: Budget::default(),
+            default: spec,
+            roles: BTreeMap::new(),
+            prices: BTreeMap::new(),
+        }
+    }
+
+    /// Every role on the offline `scripted` provider.
+    pub fn scripted(script: Option<PathBuf>) -> Self {
+        LlmConfig::with_default(ModelSpec::scripted(script))
+    }
+
+    /// Every role on one OpenAI-compatible model.
+    pub fn openai(model: impl Into<String>, base_url: Option<String>) -> Self {
+        LlmConfig::with_default(ModelSpec::openai(model, base_url))
+    }
+
+    /// The resolved spec of one role (default with the role's patch applied).
+    pub fn spec(&self, role: CallRole) -> ModelSpec {
+        match self.roles.get(&role) {
+            Some(patch) => patch.apply(&self.default),
+            None => self.default.clone(),
+        }
+    }
+
+    /// Replace one role's model entirely.
+    pub fn set_role(&mut self, role: CallRole, spec: &ModelSpec) {
+        self.roles.insert(role, ModelPatch::from_spec(spec));
+    }
+
+    /// The price of a model (0 when unknown).
+    pub fn price(&self, model: &str) -> Price {
+        self.prices.get(model).copied().unwrap_or_default()
+    }
+
+    /// Check value ranges; errors name the offending key.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_concurrency == 0 {
+            return Err(Error::config("max_concurrency", "must be at least 1"));
+        }
+        if self.backoff_max_ms < self.backoff_base_ms {
+            return Err(Error::config(
+                "backoff_max_ms",
+                format!(
+                    "must be at least backoff_base_ms ({} < {})",
+                    self.backoff_max_ms, self.backoff_base_ms
+                ),
+            ));
+        }
+        if let Some(usd) = self.budget.max_usd {
+            if !(usd.is_finite() && usd >= 0.0) {
+                return Err(Error::config(
+                    "budget.max_usd",
+                    format!("must be a non-negative number, got {usd}"),
+                ));
+            }
+        }
+        for (model, p) in &self.prices {
+            let ok = |x: f64| x.is_finite() && x >= 0.0;
+            if !(ok(p.prompt) && ok(p.completion)) {
+                return Err(Error::config(
+                    format!("prices.\"{model}\""),
+                    "prices must be non-negative numbers (USD per 1M tokens)",
+                ));
+            }
+        }
+        self.default.validate("default")?;
+        for role in self.roles.keys() {
+            self.spec(*role)
+                .validate(&format!("roles.{}", role.as_str()))?;
+        }
+        Ok(())
+    }
+
+    /// Parse TOML text. `file` is used in error messages and relative `cache_dir` / `script`
+    /// paths are resolved against its directory.
+    pub fn from_toml_str(text: &str, file: &Path) -> Result<Self> {
+        let root: toml::Table = toml::from_str(text).map_err(|e| {
+            let loc = e
+                .span()
+                .map(|s| {
+                    let (l, c) = line_col(text, s.start);
+                    format!("line {l}, column {c}")
+                })
+                .unwrap_or_else(|| "?".to_string());
+            Error::parse(file, loc, e.message().to_string())
+        })?;
+        check_unknown_keys(&root, file)?;
+        let mut cfg: LlmConfig = toml::from_str(text).map_err(|e| {
+            let loc = e
+                .span()
+                .map(|s| {
+                    let (l, c) = line_col(text, s.start);
+                    format!("line {l}, column {c}")
+                })
+                .unwrap_or_else(|| "?".to_string());
+            Error::parse(file, loc, e.message().to_string())
+        })?;
+        let base = file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf);
+        if let Some(base) = base {
+            let fix = |p: &mut PathBuf| {
+                if p.is_relative() {
+                    *p = base.join(&*p);
+                }
+            };
+            if let Some(p) = cfg.cache_dir.as_mut() {
+                fix(p);
+            }
+            if let Some(p) = cfg.default.script.as_mut() {
+                fix(p);
+            }
+            for patch in cfg.roles.values_mut() {
+                if let Some(p) = patch.script.as_mut() {
+                    fix(p);
+                }
+            }
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Read a TOML file.
+    pub fn from_toml_file(path: &Path) -> Result<Self> {
+        let text = crate::error::read_to_string(path)?;
+        LlmConfig::from_toml_str(&text, path)
+    }
+
+    /// Parse a `--llm` value:
+    ///
+    /// * `scripted` — every role on the offline scripted provider (hash answers);
+    /// * `scripted:FILE.jsonl` — the scripted provider replaying a script;
+    /// * `openai:MODEL` or `openai:MODEL@BASE_URL` — every role on one OpenAI-compatible model
+    ///   (`openai:@http://...` takes the model from `$PPOL_LLM_MODEL`);
+    /// * a path to a TOML file (see the [module docs](self)).
+    pub fn from_cli_value(value: &str) -> Result<Self> {
+        let v = value.trim();
+        if v == "scripted" {
+            return Ok(LlmConfig::scripted(None));
+        }
+        if let Some(script) = v.strip_prefix("scripted:") {
+            if script.is_empty() {
+                return Err(Error::config(
+                    "--llm",
+                    "'scripted:' needs a script file path",
+                ));
+            }
+            return Ok(LlmConfig::scripted(Some(PathBuf::from(script))));
+        }
+        if let Some(rest) = v.strip_prefix("openai:") {
+            let (model, base) = match rest.rfind("@http") {
+                Some(i) => (&rest[..i], Some(rest[i + 1..].to_string())),
+                None => (rest, None),
+            };
+            let cfg = LlmConfig::openai(model.trim(), base);
+            cfg.validate().map_err(|e| match e {
+                Error::Config { message, .. } => Error::config("--llm", message),
+                other => other,
+            })?;
+            return Ok(cfg);
+        }
+        let path = Path::new(v);
+        if path.is_file() {
+            return LlmConfig::from_toml_file(path);
+        }
+        Err(Error::config(
+            "--llm",
+            format!(
+                "'{value}' is not 'scripted', 'scripted:SCRIPT.jsonl', 'openai:MODEL[@BASE_URL]' \
+                 or an existing TOML file"
+            ),
+        ))
+    }
+}
