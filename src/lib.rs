@@ -14,9 +14,12 @@
 #![deny(missing_docs)]
 
 pub mod cli;
+pub mod coverage;
 pub mod dialogue;
+pub mod episode;
 pub mod error;
 pub mod features;
+pub mod kmeans;
 pub mod llm;
 pub mod persona;
 pub mod reference;
