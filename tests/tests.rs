@@ -2,4 +2,5 @@
 
 mod cli;
 mod parity;
+mod scripted;
 mod util;

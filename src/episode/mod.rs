@@ -140,7 +140,10 @@ pub fn parse_user_message(raw: &str) -> UserReply {
             text = text.replace(tok, "");
         }
     }
-    UserReply { text: text.trim().to_string(), stop }
+    UserReply {
+        text: text.trim().to_string(),
+        stop,
+    }
 }
 
 #[cfg(test)]
