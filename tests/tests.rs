@@ -6,5 +6,6 @@ mod discriminator;
 mod llm;
 mod mutation;
 mod parity;
+mod scripted;
 mod tau2;
 mod util;

@@ -1,1 +1,0 @@
-//! The offline scripted backend: an agenda-based user simulator and a rule-based agent.
