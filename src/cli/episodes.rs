@@ -60,7 +60,11 @@ pub fn read_personas(path: &std::path::Path) -> anyhow::Result<Vec<Persona>> {
             continue;
         }
         let p: Persona = serde_json::from_str(line).map_err(|e| {
-            crate::Error::parse(path, format!("line {}", i + 1), format!("not a persona record {{\"persona_id\", \"text\", ...}}: {e}"))
+            crate::Error::parse(
+                path,
+                format!("line {}", i + 1),
+                format!("not a persona record {{\"persona_id\", \"text\", ...}}: {e}"),
+            )
         })?;
         out.push(p);
     }
@@ -76,7 +80,12 @@ pub fn backend_from_arg(value: &str) -> anyhow::Result<(Backend, Option<LlmClien
     let client = LlmClient::from_cli_value(value)?;
     let model: Arc<dyn crate::llm::ChatModel> = Arc::new(client.clone());
     Ok((
-        Backend::Llm { user: model.clone(), agent: model, user_temperature: Some(0.0), agent_temperature: None },
+        Backend::Llm {
+            user: model.clone(),
+            agent: model,
+            user_temperature: Some(0.0),
+            agent_temperature: None,
+        },
         Some(client),
     ))
 }
@@ -84,8 +93,16 @@ pub fn backend_from_arg(value: &str) -> anyhow::Result<(Backend, Option<LlmClien
 /// Run `ppol episodes`.
 pub fn run(args: EpisodesArgs) -> anyhow::Result<()> {
     let domain = load_domain(&args.domain, args.tau2_data.as_deref())?;
-    let tasks: Vec<String> = domain.select_tasks(&args.tasks)?.iter().map(|t| t.id.clone()).collect();
-    anyhow::ensure!(!tasks.is_empty(), "no tasks selected by --tasks {}", args.tasks);
+    let tasks: Vec<String> = domain
+        .select_tasks(&args.tasks)?
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    anyhow::ensure!(
+        !tasks.is_empty(),
+        "no tasks selected by --tasks {}",
+        args.tasks
+    );
     let personas = args.personas.as_deref().map(read_personas).transpose()?;
     let (backend, client) = backend_from_arg(&args.llm)?;
     let runner = Tau2Runner::new(domain.clone(), backend, args.max_turns);
@@ -107,7 +124,10 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<()> {
             }
         }
     }
-    anyhow::ensure!(!jobs.is_empty(), "no (task, persona) pairs: do the personas' task_id values match the selected tasks?");
+    anyhow::ensure!(
+        !jobs.is_empty(),
+        "no (task, persona) pairs: do the personas' task_id values match the selected tasks?"
+    );
     let bar = super::progress(jobs.len() as u64, "episodes", args.quiet);
     let rt = super::runtime()?;
     let episodes: Vec<Episode> = rt.block_on(async {
@@ -146,7 +166,10 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<()> {
     }
     crate::error::write_atomic(&args.output, out.as_bytes())?;
 
-    let failed = episodes.iter().filter(|e| e.status == EpisodeStatus::Failed).count();
+    let failed = episodes
+        .iter()
+        .filter(|e| e.status == EpisodeStatus::Failed)
+        .count();
     let ok = episodes.len() - failed;
     let success = episodes.iter().filter(|e| e.success()).count();
     eprintln!(
@@ -162,7 +185,13 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<()> {
     eprintln!("success rate: {:.3} ({} of {} episodes with reward 1; failed episodes count as unsuccessful)", success as f64 / episodes.len() as f64, success, episodes.len());
     if args.trials > 1 {
         let p = pass_hat_k(&episodes, args.trials as usize);
-        eprintln!("pass^k: {}", p.iter().map(|(k, v)| format!("pass^{k}={v:.3}")).collect::<Vec<_>>().join("  "));
+        eprintln!(
+            "pass^k: {}",
+            p.iter()
+                .map(|(k, v)| format!("pass^{k}={v:.3}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+        );
     }
     if let Some(c) = &client {
         eprintln!("LLM use: {}", c.accounting());

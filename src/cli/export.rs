@@ -38,9 +38,19 @@ pub enum ExportCommand {
 
 /// Run `ppol export`.
 pub fn run(args: ExportArgs) -> anyhow::Result<()> {
-    let ExportCommand::Sft { episodes, all, tau2_data, output } = args.command;
-    let sel = if all { Selection::All } else { Selection::Successful };
-    let mut domains: std::collections::HashMap<String, (String, Vec<crate::llm::ToolSpec>)> = Default::default();
+    let ExportCommand::Sft {
+        episodes,
+        all,
+        tau2_data,
+        output,
+    } = args.command;
+    let sel = if all {
+        Selection::All
+    } else {
+        Selection::Successful
+    };
+    let mut domains: std::collections::HashMap<String, (String, Vec<crate::llm::ToolSpec>)> =
+        Default::default();
     let mut out = String::new();
     let (mut n_in, mut n_out) = (0usize, 0usize);
     for path in &episodes {
@@ -51,7 +61,10 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
             }
             if !domains.contains_key(&e.domain) {
                 let d = crate::tau2::Domain::load(&e.domain, tau2_data.as_deref())?;
-                domains.insert(e.domain.clone(), (agent_system_prompt(&d.policy), d.env().tools()));
+                domains.insert(
+                    e.domain.clone(),
+                    (agent_system_prompt(&d.policy), d.env().tools()),
+                );
             }
             let (system, tools) = &domains[&e.domain];
             out.push_str(&sft_record(&e, system, tools).to_string());
@@ -60,6 +73,14 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         }
     }
     crate::error::write_atomic(&output, out.as_bytes())?;
-    eprintln!("wrote {n_out} of {n_in} episodes to {} ({})", output.display(), if all { "all that ran" } else { "successful only" });
+    eprintln!(
+        "wrote {n_out} of {n_in} episodes to {} ({})",
+        output.display(),
+        if all {
+            "all that ran"
+        } else {
+            "successful only"
+        }
+    );
     Ok(())
 }

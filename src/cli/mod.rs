@@ -107,7 +107,9 @@ fn run(command: Command) -> anyhow::Result<()> {
 
 /// A multi-threaded tokio runtime for commands that do async work.
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 /// A progress bar on stderr (hidden with `quiet` or when stderr is not a terminal).
@@ -117,9 +119,11 @@ pub(crate) fn progress(len: u64, what: &str, quiet: bool) -> indicatif::Progress
     }
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})")
-            .expect("valid template")
-            .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar.set_message(what.to_string());
     bar

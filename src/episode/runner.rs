@@ -10,7 +10,9 @@ use serde_json::Value;
 use super::llm::{agent_system_prompt, LlmAgent, LlmUser, DEFAULT_USER_GUIDELINES};
 use super::record::{run_dialogue, Episode, EpisodeStatus};
 use super::scripted::{ScriptedAgent, ScriptedUser};
-use super::{AgentSimulator, Plan, PlannedAction, Scenario, Termination, ToolEnv, ToolOutcome, UserSimulator};
+use super::{
+    AgentSimulator, Plan, PlannedAction, Scenario, Termination, ToolEnv, ToolOutcome, UserSimulator,
+};
 use crate::evolution::evaluate::EpisodeRunner;
 use crate::llm::{ChatModel, ToolSpec};
 use crate::persona::{self, Persona};
@@ -33,13 +35,21 @@ impl ToolEnv for tau2::Env {
 /// τ²'s read tools are named `get_*`, `find_*`, `list_*`, `search_*`; `calculate` and `think`
 /// change nothing either.
 pub fn is_read_only_tool(name: &str) -> bool {
-    ["get_", "find_", "list_", "search_"].iter().any(|p| name.starts_with(p)) || matches!(name, "calculate" | "think")
+    ["get_", "find_", "list_", "search_"]
+        .iter()
+        .any(|p| name.starts_with(p))
+        || matches!(name, "calculate" | "think")
 }
 
 /// The user scenario of a τ² task.
 pub fn scenario(domain: &Domain, task: &Task) -> Scenario {
     let text = task.user_scenario_text();
-    let mut s = Scenario { task_id: task.id.clone(), domain: domain.name.clone(), text: text.clone(), ..Default::default() };
+    let mut s = Scenario {
+        task_id: task.id.clone(),
+        domain: domain.name.clone(),
+        text: text.clone(),
+        ..Default::default()
+    };
     match &task.user_scenario.instructions {
         UserInstructions::Structured(i) => {
             s.reason_for_call = i.reason_for_call.clone();
@@ -59,7 +69,10 @@ pub fn plan(task: &Task) -> Plan {
             .gold_actions()
             .iter()
             .filter(|a| a.requestor == "assistant")
-            .map(|a| PlannedAction { name: a.name.clone(), arguments: Value::Object(a.arguments.clone()) })
+            .map(|a| PlannedAction {
+                name: a.name.clone(),
+                arguments: Value::Object(a.arguments.clone()),
+            })
             .collect(),
         communicate_info: task.communicate_info().to_vec(),
     }
@@ -113,7 +126,9 @@ impl Backend {
     pub fn describe(&self) -> String {
         match self {
             Backend::Scripted => "scripted".into(),
-            Backend::Llm { user, agent, .. } => format!("user={} agent={}", user.describe(), agent.describe()),
+            Backend::Llm { user, agent, .. } => {
+                format!("user={} agent={}", user.describe(), agent.describe())
+            }
         }
     }
 }
@@ -131,7 +146,12 @@ impl Tau2Runner {
     /// A runner for `domain` with `backend`.
     pub fn new(domain: Arc<Domain>, backend: Backend, max_turns: usize) -> Self {
         let guidelines = user_guidelines(&domain);
-        Tau2Runner { domain, backend, guidelines, max_turns }
+        Tau2Runner {
+            domain,
+            backend,
+            guidelines,
+            max_turns,
+        }
     }
 
     /// The domain.
@@ -144,7 +164,14 @@ impl Tau2Runner {
         &self.backend
     }
 
-    fn failed(&self, task_id: &str, persona: Option<&Persona>, trial: u32, seed: u64, why: String) -> Episode {
+    fn failed(
+        &self,
+        task_id: &str,
+        persona: Option<&Persona>,
+        trial: u32,
+        seed: u64,
+        why: String,
+    ) -> Episode {
         Episode {
             id: episode_id(task_id, persona, trial),
             task_id: task_id.into(),
@@ -152,7 +179,9 @@ impl Tau2Runner {
             conversation: vec![],
             persona_id: persona.map_or("none".into(), |p| p.persona_id.clone()),
             persona: persona.map(|p| p.text.clone()).unwrap_or_default(),
-            axis_placement: persona.map(|p| p.axis_placement.clone()).unwrap_or_default(),
+            axis_placement: persona
+                .map(|p| p.axis_placement.clone())
+                .unwrap_or_default(),
             trial,
             seed,
             termination: Termination::Error,
@@ -168,12 +197,21 @@ impl Tau2Runner {
 
 /// `<task>:<persona>:<trial>`.
 pub fn episode_id(task_id: &str, persona: Option<&Persona>, trial: u32) -> String {
-    format!("{task_id}:{}:{trial}", persona.map_or("none", |p| p.persona_id.as_str()))
+    format!(
+        "{task_id}:{}:{trial}",
+        persona.map_or("none", |p| p.persona_id.as_str())
+    )
 }
 
 #[async_trait]
 impl EpisodeRunner for Tau2Runner {
-    async fn run(&self, task_id: &str, persona: Option<&Persona>, trial: u32, seed: u64) -> Episode {
+    async fn run(
+        &self,
+        task_id: &str,
+        persona: Option<&Persona>,
+        trial: u32,
+        seed: u64,
+    ) -> Episode {
         let task = match self.domain.task(task_id) {
             Ok(t) => t,
             Err(e) => return self.failed(task_id, persona, trial, seed, e.to_string()),
@@ -182,33 +220,63 @@ impl EpisodeRunner for Tau2Runner {
             Ok(e) => e,
             Err(e) => return self.failed(task_id, persona, trial, seed, e.to_string()),
         };
-        let axes = persona.map(|p| p.axis_placement.clone()).unwrap_or_default();
+        let axes = persona
+            .map(|p| p.axis_placement.clone())
+            .unwrap_or_default();
         let text = persona.map(|p| p.text.as_str()).unwrap_or("");
-        let (mut user, mut agent): (Box<dyn UserSimulator>, Box<dyn AgentSimulator>) = match &self.backend {
-            Backend::Scripted => (
-                Box::new(ScriptedUser::new(&scenario(&self.domain, task), &axes, seed)),
-                Box::new(ScriptedAgent::new(&plan(task), seed)),
-            ),
-            Backend::Llm { user, agent, user_temperature, agent_temperature } => {
-                let system = persona::inject(&task.user_system_prompt(&self.guidelines), text);
-                (
-                    Box::new(LlmUser::new(user.clone(), system, *user_temperature, Some(seed))),
-                    Box::new(LlmAgent::new(agent.clone(), agent_system_prompt(&self.domain.policy), *agent_temperature, Some(seed))),
-                )
-            }
-        };
-        let (conversation, termination, error) = run_dialogue(user.as_mut(), agent.as_mut(), &mut env, self.max_turns).await;
+        let (mut user, mut agent): (Box<dyn UserSimulator>, Box<dyn AgentSimulator>) =
+            match &self.backend {
+                Backend::Scripted => (
+                    Box::new(ScriptedUser::new(
+                        &scenario(&self.domain, task),
+                        &axes,
+                        seed,
+                    )),
+                    Box::new(ScriptedAgent::new(&plan(task), seed)),
+                ),
+                Backend::Llm {
+                    user,
+                    agent,
+                    user_temperature,
+                    agent_temperature,
+                } => {
+                    let system = persona::inject(&task.user_system_prompt(&self.guidelines), text);
+                    (
+                        Box::new(LlmUser::new(
+                            user.clone(),
+                            system,
+                            *user_temperature,
+                            Some(seed),
+                        )),
+                        Box::new(LlmAgent::new(
+                            agent.clone(),
+                            agent_system_prompt(&self.domain.policy),
+                            *agent_temperature,
+                            Some(seed),
+                        )),
+                    )
+                }
+            };
+        let (conversation, termination, error) =
+            run_dialogue(user.as_mut(), agent.as_mut(), &mut env, self.max_turns).await;
         if let Some(why) = error {
             let mut e = self.failed(task_id, persona, trial, seed, why);
             e.conversation = conversation;
             return e;
         }
-        let premature = matches!(termination, Termination::MaxTurns).then(|| "max_turns".to_string());
-        let opts = tau2::EvalOptions { premature_termination: premature };
-        let (reward, reward_info) = match tau2::evaluate_with(&self.domain, task, &conversation, Some(&env), &opts) {
-            Ok(info) => (Some(info.reward), serde_json::to_value(&info).unwrap_or(Value::Null)),
-            Err(e) => (None, serde_json::json!({"error": e.to_string()})),
+        let premature =
+            matches!(termination, Termination::MaxTurns).then(|| "max_turns".to_string());
+        let opts = tau2::EvalOptions {
+            premature_termination: premature,
         };
+        let (reward, reward_info) =
+            match tau2::evaluate_with(&self.domain, task, &conversation, Some(&env), &opts) {
+                Ok(info) => (
+                    Some(info.reward),
+                    serde_json::to_value(&info).unwrap_or(Value::Null),
+                ),
+                Err(e) => (None, serde_json::json!({"error": e.to_string()})),
+            };
         Episode {
             id: episode_id(task_id, persona, trial),
             task_id: task_id.into(),
