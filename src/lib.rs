@@ -24,6 +24,7 @@ pub mod kmeans;
 pub mod llm;
 pub mod persona;
 pub mod reference;
+pub mod report;
 pub mod runlog;
 pub mod traces;
 

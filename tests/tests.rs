@@ -2,4 +2,5 @@
 
 mod cli;
 mod parity;
+mod report;
 mod util;

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod fingerprint;
 mod reference;
+mod report;
 mod traces;
 
 /// ppol: evolve persona policies for LLM user simulators.
@@ -33,6 +34,8 @@ pub enum Command {
     Reference(reference::ReferenceArgs),
     /// Measure speed.
     Bench(bench::BenchArgs),
+    /// Write a self-contained HTML report of an evolution run from its run directory.
+    Report(report::ReportArgs),
 }
 
 /// Entry point of the binary (and of `python -m ppol_rs`).
@@ -87,6 +90,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Fingerprint(a) => fingerprint::run(a),
         Command::Reference(a) => reference::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Report(a) => report::run(a),
     }
 }
 
