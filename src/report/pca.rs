@@ -152,15 +152,15 @@ mod tests {
 
     #[test]
     fn recovers_principal_axes_of_a_known_cloud() {
-        // points along the anti-diagonal (x = -y) with a little spread along the diagonal
+        // points along the anti-diagonal (x = -y) with a little spread along (1, 1, 1)
         let pts: Vec<[f64; 3]> = vec![
             [-2.0, 2.0, 0.0],
-            [-1.0, 1.0, 0.1],
-            [0.0, 0.0, -0.1],
+            [-1.0, 1.0, 0.0],
+            [0.0, 0.0, 0.0],
             [1.0, -1.0, 0.0],
             [2.0, -2.0, 0.0],
-            [0.1, 0.1, 0.0],
-            [-0.1, -0.1, 0.0],
+            [0.1, 0.1, 0.1],
+            [-0.1, -0.1, -0.1],
         ];
         let rows: Vec<&[f64]> = pts.iter().map(|p| p.as_slice()).collect();
         let p = Projection::fit(&rows, &[0.0; 3], &[1.0; 3]).unwrap();
