@@ -104,8 +104,19 @@ fn cost(calls: u64, usd: f64) -> BTreeMap<String, Value> {
     m
 }
 
-/// Which candidates exist: (iteration, id, parent, mutation, hl, coverage).
-fn candidates() -> Vec<(u64, String, Option<String>, &'static str, f64, f64)> {
+/// One evaluated candidate of the fixture run.
+#[derive(Clone)]
+struct Candidate {
+    it: u64,
+    id: String,
+    parent: Option<String>,
+    mutation: &'static str,
+    hl: f64,
+    cov: f64,
+}
+
+/// The evaluated candidates: the lineage improves steadily, the others wander below it.
+fn candidates() -> Vec<Candidate> {
     let kinds = ["diff", "rewrite", "structural", "crossover"];
     (1..=ITERATIONS)
         .filter(|it| !FAILED.contains(it))
@@ -131,7 +142,14 @@ fn candidates() -> Vec<(u64, String, Option<String>, &'static str, f64, f64)> {
             } else {
                 kinds[(it as usize) % kinds.len()]
             };
-            (it, id, parent, mutation, hl, cov)
+            Candidate {
+                it,
+                id,
+                parent,
+                mutation,
+                hl,
+                cov,
+            }
         })
         .collect()
 }
@@ -221,8 +239,8 @@ pub fn write_fixture_run(dir: &Path) {
     std::fs::write(dir.join("best/personas.jsonl"), text).unwrap();
     // the best program
     let cands = candidates();
-    let best_cand = cands.iter().find(|c| c.1 == LINEAGE[4]).unwrap();
-    let best_metrics = metrics(best_cand.4, best_cand.5, 28.0);
+    let best_cand = cands.iter().find(|c| c.id == LINEAGE[4]).unwrap();
+    let best_metrics = metrics(best_cand.hl, best_cand.cov, 28.0);
     std::fs::write(
         dir.join("best/program.py"),
         "def generate(task, n):\n    # keep turns short & terse <3\n    return [persona(task, i) for i in range(n)]\n",
@@ -299,8 +317,14 @@ pub fn write_fixture_run(dir: &Path) {
             })
             .unwrap();
         } else {
-            let (_, id, parent, mutation, hl, cov) =
-                cands.iter().find(|c| c.0 == it).unwrap().clone();
+            let Candidate {
+                id,
+                parent,
+                mutation,
+                hl,
+                cov,
+                ..
+            } = cands.iter().find(|c| c.it == it).unwrap().clone();
             let m = metrics(hl, cov, it as f64);
             log.append(Event::CandidateEvaluated {
                 iteration: it,
@@ -334,13 +358,13 @@ pub fn write_fixture_run(dir: &Path) {
         if VALIDATIONS.contains(&it) {
             let best_so_far = cands
                 .iter()
-                .filter(|c| c.0 <= it && LINEAGE.contains(&c.1.as_str()))
-                .last()
+                .rev()
+                .find(|c| c.it <= it && LINEAGE.contains(&c.id.as_str()))
                 .unwrap();
             log.append(Event::Validation {
                 iteration: it,
-                program_id: best_so_far.1.clone(),
-                metrics: metrics(best_so_far.4 - 0.03, best_so_far.5 - 0.02, it as f64),
+                program_id: best_so_far.id.clone(),
+                metrics: metrics(best_so_far.hl - 0.03, best_so_far.cov - 0.02, it as f64),
             })
             .unwrap();
             log.append(Event::Checkpoint { iteration: it }).unwrap();
@@ -354,6 +378,19 @@ pub fn write_fixture_run(dir: &Path) {
         cost: cost(12 * ITERATIONS, 0.55),
     })
     .unwrap();
+    drop(log);
+    // spread the events over time, one minute apart, as a real run would
+    let path = dir.join("log.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let timed: String = text
+        .lines()
+        .map(|l| {
+            let mut r: ppol::runlog::Record = serde_json::from_str(l).unwrap();
+            r.time = ppol::runlog::rfc3339(1_795_417_200 + (r.seq - 1) * 60);
+            serde_json::to_string(&r).unwrap() + "\n"
+        })
+        .collect();
+    std::fs::write(&path, timed).unwrap();
     // the eval table
     let row = |name: &str, hl: f64, cov: f64, seed: f64, skipped: Option<&str>| {
         let m = metrics(hl, cov, seed);
@@ -453,7 +490,7 @@ fn report_is_self_contained_and_complete() {
     // fingerprint map: 25 humans, 18 base episodes, 24+1 evolved episodes of which 1 failed
     let map = svg_with_title(
         &html,
-        "Dialogues on the first two principal components of the human fingerprints",
+        "Dialogues on the human fingerprints&#39; first two principal components",
     );
     assert_eq!(map.matches(r#"class="pt human""#).count(), 25);
     assert_eq!(map.matches(r#"class="pt base""#).count(), 18);
@@ -488,7 +525,10 @@ fn report_is_self_contained_and_complete() {
     assert!(html.contains(r#"<summary>tool call: get_order_details</summary>"#));
     assert!(html.contains("&lt;b&gt;&amp;&lt;/b&gt;"));
     // costs
-    assert!(html.contains("<td>user-sim</td><td>360</td>"));
+    assert!(html.contains("<td>user-sim</td><td>360</td><td>90</td><td>324,000</td>"));
+    // 39 events one minute apart
+    assert!(html.contains("<dd>38 min 00 s</dd>"), "wall time");
+    assert!(html.contains("2026-11-23T07:00:00Z"));
     assert!(html.contains("<td><b>total</b></td>"));
     assert!(html.contains("0.550"));
     // no notice: every file is there

@@ -234,6 +234,23 @@ pub fn f3(x: f64) -> String {
     }
 }
 
+/// An integer with thousands separators (`1,234,567`).
+fn grouped(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
 fn opt3(x: Option<f64>) -> String {
     x.map_or_else(|| "–".into(), f3)
 }
@@ -462,14 +479,19 @@ const COLOR_EVOLVED: &str = "#1c7ed6";
 const COLOR_BEST: &str = "#e8590c";
 const COLOR_VAL: &str = "#7048e8";
 const COLOR_FAIL: &str = "#e03131";
-const ROW_COLORS: [&str; 6] = [
-    COLOR_HUMAN,
-    COLOR_BASE,
-    "#f59f00",
-    "#66a80f",
-    COLOR_EVOLVED,
-    "#ae3ec9",
-];
+const OTHER_COLORS: [&str; 3] = ["#ae3ec9", "#0c8599", "#5f3dc4"];
+
+/// Colour of an eval-table row, by condition name (the same in every chart).
+fn row_color(name: &str, i: usize) -> &'static str {
+    match name {
+        "human" => COLOR_HUMAN,
+        "base" => COLOR_BASE,
+        "direct" => "#f59f00",
+        "seed" => "#e8590c",
+        "evolved" => COLOR_EVOLVED,
+        _ => OTHER_COLORS[i % OTHER_COLORS.len()],
+    }
+}
 
 const CSS: &str = r#"
 :root{--fg:#1d2433;--muted:#5c6577;--line:#dde1e8;--bg:#f6f7f9;--card:#fff;--accent:#1c7ed6}
@@ -488,6 +510,7 @@ dl.facts div{border-left:3px solid var(--line);padding-left:10px}
 dl.facts dt{font-size:.8em;text-transform:uppercase;letter-spacing:.04em;color:var(--muted)}
 dl.facts dd{margin:0;font-weight:500;overflow-wrap:anywhere}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(380px,1fr));gap:16px}
+.grid.charts{grid-template-columns:repeat(auto-fit,minmax(min(100%,540px),1fr))}
 .charts svg.chart{width:100%;height:auto;display:block}
 svg.chart{width:100%;max-width:760px;height:auto;display:block;background:#fff}
 svg .grid{stroke:#edf0f4;stroke-width:1}
@@ -516,7 +539,8 @@ ol.lineage li.best::before{background:#e8590c}
 pre{background:#f6f8fa;border:1px solid var(--line);border-radius:6px;padding:10px;overflow:auto;max-height:420px;white-space:pre-wrap;overflow-wrap:anywhere}
 details{margin:.4em 0}
 summary{cursor:pointer;color:var(--muted)}
-.personas{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:14px}
+.personas{display:grid;grid-template-columns:repeat(auto-fill,minmax(260px,1fr));gap:14px}
+details.toolcall{margin:4px 0 4px 12px;font-size:.9em}
 .card{border:1px solid var(--line);border-radius:8px;padding:12px 14px;background:#fcfcfd}
 .card h3{margin:0 0 .3em}
 .dialogue{border:1px solid var(--line);border-radius:8px;padding:12px 14px;margin:12px 0;background:#fcfcfd}
@@ -547,18 +571,9 @@ pub fn render_files(files: &RunFiles) -> String {
     let mut body = String::new();
     let _ = write!(
         body,
-        r#"<header><h1>ppol run report: {}</h1><p class="sub">Evolution of persona policies, built from the files of <span class="mono">{}</span> only.</p><nav><a href="{}">Summary</a><a href="{}">Scores</a><a href="{}">Fingerprint map</a><a href="{}">D1–D4</a><a href="{}">Evaluation table</a><a href="{}">Lineage</a><a href="{}">Personas</a><a href="{}">Dialogues</a><a href="{}">Costs</a></nav></header>"#,
+        r##"<header><h1>ppol run report: {}</h1><p class="sub">Evolution of persona policies, built from the files of <span class="mono">{}</span> only.</p><nav><a href="#summary">Summary</a><a href="#scores">Scores</a><a href="#map">Fingerprint map</a><a href="#dice">D1–D4</a><a href="#eval">Evaluation table</a><a href="#lineage">Lineage</a><a href="#personas">Personas</a><a href="#dialogues">Dialogues</a><a href="#costs">Costs</a></nav></header>"##,
         esc(&run_name),
-        esc(&files.dir.display().to_string()),
-        "#summary",
-        "#scores",
-        "#map",
-        "#dice",
-        "#eval",
-        "#lineage",
-        "#personas",
-        "#dialogues",
-        "#costs"
+        esc(&files.dir.display().to_string())
     );
     section_summary(&mut body, files, &view);
     section_scores(&mut body, &view);
@@ -1051,7 +1066,7 @@ fn section_map(out: &mut String, files: &RunFiles) {
         );
     }
     let chart = XyChart {
-        title: "Dialogues on the first two principal components of the human fingerprints".into(),
+        title: "Dialogues on the human fingerprints' first two principal components".into(),
         x_label: format!("PC1 ({:.1}% of human variance)", proj.explained[0] * 100.0),
         y_label: format!("PC2 ({:.1}%)", proj.explained[1] * 100.0),
         series,
@@ -1107,7 +1122,7 @@ fn section_dice(out: &mut String, files: &RunFiles, view: &LogView) {
                     (
                         r.name.clone(),
                         row_class(&r.name),
-                        ROW_COLORS[i % ROW_COLORS.len()],
+                        row_color(&r.name, i),
                         dice_values(&r.dice),
                     )
                 })
@@ -1502,12 +1517,10 @@ fn dialogue_html(out: &mut String, e: &Episode) {
 
 /// Per-role counters pulled out of a cost summary, whatever its exact shape: either
 /// `{"roles": {role: {...}}, "total": {...}}` or `{role: {...}, ..., "total": {...}}`.
-fn cost_rows(
-    cost: &runlog::CostSummary,
-) -> (
-    Vec<(String, BTreeMap<String, f64>)>,
-    Option<BTreeMap<String, f64>>,
-) {
+/// Numeric counters of one role (`calls`, `prompt_tokens`, `usd`, ...).
+type Counters = BTreeMap<String, f64>;
+
+fn cost_rows(cost: &runlog::CostSummary) -> (Vec<(String, Counters)>, Option<Counters>) {
     fn numbers(v: &Value) -> Option<BTreeMap<String, f64>> {
         let m: BTreeMap<String, f64> = v
             .as_object()?
@@ -1585,8 +1598,7 @@ fn section_costs(out: &mut String, view: &LogView) {
                 }
             })
         };
-        let int =
-            |x: Option<f64>| x.map_or_else(|| "–".into(), |v| format!("{}", v.round() as i64));
+        let int = |x: Option<f64>| x.map_or_else(|| "–".into(), |v| grouped(v.round() as i64));
         let usd = |m: &BTreeMap<String, f64>| get(m, "usd").or_else(|| get(m, "cost_usd"));
         let _ = write!(
             out,
@@ -1675,6 +1687,9 @@ mod tests {
         assert_eq!(parse_rfc3339("yesterday"), None);
         assert_eq!(duration(3725.0), "1 h 02 min 05 s");
         assert_eq!(duration(12.34), "12.3 s");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!(grouped(-999), "-999");
+        assert_eq!(grouped(1000), "1,000");
     }
 
     #[test]

@@ -42,19 +42,14 @@ impl Projection {
             .collect();
         let mut cov = vec![vec![0.0; d]; d];
         for r in &z {
-            for a in 0..d {
-                let da = r[a] - centre[a];
-                for b in a..d {
-                    cov[a][b] += da * (r[b] - centre[b]);
+            let dev: Vec<f64> = r.iter().zip(&centre).map(|(x, c)| x - c).collect();
+            for (row, da) in cov.iter_mut().zip(&dev) {
+                for (cell, db) in row.iter_mut().zip(&dev) {
+                    *cell += da * db;
                 }
             }
         }
-        for a in 0..d {
-            for b in a..d {
-                cov[a][b] /= n;
-                cov[b][a] = cov[a][b];
-            }
-        }
+        cov.iter_mut().flatten().for_each(|c| *c /= n);
         let trace: f64 = (0..d).map(|j| cov[j][j]).sum();
         if !(trace.is_finite() && trace > 1e-12) {
             return None;
@@ -112,9 +107,9 @@ fn power_iteration(m: &[Vec<f64>]) -> (Vec<f64>, f64) {
 }
 
 fn deflate(m: &mut [Vec<f64>], v: &[f64], lambda: f64) {
-    for a in 0..v.len() {
-        for b in 0..v.len() {
-            m[a][b] -= lambda * v[a] * v[b];
+    for (row, va) in m.iter_mut().zip(v) {
+        for (cell, vb) in row.iter_mut().zip(v) {
+            *cell -= lambda * va * vb;
         }
     }
 }

@@ -128,7 +128,7 @@ fn legend(out: &mut String, items: &[(&str, &str, Style)], y: f64) {
     let mut x = ML;
     let mut row_y = y;
     for (label, color, style) in items {
-        let w = 26.0 + 6.5 * label.chars().count() as f64;
+        let w = 30.0 + 7.0 * label.chars().count() as f64;
         if x + w > W - MR && x > ML {
             x = ML;
             row_y += 16.0;
@@ -350,7 +350,7 @@ impl XyChart {
                     for p in &s.points {
                         let _ = write!(
                             out,
-                            r#"<circle class="pt {}" cx="{:.1}" cy="{:.1}" r="3.6" fill="{}"><title>{}</title></circle>"#,
+                            r##"<circle class="pt {}" cx="{:.1}" cy="{:.1}" r="3.8" fill="{}" stroke="#fff" stroke-width="0.7"><title>{}</title></circle>"##,
                             s.class,
                             sx(p.x),
                             sy(p.y),
@@ -484,7 +484,7 @@ impl BarChart {
         let mut x = ML;
         let mut y = 300.0 - 12.0;
         for (label, _, color, _) in &self.series {
-            let lw = 26.0 + 6.5 * label.chars().count() as f64;
+            let lw = 32.0 + 7.2 * label.chars().count() as f64;
             if x + lw > w - MR && x > ML {
                 x = ML;
                 y += 16.0;
