@@ -6,6 +6,19 @@
 //! of text that comes from the run (dialogues, personas, program source, failure reasons) is
 //! HTML-escaped.
 //!
+//! What each section reads:
+//!
+//! | section | source |
+//! | --- | --- |
+//! | summary | `run_started`, `run_stopped`, `discriminator_trained` events; `config.toml`; `human_ref.json` |
+//! | score curves | `candidate_evaluated` (points, running best), `candidate_failed` (× on the axis), `validation` (◆), `discriminator_trained.baseline` (dashed line) |
+//! | fingerprint map | [`pca::Projection`] fitted on `human_ref.json`; `baseline/episodes.jsonl` and `best/episodes.jsonl` fingerprinted with the reference's feature set |
+//! | D1–D4 bars | the rows of every `eval-<split>.json`, else `discriminator_trained.baseline.dice` vs the best train metrics |
+//! | evaluation table | every `eval-<split>.json` |
+//! | lineage | `best/program.json` lineage (else parent ids of `candidate_evaluated`), `best/program.py`, counts by mutation kind and failure stage |
+//! | personas, dialogues | `best/personas.jsonl`, `best/episodes.jsonl` |
+//! | costs | `run_stopped.cost` (else the sum of `candidate_evaluated.cost`), event times |
+//!
 //! Only `log.jsonl` is required. Every other file may be missing (a run stopped early, `ppol
 //! eval` not run yet); the section that needs it then says so. A file that exists but does not
 //! parse is an error naming the file (and the line, for JSONL files).
