@@ -1595,7 +1595,7 @@ fn section_costs(out: &mut String, view: &LogView) {
         }) => (cost.clone(), "run_stopped"),
         _ => (
             sum_costs(view.evaluated.iter().map(|e| e.cost)),
-            "the sum of candidate_evaluated costs (no run_stopped event)",
+            "the sum of candidate_evaluated costs, as there is no run_stopped event",
         ),
     };
     let (roles, total) = cost_rows(&summary);
