@@ -31,6 +31,7 @@ pub mod program;
 #[cfg(feature = "python")]
 mod python;
 pub mod reference;
+pub mod report;
 pub mod runlog;
 pub mod score;
 pub mod tau2;

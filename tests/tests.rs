@@ -8,4 +8,5 @@ mod mutation;
 mod parity;
 mod scripted;
 mod tau2;
+mod report;
 mod util;

@@ -10,6 +10,7 @@ mod episodes;
 mod export;
 mod fingerprint;
 mod reference;
+mod report;
 mod score;
 mod traces;
 
@@ -44,6 +45,8 @@ pub enum Command {
     Export(export::ExportArgs),
     /// Measure speed.
     Bench(bench::BenchArgs),
+    /// Write a self-contained HTML report of an evolution run from its run directory.
+    Report(report::ReportArgs),
 }
 
 /// Entry point of the binary (and of `python -m ppol_rs`).
@@ -102,6 +105,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Episodes(a) => episodes::run(a),
         Command::Export(a) => export::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Report(a) => report::run(a),
     }
 }
 
