@@ -417,38 +417,49 @@ fn kmeans_finds_modes_of_a_fingerprint_like_cloud() {
     assert_eq!(c, ppol::kmeans::kmeans(&points, 3, 10, 0).unwrap());
 }
 
-/// Size of a realistic saved discriminator (500 vs 500, 19 features, reference settings).
-/// Slow in debug builds; run with `cargo test --release --test integration json_size -- --ignored --nocapture`.
+/// Size of a realistic saved discriminator (500 vs 500, 19 features, reference settings),
+/// for well separated and for heavily overlapping classes (deeper trees, more nodes).
+/// Slow in debug builds: `cargo test --test integration json_size -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn json_size_of_a_realistic_discriminator() {
-    let mut rng = ChaCha8Rng::seed_from_u64(12);
-    let human = rows(&mut rng, 500, N_FEATURES, 6, 0.3);
-    let sim = rows(&mut rng, 500, N_FEATURES, 6, 0.0);
-    let g = tasks(500, 50);
-    let d = Discriminator::train(
-        &human,
-        &g,
-        &sim,
-        &g,
-        &names(N_FEATURES),
-        "fs",
-        &ForestParams::default(),
-        5,
-    )
-    .unwrap();
-    let json = d.to_json();
-    let nodes: usize = d.forest.trees().iter().map(|t| t.n_nodes()).sum();
-    println!(
-        "500 vs 500: {} bytes, {} trees, {} nodes ({:.1} bytes/node), grouped AUC {:?}",
-        json.len(),
-        d.forest.trees().len(),
-        nodes,
-        json.len() as f64 / nodes as f64,
-        d.training.grouped_auc.as_ref().map(|a| a.mean)
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("d.json");
-    d.save(&path).unwrap();
-    assert!(Discriminator::load(&path).unwrap() == d);
+    for shift in [0.3, 0.05] {
+        let mut rng = ChaCha8Rng::seed_from_u64(12);
+        let human = rows(&mut rng, 500, N_FEATURES, 6, shift);
+        let sim = rows(&mut rng, 500, N_FEATURES, 6, 0.0);
+        let g = tasks(500, 50);
+        let d = Discriminator::train(
+            &human,
+            &g,
+            &sim,
+            &g,
+            &names(N_FEATURES),
+            "fs",
+            &ForestParams::default(),
+            5,
+        )
+        .unwrap();
+        let json = d.to_json();
+        let nodes: usize = d.forest.trees().iter().map(|t| t.n_nodes()).sum();
+        let compact = serde_json::to_string(&d).unwrap().len();
+        println!(
+            "500 vs 500, shift {shift}: {} bytes ({compact} fully compact), {} trees, {} nodes \
+             ({:.1} bytes/node), max depth {}, grouped AUC {:?}",
+            json.len(),
+            d.forest.trees().len(),
+            nodes,
+            json.len() as f64 / nodes as f64,
+            d.forest
+                .trees()
+                .iter()
+                .map(|t| t.depth())
+                .max()
+                .unwrap_or(0),
+            d.training.grouped_auc.as_ref().map(|a| a.mean)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.json");
+        d.save(&path).unwrap();
+        assert!(Discriminator::load(&path).unwrap() == d);
+    }
 }

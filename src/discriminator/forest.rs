@@ -164,6 +164,15 @@ struct Resolved {
     bootstrap: bool,
 }
 
+/// A node waiting to be grown: its rows `samples[start..end]`, its depth, and its parent's id
+/// with whether it is the left child.
+struct Pending {
+    start: usize,
+    end: usize,
+    depth: usize,
+    parent: Option<(usize, bool)>,
+}
+
 /// The best split found in a node.
 struct Split {
     feature: usize,
@@ -389,10 +398,19 @@ fn build_tree(data: &Dataset, p: &Resolved, seed: u64) -> (Tree, Vec<f64>) {
     let mut buf: Vec<(f64, usize)> = Vec::with_capacity(samples.len());
     let mut root_weight = 0.0;
 
-    // (start, end, depth, parent and whether this is its left child)
-    let mut stack: Vec<(usize, usize, usize, Option<(usize, bool)>)> =
-        vec![(0, samples.len(), 0, None)];
-    while let Some((start, end, depth, parent)) = stack.pop() {
+    let mut stack = vec![Pending {
+        start: 0,
+        end: samples.len(),
+        depth: 0,
+        parent: None,
+    }];
+    while let Some(Pending {
+        start,
+        end,
+        depth,
+        parent,
+    }) = stack.pop()
+    {
         let id = tree.value.len();
         if let Some((pid, is_left)) = parent {
             if is_left {
@@ -457,8 +475,18 @@ fn build_tree(data: &Dataset, p: &Resolved, seed: u64) -> (Tree, Vec<f64>) {
         tree.feature[id] = split.feature as u32;
         tree.threshold[id] = split.threshold;
         // Right first so the left child is popped next and gets id + 1.
-        stack.push((start + mid, end, depth + 1, Some((id, false))));
-        stack.push((start, start + mid, depth + 1, Some((id, true))));
+        stack.push(Pending {
+            start: start + mid,
+            end,
+            depth: depth + 1,
+            parent: Some((id, false)),
+        });
+        stack.push(Pending {
+            start,
+            end: start + mid,
+            depth: depth + 1,
+            parent: Some((id, true)),
+        });
     }
 
     if tree.n_nodes() > 1 && root_weight > 0.0 {
