@@ -16,7 +16,7 @@
 //! let names = vec!["a".to_string(), "b".to_string()];
 //! let params = ForestParams { n_trees: 10, ..ForestParams::default() };
 //! let d = Discriminator::train(&human, &groups, &sim, &groups, &names, "demo", &params, 5)?;
-//! assert!(d.training.grouped_auc.unwrap().mean > 0.9);
+//! assert!(d.training.grouped_auc.as_ref().unwrap().mean > 0.9);
 //! let p = d.p_human(&[vec![1.05, 0.5], vec![0.05, 0.5]]);
 //! assert!(p[0] > 0.5 && p[1] < 0.5);
 //! # Ok::<(), ppol::Error>(())
