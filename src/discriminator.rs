@@ -4,7 +4,10 @@
 //! It follows the reference's scikit-learn settings
 //! (`RandomForestClassifier(n_estimators=200, max_depth=12, max_features="sqrt",
 //! class_weight="balanced", random_state=42)`, see [`ForestParams::default`]) with a forest of
-//! our own ([`RandomForest`]; the module `forest` explains why). Unlike the reference it
+//! our own ([`RandomForest`]): smartcore 0.7 has no class weights and one-hot leaves with a
+//! hard-vote forest, linfa-trees 0.8 has no forest and nested-box trees, so neither gives the
+//! reference's weighted leaf fractions, a flat JSON layout or batched parallel inference
+//! (details at the top of `src/discriminator/forest.rs`). Unlike the reference it
 //! measures a **grouped** held-out AUC (no task on both sides of a fold, [`group_kfold`]),
 //! stores it in the [`TrainingReport`], and saves as plain JSON — never a pickle.
 //!

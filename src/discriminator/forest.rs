@@ -749,6 +749,29 @@ mod tests {
     }
 
     #[test]
+    fn trees_serialise_as_flat_arrays() {
+        let x = vec![vec![0.0, 5.0], vec![1.0, 5.0], vec![2.0, 5.0]];
+        let p = ForestParams {
+            bootstrap: false,
+            ..params(1)
+        };
+        let f = RandomForest::fit(&x, &[false, false, true], &p).unwrap();
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(
+            v["trees"][0],
+            serde_json::json!({
+                "feature": [0, 0, 0],
+                "threshold": [1.5, 0.0, 0.0],
+                "left": [1, 0, 0],
+                "right": [2, 0, 0],
+                "value": [0.5, 0.0, 1.0],
+            })
+        );
+        assert_eq!(v["n_features"], 2);
+        assert_eq!(v["importances"], serde_json::json!([1.0, 0.0]));
+    }
+
+    #[test]
     fn validate_catches_cycles_and_bad_features() {
         let x = vec![vec![0.0], vec![1.0]];
         let p = ForestParams {
