@@ -21,6 +21,11 @@
 //! in the gini impurity and in the leaf fractions, sklearn's stopping rules, midpoint
 //! thresholds, sklearn's "keep drawing features until a valid split is found" rule, a
 //! JSON-stable flat layout, and rayon-parallel training (over trees) and inference (over rows).
+//!
+//! The bootstrap follows scikit-learn up to 1.8: rows are drawn uniformly and each tree's
+//! sample weights are draw count × class weight. scikit-learn 1.9 (PR #31529) instead draws
+//! rows with probability proportional to the class weights and uses the bare counts, which
+//! shifts P(human) by a few hundredths; `tests/discriminator.rs` compares against 1.8.
 
 use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
