@@ -505,9 +505,10 @@ fn build_tree(data: &Dataset, p: &Resolved, seed: u64) -> (Tree, Vec<f64>) {
 }
 
 /// Find the best gini split of `node` over randomly drawn features. Like sklearn's
-/// `BestSplitter`, features are drawn without replacement; features constant in the node do
-/// not count towards `max_features`, and drawing goes on past `max_features` until a valid
-/// split exists or every feature has been tried.
+/// `BestSplitter`, features are drawn without replacement and every draw counts towards
+/// `max_features`, constant ones included; but drawing goes on past `max_features` until a
+/// valid split exists or every feature has been tried (with `min_samples_leaf = 1` that is
+/// sklearn's "at least one non-constant feature" rule).
 #[allow(clippy::too_many_arguments)]
 fn best_split(
     data: &Dataset,
@@ -522,9 +523,8 @@ fn best_split(
     let m = node.len();
     let n_features = features.len();
     let mut best: Option<Split> = None;
-    let mut visited = 0usize;
     for i in 0..n_features {
-        if visited >= p.max_features && best.is_some() {
+        if i >= p.max_features && best.is_some() {
             break;
         }
         // Partial Fisher–Yates: draw the next feature uniformly from those not yet tried.
@@ -532,13 +532,17 @@ fn best_split(
         features.swap(i, j);
         let f = features[i];
         let col = &data.cols[f];
+        let (lo, hi) = node
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &s| {
+                (lo.min(col[s]), hi.max(col[s]))
+            });
+        if hi <= lo + FEATURE_THRESHOLD {
+            continue; // constant in this node
+        }
         buf.clear();
         buf.extend(node.iter().map(|&s| (col[s], s)));
         buf.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        if buf[m - 1].0 <= buf[0].0 + FEATURE_THRESHOLD {
-            continue; // constant in this node
-        }
-        visited += 1;
         let (mut wl, mut wl1) = (0.0, 0.0);
         for pos in 1..m {
             let s = buf[pos - 1].1;
