@@ -4,7 +4,10 @@
 //! It follows the reference's scikit-learn settings
 //! (`RandomForestClassifier(n_estimators=200, max_depth=12, max_features="sqrt",
 //! class_weight="balanced", random_state=42)`, see [`ForestParams::default`]) with a forest of
-//! our own ([`RandomForest`]; the module `forest` explains why). Unlike the reference it
+//! our own ([`RandomForest`]): smartcore 0.7 has no class weights and one-hot leaves with a
+//! hard-vote forest, linfa-trees 0.8 has no forest and nested-box trees, so neither gives the
+//! reference's weighted leaf fractions, a flat JSON layout or batched parallel inference
+//! (details at the top of `src/discriminator/forest.rs`). Unlike the reference it
 //! measures a **grouped** held-out AUC (no task on both sides of a fold, [`group_kfold`]),
 //! stores it in the [`TrainingReport`], and saves as plain JSON — never a pickle.
 //!
@@ -40,9 +43,10 @@ use crate::{Error, Result};
 pub const FORMAT_VERSION: u32 = 1;
 
 /// How many features are tried at each split.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum MaxFeatures {
-    /// `max(1, floor(sqrt(n_features)))` — 4 of 19 (the reference's setting).
+    /// `max(1, floor(sqrt(n_features)))` — 4 of 19 (the reference's setting, the default).
+    #[default]
     Sqrt,
     /// Every feature.
     All,
@@ -75,12 +79,6 @@ impl MaxFeatures {
                 format!("fraction {f} is not in (0, 1]"),
             )),
         }
-    }
-}
-
-impl Default for MaxFeatures {
-    fn default() -> Self {
-        MaxFeatures::Sqrt
     }
 }
 
@@ -260,7 +258,7 @@ pub fn group_kfold(groups: &[String], k: usize, seed: u64) -> Vec<(Vec<usize>, V
     }
     let mut order: Vec<(&str, usize)> = sizes.into_iter().collect();
     order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
-    order.sort_by(|a, b| b.1.cmp(&a.1)); // stable: shuffled order among equal sizes
+    order.sort_by_key(|g| std::cmp::Reverse(g.1)); // stable: shuffled order among equal sizes
     let mut fold_sizes = vec![0usize; k];
     let mut fold_of: BTreeMap<&str, usize> = BTreeMap::new();
     for (g, n) in order {
@@ -647,7 +645,7 @@ mod json_layout {
         }
 
         fn compact(&self) -> bool {
-            self.stack.iter().any(|c| *c == Ctx::Compact)
+            self.stack.contains(&Ctx::Compact)
         }
 
         fn indent<W: ?Sized + Write>(&self, w: &mut W) -> io::Result<()> {

@@ -21,6 +21,11 @@
 //! in the gini impurity and in the leaf fractions, sklearn's stopping rules, midpoint
 //! thresholds, sklearn's "keep drawing features until a valid split is found" rule, a
 //! JSON-stable flat layout, and rayon-parallel training (over trees) and inference (over rows).
+//!
+//! The bootstrap follows scikit-learn up to 1.8: rows are drawn uniformly and each tree's
+//! sample weights are draw count × class weight. scikit-learn 1.9 (PR #31529) instead draws
+//! rows with probability proportional to the class weights and uses the bare counts, which
+//! shifts P(human) by a few hundredths; `tests/discriminator.rs` compares against 1.8.
 
 use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -162,6 +167,15 @@ struct Resolved {
     min_samples_split: usize,
     min_samples_leaf: usize,
     bootstrap: bool,
+}
+
+/// A node waiting to be grown: its rows `samples[start..end]`, its depth, and its parent's id
+/// with whether it is the left child.
+struct Pending {
+    start: usize,
+    end: usize,
+    depth: usize,
+    parent: Option<(usize, bool)>,
 }
 
 /// The best split found in a node.
@@ -389,10 +403,19 @@ fn build_tree(data: &Dataset, p: &Resolved, seed: u64) -> (Tree, Vec<f64>) {
     let mut buf: Vec<(f64, usize)> = Vec::with_capacity(samples.len());
     let mut root_weight = 0.0;
 
-    // (start, end, depth, parent and whether this is its left child)
-    let mut stack: Vec<(usize, usize, usize, Option<(usize, bool)>)> =
-        vec![(0, samples.len(), 0, None)];
-    while let Some((start, end, depth, parent)) = stack.pop() {
+    let mut stack = vec![Pending {
+        start: 0,
+        end: samples.len(),
+        depth: 0,
+        parent: None,
+    }];
+    while let Some(Pending {
+        start,
+        end,
+        depth,
+        parent,
+    }) = stack.pop()
+    {
         let id = tree.value.len();
         if let Some((pid, is_left)) = parent {
             if is_left {
@@ -457,8 +480,18 @@ fn build_tree(data: &Dataset, p: &Resolved, seed: u64) -> (Tree, Vec<f64>) {
         tree.feature[id] = split.feature as u32;
         tree.threshold[id] = split.threshold;
         // Right first so the left child is popped next and gets id + 1.
-        stack.push((start + mid, end, depth + 1, Some((id, false))));
-        stack.push((start, start + mid, depth + 1, Some((id, true))));
+        stack.push(Pending {
+            start: start + mid,
+            end,
+            depth: depth + 1,
+            parent: Some((id, false)),
+        });
+        stack.push(Pending {
+            start,
+            end: start + mid,
+            depth: depth + 1,
+            parent: Some((id, true)),
+        });
     }
 
     if tree.n_nodes() > 1 && root_weight > 0.0 {
@@ -472,9 +505,10 @@ fn build_tree(data: &Dataset, p: &Resolved, seed: u64) -> (Tree, Vec<f64>) {
 }
 
 /// Find the best gini split of `node` over randomly drawn features. Like sklearn's
-/// `BestSplitter`, features are drawn without replacement; features constant in the node do
-/// not count towards `max_features`, and drawing goes on past `max_features` until a valid
-/// split exists or every feature has been tried.
+/// `BestSplitter`, features are drawn without replacement and every draw counts towards
+/// `max_features`, constant ones included; but drawing goes on past `max_features` until a
+/// valid split exists or every feature has been tried (with `min_samples_leaf = 1` that is
+/// sklearn's "at least one non-constant feature" rule).
 #[allow(clippy::too_many_arguments)]
 fn best_split(
     data: &Dataset,
@@ -489,9 +523,8 @@ fn best_split(
     let m = node.len();
     let n_features = features.len();
     let mut best: Option<Split> = None;
-    let mut visited = 0usize;
     for i in 0..n_features {
-        if visited >= p.max_features && best.is_some() {
+        if i >= p.max_features && best.is_some() {
             break;
         }
         // Partial Fisher–Yates: draw the next feature uniformly from those not yet tried.
@@ -499,13 +532,17 @@ fn best_split(
         features.swap(i, j);
         let f = features[i];
         let col = &data.cols[f];
+        let (lo, hi) = node
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &s| {
+                (lo.min(col[s]), hi.max(col[s]))
+            });
+        if hi <= lo + FEATURE_THRESHOLD {
+            continue; // constant in this node
+        }
         buf.clear();
         buf.extend(node.iter().map(|&s| (col[s], s)));
         buf.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        if buf[m - 1].0 <= buf[0].0 + FEATURE_THRESHOLD {
-            continue; // constant in this node
-        }
-        visited += 1;
         let (mut wl, mut wl1) = (0.0, 0.0);
         for pos in 1..m {
             let s = buf[pos - 1].1;
@@ -718,6 +755,29 @@ mod tests {
             RandomForest::fit(&[vec![1.0], vec![2.0]], &[true, false], &bad),
             Err(Error::Config { .. })
         ));
+    }
+
+    #[test]
+    fn trees_serialise_as_flat_arrays() {
+        let x = vec![vec![0.0, 5.0], vec![1.0, 5.0], vec![2.0, 5.0]];
+        let p = ForestParams {
+            bootstrap: false,
+            ..params(1)
+        };
+        let f = RandomForest::fit(&x, &[false, false, true], &p).unwrap();
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(
+            v["trees"][0],
+            serde_json::json!({
+                "feature": [0, 0, 0],
+                "threshold": [1.5, 0.0, 0.0],
+                "left": [1, 0, 0],
+                "right": [2, 0, 0],
+                "value": [0.5, 0.0, 1.0],
+            })
+        );
+        assert_eq!(v["n_features"], 2);
+        assert_eq!(v["importances"], serde_json::json!([1.0, 0.0]));
     }
 
     #[test]
