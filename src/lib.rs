@@ -15,6 +15,7 @@
 
 pub mod archive;
 pub mod cli;
+pub mod config;
 pub mod coverage;
 pub mod dialogue;
 pub mod discriminator;
