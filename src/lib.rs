@@ -16,7 +16,9 @@
 pub mod cli;
 pub mod dialogue;
 pub mod error;
+pub mod generator;
 pub mod llm;
 pub mod persona;
+pub mod sandbox;
 
 pub use error::{Error, Result};
