@@ -26,9 +26,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-pub use crate::sandbox::{Failure, Program, Sandbox, SandboxConfig, SandboxReport, Stage};
 use crate::llm::ChatModel;
 use crate::persona::{persona_block, Persona};
+pub use crate::sandbox::{Failure, Program, Sandbox, SandboxConfig, SandboxReport, Stage};
 use crate::{Error, Result};
 
 /// Keys accepted for the roleplay text, in order of preference.
@@ -53,7 +53,10 @@ pub enum GenerationOutcome {
 }
 
 mod secs {
-    pub fn serialize<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.serialize_f64(d.as_secs_f64())
     }
 }
@@ -349,7 +352,8 @@ pub fn format_personas(personas: &[Persona], format: OutputFormat) -> String {
                     })
                 })
                 .collect();
-            serde_json::to_string(&json!({"task_id": task_id, "personas": rows})).unwrap_or_default()
+            serde_json::to_string(&json!({"task_id": task_id, "personas": rows}))
+                .unwrap_or_default()
                 + "\n"
         }
         OutputFormat::Prompt => personas

@@ -49,7 +49,10 @@ pub const PPOL_LLM_PY: &str = include_str!("../generators/ppol_llm.py");
 pub const SUPPORT_FILES: &[(&str, &str)] = &[
     ("harness.py", HARNESS_PY),
     ("ppol_llm.py", PPOL_LLM_PY),
-    ("ppol/__init__.py", include_str!("../generators/ppol/__init__.py")),
+    (
+        "ppol/__init__.py",
+        include_str!("../generators/ppol/__init__.py"),
+    ),
     ("ppol/llm.py", include_str!("../generators/ppol/llm.py")),
     (
         "ppol/evolution/__init__.py",
@@ -64,7 +67,18 @@ pub const SUPPORT_FILES: &[(&str, &str)] = &[
 /// File name of the program inside the run directory.
 const PROGRAM_FILE: &str = "program.py";
 /// First uid of the per-slot unprivileged users (used only when the host runs as root).
+/// Each sandbox gets its own block of [`MAX_SLOTS`] uids derived from the process id and an
+/// instance counter, so concurrent sandboxes (in this or another ppol process) never share a
+/// uid and never kill or signal each other's programs.
 const SLOT_UID_BASE: u32 = 1_900_000_000;
+/// Most concurrent runs per sandbox (size of its uid block).
+const MAX_SLOTS: u32 = 64;
+
+fn uid_block() -> u32 {
+    static INSTANCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let instance = INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xF;
+    SLOT_UID_BASE + ((std::process::id() & 0xFFFF) << 10) + instance * MAX_SLOTS
+}
 /// Bytes of stderr kept for [`Failure::stderr_tail`].
 const STDERR_TAIL: usize = 4096;
 
@@ -127,7 +141,11 @@ pub struct Failure {
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {} failed: {}", self.program, self.stage, self.reason)
+        write!(
+            f,
+            "{}: {} failed: {}",
+            self.program, self.stage, self.reason
+        )
     }
 }
 
@@ -320,6 +338,7 @@ pub struct Sandbox {
     report: SandboxReport,
     permits: Arc<Semaphore>,
     slots: Mutex<Vec<u32>>,
+    uid_base: u32,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -363,7 +382,8 @@ impl Sandbox {
     /// sandbox. Fails only if Python cannot run at all.
     pub async fn new(cfg: SandboxConfig) -> Result<Sandbox> {
         let mut cfg = cfg;
-        cfg.concurrency = cfg.concurrency.max(1);
+        cfg.concurrency = cfg.concurrency.clamp(1, MAX_SLOTS as usize);
+        let uid_base = uid_block();
         cfg.llm_parallel = cfg.llm_parallel.max(1);
         let (python, _version) = resolve_python(&cfg.python).await?;
         cfg.python = python;
@@ -378,10 +398,22 @@ impl Sandbox {
         };
         let mut candidates = vec![full];
         if root && (full.netns || full.mountns) {
-            candidates.push(Mode { userns: true, drop_uid: false, ..full });
+            candidates.push(Mode {
+                userns: true,
+                drop_uid: false,
+                ..full
+            });
         }
-        candidates.push(Mode { mountns: false, ..candidates[candidates.len() - 1] });
-        candidates.push(Mode { netns: false, userns: false, mountns: false, ..full });
+        candidates.push(Mode {
+            mountns: false,
+            ..candidates[candidates.len() - 1]
+        });
+        candidates.push(Mode {
+            netns: false,
+            userns: false,
+            mountns: false,
+            ..full
+        });
         candidates.push(Mode {
             netns: false,
             userns: false,
@@ -399,7 +431,7 @@ impl Sandbox {
                 pythons.push(PathBuf::from("/usr/bin/python3"));
             }
             for py in pythons {
-                match probe(&cfg, mode, &py).await {
+                match probe(&cfg, mode, &py, uid_base).await {
                     Ok(v) => {
                         if py != cfg.python {
                             notes.push(format!(
@@ -428,19 +460,27 @@ impl Sandbox {
             )));
         };
         if mode != full {
-            notes.push(format!("fell back from the requested protections: {mode:?}"));
+            notes.push(format!(
+                "fell back from the requested protections: {mode:?}"
+            ));
         }
         let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let namespaces = mode.netns && !s("net").is_empty() && s("net") != host_net;
         let seccomp = mode.seccomp && s("inet") == "EPERM" && s("seccomp") == "2";
         let readonly_root = mode.mountns && s("tmp") == "EROFS";
         let uid = v.get("uid").and_then(Value::as_u64).map(|u| u as u32);
-        let uid = if mode.drop_uid && uid != Some(0) { uid } else { None };
+        let uid = if mode.drop_uid && uid != Some(0) {
+            uid
+        } else {
+            None
+        };
         if mode.netns && !namespaces {
             notes.push("network namespace requested but not verified".into());
         }
         if !root {
-            notes.push("host is not root: RLIMIT_NPROC counts all processes of the host user".into());
+            notes.push(
+                "host is not root: RLIMIT_NPROC counts all processes of the host user".into(),
+            );
         }
         let report = SandboxReport {
             python: cfg.python.clone(),
@@ -458,6 +498,7 @@ impl Sandbox {
         };
         let slots = (0..cfg.concurrency as u32).rev().collect();
         Ok(Sandbox {
+            uid_base,
             permits: Arc::new(Semaphore::new(cfg.concurrency)),
             slots: Mutex::new(slots),
             cfg,
@@ -508,7 +549,7 @@ impl Sandbox {
             Err(_) => return fail(Stage::Spawn, "sandbox closed".into()),
         };
         let slot = self.slots.lock().expect("slot lock").pop().unwrap_or(0);
-        let uid = SLOT_UID_BASE + slot;
+        let uid = self.uid_base + slot;
         let mut run = self
             .run_in_slot(&name, &code, task_context, n, llm, seed, uid)
             .await;
@@ -705,7 +746,13 @@ impl Sandbox {
             .max(1)
     }
 
-    fn command(&self, python: &Path, dir: &Path, script: &str, seed: u64) -> tokio::process::Command {
+    fn command(
+        &self,
+        python: &Path,
+        dir: &Path,
+        script: &str,
+        seed: u64,
+    ) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(python);
         cmd.arg("-s")
             .arg("-S")
@@ -731,7 +778,11 @@ impl Sandbox {
     }
 
     fn prepare_dir(&self, code: &str, uid: u32) -> Result<tempfile::TempDir> {
-        let root = self.cfg.work_root.clone().unwrap_or_else(std::env::temp_dir);
+        let root = self
+            .cfg
+            .work_root
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
         std::fs::create_dir_all(&root).map_err(|e| Error::io("creating directory", &root, e))?;
         let dir = tempfile::Builder::new()
             .prefix("ppol-gen-")
@@ -748,6 +799,11 @@ impl Sandbox {
                     .map_err(|e| Error::io("creating directory", parent, e))?;
             }
             std::fs::write(&path, text).map_err(|e| Error::io("writing", &path, e))?;
+        }
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| Error::io("chmod", dir.path(), e))?;
         }
         if self.mode.drop_uid {
             let c = cstring(dir.path())?;
@@ -766,7 +822,12 @@ impl Sandbox {
 
 async fn resolve_python(python: &Path) -> Result<(PathBuf, String)> {
     let out = tokio::process::Command::new(python)
-        .args(["-s", "-S", "-c", "import sys; print(sys.executable); print(sys.version.split()[0])"])
+        .args([
+            "-s",
+            "-S",
+            "-c",
+            "import sys; print(sys.executable); print(sys.version.split()[0])",
+        ])
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", std::env::var_os("HOME").unwrap_or_default())
@@ -793,7 +854,7 @@ async fn resolve_python(python: &Path) -> Result<(PathBuf, String)> {
     Ok((exe, version))
 }
 
-async fn probe(cfg: &SandboxConfig, mode: Mode, python: &Path) -> Result<Value> {
+async fn probe(cfg: &SandboxConfig, mode: Mode, python: &Path, uid: u32) -> Result<Value> {
     let sb = Sandbox {
         cfg: SandboxConfig {
             python: python.to_path_buf(),
@@ -813,8 +874,8 @@ async fn probe(cfg: &SandboxConfig, mode: Mode, python: &Path) -> Result<Value> 
         },
         permits: Arc::new(Semaphore::new(1)),
         slots: Mutex::new(vec![0]),
+        uid_base: uid,
     };
-    let uid = SLOT_UID_BASE;
     let dir = sb.prepare_dir("", uid)?;
     std::fs::write(dir.path().join("probe.py"), PROBE_PY)
         .map_err(|e| Error::io("writing", dir.path().join("probe.py"), e))?;
@@ -840,7 +901,9 @@ async fn probe(cfg: &SandboxConfig, mode: Mode, python: &Path) -> Result<Value> 
     }
     let here = std::fs::read_to_string(dir.path().join("here.txt")).unwrap_or_default();
     if here != "ok" {
-        return Err(Error::Sandbox("probe could not write its run directory".into()));
+        return Err(Error::Sandbox(
+            "probe could not write its run directory".into(),
+        ));
     }
     serde_json::from_slice(&out.stdout)
         .map_err(|e| Error::Sandbox(format!("probe printed garbage: {e}")))
@@ -864,7 +927,12 @@ struct Session<'a> {
 type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = (Value, Vec<Value>)> + Send>>;
 
 impl Session<'_> {
-    async fn talk(mut self, sock: std::os::unix::net::UnixStream, task_context: &str, n: usize) -> Verdict {
+    async fn talk(
+        mut self,
+        sock: std::os::unix::net::UnixStream,
+        task_context: &str,
+        n: usize,
+    ) -> Verdict {
         let stream = match sock
             .set_nonblocking(true)
             .and_then(|_| tokio::net::UnixStream::from_std(sock))
@@ -907,7 +975,10 @@ impl Session<'_> {
                         if k > budget {
                             return Verdict::Fail(
                                 Stage::Resource,
-                                format!("protocol output exceeded the {} byte cap", self.cfg.protocol_cap),
+                                format!(
+                                    "protocol output exceeded the {} byte cap",
+                                    self.cfg.protocol_cap
+                                ),
                             );
                         }
                         return Verdict::Eof(" (exited mid-frame)".into());
@@ -943,7 +1014,10 @@ impl Session<'_> {
                         Some("resource") => Stage::Resource,
                         _ => Stage::Generate,
                     };
-                    let ty = frame.get("error_type").and_then(Value::as_str).unwrap_or("Error");
+                    let ty = frame
+                        .get("error_type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("Error");
                     let msg = frame.get("message").and_then(Value::as_str).unwrap_or("");
                     let stage = if stage == Stage::Generate
                         && (ty == "BlockingIOError" || msg.contains("File too large"))
@@ -969,7 +1043,9 @@ impl Session<'_> {
         let mut jobs = Vec::with_capacity(reqs.len());
         for r in reqs {
             if self.llm.is_none() {
-                jobs.push(Err("no LLM is attached to this run (--llm none)".to_string()));
+                jobs.push(Err(
+                    "no LLM is attached to this run (--llm none)".to_string()
+                ));
             } else if *self.calls >= self.cfg.max_llm_calls {
                 jobs.push(Err(format!(
                     "LLM call cap of {} per run reached",
@@ -1001,7 +1077,10 @@ impl Session<'_> {
                     let prompt = req.get("prompt").and_then(Value::as_str).unwrap_or("");
                     messages.push(Turn::new(Role::User, prompt));
                     let mut cr = ChatRequest::new(CallRole::Generator, messages);
-                    cr.temperature = req.get("temperature").and_then(Value::as_f64).map(|t| t as f32);
+                    cr.temperature = req
+                        .get("temperature")
+                        .and_then(Value::as_f64)
+                        .map(|t| t as f32);
                     cr.max_tokens = req
                         .get("max_tokens")
                         .and_then(Value::as_u64)
@@ -1026,7 +1105,11 @@ fn parse_result(frame: &Value) -> RawResult {
         axes: frame
             .get("axes")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default(),
         rows: frame
             .get("rows")
@@ -1149,7 +1232,10 @@ fn kill_uid(uid: u32) {
     }
 }
 
-fn rlimit_table(cfg: &SandboxConfig, extra_procs: u64) -> Vec<(&'static str, libc::__rlimit_resource_t, u64)> {
+fn rlimit_table(
+    cfg: &SandboxConfig,
+    extra_procs: u64,
+) -> Vec<(&'static str, libc::__rlimit_resource_t, u64)> {
     let cpu = cfg
         .cpu_seconds
         .unwrap_or_else(|| cfg.timeout.as_secs_f64().ceil() as u64)
@@ -1157,9 +1243,17 @@ fn rlimit_table(cfg: &SandboxConfig, extra_procs: u64) -> Vec<(&'static str, lib
     vec![
         ("RLIMIT_CPU", libc::RLIMIT_CPU, cpu),
         ("RLIMIT_AS", libc::RLIMIT_AS, cfg.memory_bytes),
-        ("RLIMIT_NPROC", libc::RLIMIT_NPROC, cfg.max_processes + extra_procs),
+        (
+            "RLIMIT_NPROC",
+            libc::RLIMIT_NPROC,
+            cfg.max_processes + extra_procs,
+        ),
         ("RLIMIT_FSIZE", libc::RLIMIT_FSIZE, cfg.max_file_bytes),
-        ("RLIMIT_NOFILE", libc::RLIMIT_NOFILE, cfg.max_open_files.max(210)),
+        (
+            "RLIMIT_NOFILE",
+            libc::RLIMIT_NOFILE,
+            cfg.max_open_files.max(210),
+        ),
         ("RLIMIT_CORE", libc::RLIMIT_CORE, 0),
     ]
 }
@@ -1283,13 +1377,12 @@ impl ChildConf {
                     return Err(err());
                 }
             }
-            if self.mode.drop_uid {
-                if libc::setgroups(0, std::ptr::null()) != 0
+            if self.mode.drop_uid
+                && (libc::setgroups(0, std::ptr::null()) != 0
                     || libc::setgid(self.uid) != 0
-                    || libc::setuid(self.uid) != 0
-                {
-                    return Err(err());
-                }
+                    || libc::setuid(self.uid) != 0)
+            {
+                return Err(err());
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(err());
@@ -1334,7 +1427,10 @@ fn count_own_tasks() -> u64 {
     };
     let mut n = 0u64;
     for e in entries.flatten() {
-        if e.file_name().to_str().is_some_and(|s| s.parse::<u32>().is_ok()) {
+        if e.file_name()
+            .to_str()
+            .is_some_and(|s| s.parse::<u32>().is_ok())
+        {
             if let Ok(md) = std::fs::metadata(e.path()) {
                 if md.uid() == me {
                     n += std::fs::read_dir(e.path().join("task"))

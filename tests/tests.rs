@@ -1,1 +1,2 @@
 //! One integration-test binary (see Cargo.toml `[[test]] integration`).
+mod sandbox;

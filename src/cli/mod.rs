@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod generate;
+
 /// ppol: evolve persona policies for LLM user simulators.
 #[derive(Debug, Parser)]
 #[command(name = "ppol", version, about, long_about = None)]
@@ -19,7 +21,10 @@ pub struct Cli {
 
 /// All commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Run a generator program in the sandbox and write persona policies.
+    Generate(generate::GenerateArgs),
+}
 
 /// Entry point of the binary (and of `python -m ppol_rs`).
 pub fn main() -> ExitCode {
@@ -68,5 +73,7 @@ fn init_logging(verbose: u8) {
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
-    match command {}
+    match command {
+        Command::Generate(args) => generate::run(args),
+    }
 }
