@@ -25,6 +25,7 @@ pub mod evolution;
 pub mod export;
 pub mod features;
 pub mod kmeans;
+pub mod generator;
 pub mod llm;
 pub mod mutation;
 pub mod persona;
@@ -37,5 +38,6 @@ pub mod runlog;
 pub mod score;
 pub mod tau2;
 pub mod traces;
+pub mod sandbox;
 
 pub use error::{Error, Result};

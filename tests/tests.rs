@@ -10,3 +10,4 @@ mod scripted;
 mod tau2;
 mod report;
 mod util;
+mod sandbox;

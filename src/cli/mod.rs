@@ -9,6 +9,7 @@ mod bench;
 mod episodes;
 mod export;
 mod fingerprint;
+mod generate;
 mod reference;
 mod report;
 mod score;
@@ -47,6 +48,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Write a self-contained HTML report of an evolution run from its run directory.
     Report(report::ReportArgs),
+    /// Run a generator program in the sandbox and write persona policies.
+    Generate(generate::GenerateArgs),
 }
 
 /// Entry point of the binary (and of `python -m ppol_rs`).
@@ -106,6 +109,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Export(a) => export::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Report(a) => report::run(a),
+        Command::Generate(a) => generate::run(a),
     }
 }
 

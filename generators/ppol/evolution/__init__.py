@@ -1,0 +1,1 @@
+"""Sandbox shim of ``ppol.evolution`` (see ``_generator_utils``)."""
