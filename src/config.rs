@@ -176,7 +176,12 @@ pub struct SandboxSection {
 
 impl Default for SandboxSection {
     fn default() -> Self {
-        SandboxSection { timeout_s: 120.0, memory_mb: 1024, max_llm_calls: 64, concurrency: 0 }
+        SandboxSection {
+            timeout_s: 120.0,
+            memory_mb: 1024,
+            max_llm_calls: 64,
+            concurrency: 0,
+        }
     }
 }
 
@@ -211,7 +216,13 @@ pub struct EpisodesSection {
 
 impl Default for EpisodesSection {
     fn default() -> Self {
-        EpisodesSection { backend: EpisodeBackend::Auto, max_turns: 20, val_max_turns: 30, baseline_trials: 3, user_temperature: 0.0 }
+        EpisodesSection {
+            backend: EpisodeBackend::Auto,
+            max_turns: 20,
+            val_max_turns: 30,
+            baseline_trials: 3,
+            user_temperature: 0.0,
+        }
     }
 }
 
@@ -231,10 +242,18 @@ pub struct FitnessSection {
     pub lambda_h: f64,
     /// Weight of coverage.
     pub lambda_b: f64,
-    /// Standardise the coverage space by the human mean/std.
+    /// Standardise the coverage space by the human mean/std. Default false, as in the paper's
+    /// τ² runs (`PPol.evolve`'s own default is true).
     pub standardize: bool,
-    /// K-means centroids replacing the human cloud (0 = off).
+    /// K-means centroids replacing the human cloud (0 = off). Default 5: against a cloud of many
+    /// humans, N ≈ 5–10 personas leave the two-sided Chamfer error above its saturation point
+    /// (coverage 0, no gradient); the reference offers the same option for that reason. Set
+    /// `standardize = true, n_clusters = 0` to reproduce `PPol.evolve`'s defaults.
     pub n_clusters: usize,
+    /// How the archive ranks programs: `fixed` (λh·HL + λb·coverage with the final weights, so
+    /// programs scored at different curriculum stages are comparable — the reference mixes
+    /// scales, ppol-spec §10 item 7) or `ramp` (the reference's ramped training score).
+    pub select_by: SelectBy,
     /// Discriminator settings.
     pub discriminator: ForestParams,
     /// Folds of the grouped held-out AUC.
@@ -251,8 +270,9 @@ impl Default for FitnessSection {
             n_personas_schedule: s.n_personas_schedule,
             lambda_h: s.lambda_h,
             lambda_b: s.lambda_b,
-            standardize: true,
-            n_clusters: 0,
+            standardize: false,
+            n_clusters: 5,
+            select_by: SelectBy::Fixed,
             discriminator: ForestParams::default(),
             folds: 5,
         }
@@ -272,6 +292,17 @@ impl FitnessSection {
             ..Schedule::default()
         }
     }
+}
+
+/// Which score the archive ranks programs by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SelectBy {
+    /// Final weights for every stage.
+    #[default]
+    Fixed,
+    /// The reference's ramped weights.
+    Ramp,
 }
 
 /// Spending limits (applied to the LLM client).
@@ -340,7 +371,10 @@ impl RunConfig {
             return Err(Error::config("fitness.batch_size", "must be at least 1"));
         }
         if !(0.0..=1.0).contains(&f.lambda_b) || !(0.0..=1.0).contains(&f.lambda_h) {
-            return Err(Error::config("fitness.lambda_b", "weights must be in [0, 1]"));
+            return Err(Error::config(
+                "fitness.lambda_b",
+                "weights must be in [0, 1]",
+            ));
         }
         if !(0.0..1.0).contains(&self.run.human_holdout) {
             return Err(Error::config("run.human_holdout", "must be in [0, 1)"));
@@ -365,7 +399,8 @@ impl RunConfig {
 
     /// The resolved configuration as TOML.
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# could not render the configuration: {e}\n"))
+        toml::to_string_pretty(self)
+            .unwrap_or_else(|e| format!("# could not render the configuration: {e}\n"))
     }
 }
 
@@ -384,10 +419,15 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_bad_values_are_named() {
-        let e = RunConfig::from_toml_str("[search]\niterations = 3\nitertions = 4\n", Path::new("c.toml")).unwrap_err();
+        let e = RunConfig::from_toml_str(
+            "[search]\niterations = 3\nitertions = 4\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("c.toml: line 3"), "{e}");
         assert!(e.to_string().contains("itertions"), "{e}");
-        let e = RunConfig::from_toml_str("[fitness]\nn_personas = 0\n", Path::new("c.toml")).unwrap_err();
+        let e = RunConfig::from_toml_str("[fitness]\nn_personas = 0\n", Path::new("c.toml"))
+            .unwrap_err();
         assert!(e.to_string().contains("fitness.n_personas"), "{e}");
     }
 }

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod episodes;
+mod evolve;
 mod export;
 mod fingerprint;
 mod generate;
@@ -30,6 +31,12 @@ pub struct Cli {
 /// All commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Evolve generator programs (the main job; offline by default).
+    Evolve(evolve::EvolveArgs),
+    /// Continue a run from its last checkpoint.
+    Resume(evolve::ResumeArgs),
+    /// Compare base, direct, seed and evolved personas on held-out tasks (Table 1).
+    Eval(evolve::EvalArgs),
     /// Inspect trace files.
     Traces(traces::TracesArgs),
     /// Compute behavioural fingerprints (JSONL, one line per dialogue).
@@ -100,6 +107,9 @@ fn init_logging(verbose: u8) {
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Evolve(a) => evolve::run_evolve(a),
+        Command::Resume(a) => evolve::run_resume(a),
+        Command::Eval(a) => evolve::run_eval(a),
         Command::Traces(a) => traces::run(a),
         Command::Fingerprint(a) => fingerprint::run(a),
         Command::Reference(a) => reference::run(a),

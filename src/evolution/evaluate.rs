@@ -235,15 +235,22 @@ pub async fn evaluate_candidate(
             Generation::Infrastructure(why) => return CandidateOutcome::Infrastructure(why),
         }
     }
-    let jobs: Vec<(&str, &Persona)> = per_task
+    let jobs: Vec<(&str, &Persona, usize)> = per_task
         .iter()
-        .flat_map(|(t, ps)| ps.iter().map(move |p| (t.task_id.as_str(), p)))
+        .flat_map(|(t, ps)| {
+            ps.iter()
+                .enumerate()
+                .map(move |(j, p)| (t.task_id.as_str(), p, j))
+        })
         .collect();
-    let episodes: Vec<Episode> = join_all(
-        jobs.iter()
-            .enumerate()
-            .map(|(i, (task, p))| runner.run(task, Some(p), 0, mix(seed ^ 0x9e37_79b9, i as u64))),
-    )
+    let episodes: Vec<Episode> = join_all(jobs.iter().map(|&(task, p, j)| {
+        runner.run(
+            task,
+            Some(p),
+            0,
+            mix(derive_seed(seed ^ 0x9e37_79b9, task), j as u64),
+        )
+    }))
     .await;
     let failed = episodes
         .iter()
@@ -264,7 +271,7 @@ pub async fn evaluate_candidate(
         .iter()
         .zip(&episodes)
         .zip(&scored.p_human)
-        .map(|(((task, p), e), ph)| PersonaOutcome {
+        .map(|((&(task, p, _), e), ph)| PersonaOutcome {
             task_id: task.to_string(),
             persona_id: p.persona_id.clone(),
             axes: p.active_axes().into_iter().map(str::to_string).collect(),

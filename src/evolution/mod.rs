@@ -4,4 +4,5 @@
 
 pub mod compare;
 pub mod evaluate;
+pub mod run;
 pub mod schedule;
