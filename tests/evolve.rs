@@ -1,0 +1,303 @@
+//! `ppol evolve`, `resume`, `eval`, `report` end to end (offline), kill -9 + resume, and an
+//! LLM-mode run against the mock OpenAI-compatible server.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ppol::runlog::{read, Event};
+
+use crate::util::{ppol, root, run_ppol};
+
+fn evaluated(dir: &Path) -> Vec<(u64, String)> {
+    read(&dir.join("log.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::CandidateEvaluated {
+                iteration,
+                program_id,
+                ..
+            } => Some((iteration, program_id)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stopped_best(dir: &Path) -> Option<String> {
+    read(&dir.join("log.jsonl"))
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find_map(|r| match r.event {
+            Event::RunStopped {
+                best_program_id, ..
+            } => best_program_id,
+            _ => None,
+        })
+}
+
+#[test]
+fn offline_evolve_eval_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let (code, stdout, stderr) = run_ppol(&[
+        "evolve",
+        "--iterations",
+        "4",
+        "--seed",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.starts_with("ppol evolve: OFFLINE run"), "{stderr}");
+    assert!(
+        stdout.contains("stopped: iterations after 4 iterations"),
+        "{stdout}"
+    );
+    for f in [
+        "config.toml",
+        "log.jsonl",
+        "human_ref.json",
+        "discriminator.json",
+        "baseline/episodes.jsonl",
+        "checkpoint.json",
+        "best/program.py",
+        "best/program.json",
+        "best/personas.jsonl",
+        "best/episodes.jsonl",
+    ] {
+        assert!(out.join(f).exists(), "missing {f}");
+    }
+    let log = read(&out.join("log.jsonl")).unwrap();
+    let kinds: Vec<&str> = log.iter().map(|r| r.event.kind()).collect();
+    assert_eq!(kinds.first(), Some(&"run_started"));
+    assert_eq!(kinds.last(), Some(&"run_stopped"));
+    assert!(kinds.contains(&"discriminator_trained"));
+    let n_done = log
+        .iter()
+        .filter(|r| matches!(r.event.kind(), "candidate_evaluated" | "candidate_failed"))
+        .count();
+    assert_eq!(n_done, 4);
+    // sequence numbers strictly increase
+    assert!(log.windows(2).all(|w| w[0].seq < w[1].seq));
+
+    let (code, json, stderr) = run_ppol(&["eval", out.to_str().unwrap(), "--json", "--n", "4"]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let names: Vec<&str> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["human", "base", "direct", "seed", "evolved"]);
+    let rows = v["rows"].as_array().unwrap();
+    assert!(rows[2]["skipped"].as_str().unwrap().contains("LLM"));
+    for r in [&rows[1], &rows[3], &rows[4]] {
+        for k in [
+            "human_likeness",
+            "coverage",
+            "score",
+            "success_rate",
+            "n_dialogues",
+        ] {
+            assert!(r[k].is_number(), "{k} in {r}");
+        }
+        assert!(r["dice"]["overall"].is_number());
+    }
+    // the persona conditions are more human-like than the plain simulator
+    assert!(
+        rows[4]["human_likeness"].as_f64().unwrap() > rows[1]["human_likeness"].as_f64().unwrap()
+    );
+
+    let (code, stdout, stderr) = run_ppol(&["report", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(stdout.contains("report.html"));
+    assert!(html.contains("<svg") && !html.contains("<script"));
+
+    // a second evolve into the same directory is refused, naming resume
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--iterations",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("ppol resume"), "{stderr}");
+}
+
+/// kill -9 at a point that depends on the seed of this test, then `ppol resume`: the final best
+/// and the sequence of evaluated programs equal an uninterrupted run's, with no iteration
+/// evaluated twice.
+#[test]
+fn kill_9_then_resume_matches_an_uninterrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let full = tmp.path().join("full");
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--iterations",
+        "8",
+        "--seed",
+        "5",
+        "--out",
+        full.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+
+    let killed = tmp.path().join("killed");
+    // kill after 2..=5 checkpoints, chosen from the clock so repeated runs probe other points
+    let target = 2
+        + (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+            % 4) as usize;
+    let mut child = ppol()
+        .args([
+            "evolve",
+            "--iterations",
+            "8",
+            "--seed",
+            "5",
+            "--out",
+            killed.to_str().unwrap(),
+            "--quiet",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let n = std::fs::read_to_string(killed.join("log.jsonl"))
+            .map(|t| t.matches("\"event\":\"checkpoint\"").count())
+            .unwrap_or(0);
+        if n >= target || t0.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+    let _ = child.wait();
+    let before = evaluated(&killed).len();
+    let (code, _, stderr) = run_ppol(&["resume", killed.to_str().unwrap(), "--quiet"]);
+    assert_eq!(
+        code, 0,
+        "resume failed after kill at checkpoint {target}: {stderr}"
+    );
+    let a = evaluated(&full);
+    let b = evaluated(&killed);
+    let iters: Vec<u64> = b.iter().map(|(i, _)| *i).collect();
+    let mut dedup = iters.clone();
+    dedup.dedup();
+    assert_eq!(iters, dedup, "an iteration was evaluated twice");
+    assert_eq!(
+        a, b,
+        "killed at {target} checkpoints ({before} evaluations logged before the kill)"
+    );
+    assert_eq!(stopped_best(&full), stopped_best(&killed));
+    let kinds: Vec<String> = read(&killed.join("log.jsonl"))
+        .unwrap()
+        .iter()
+        .map(|r| r.event.kind().to_string())
+        .collect();
+    assert!(kinds.contains(&"resumed".to_string()) || before == 8);
+}
+
+fn llm_config(dir: &Path, base_url: &str) -> PathBuf {
+    let seed = root().join("seeds/offline_templates.py");
+    let text = format!(
+        "[run]\nname = \"llm-test\"\n[search]\niterations = 3\nseed = 2\nseed_program = \"{}\"\n[episodes]\nbackend = \"scripted\"\n\
+         [llm]\nmax_retries = 1\nbackoff_base_ms = 1\nbackoff_max_ms = 5\n[llm.default]\nprovider = \"openai\"\nmodel = \"mock-model\"\nbase_url = \"{}\"\n",
+        seed.display(),
+        base_url
+    );
+    let p = dir.join("llm.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+async fn llm_run(diff: &str) -> (PathBuf, tempfile::TempDir, u64) {
+    use ppol::llm::mock_server::{serve, MockReply, MockRule, MockScript};
+    let script = MockScript {
+        rules: vec![MockRule {
+            contains: Some("<<<<<<< SEARCH".into()),
+            reply: MockReply::text(diff),
+            ..Default::default()
+        }],
+        default: MockReply::text(
+            "The terse personas read as human; the skeptical ones push back too often.",
+        ),
+        ..Default::default()
+    };
+    let server = serve(script).await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = llm_config(tmp.path(), &server.base_url());
+    let out = tmp.path().join("run");
+    let cfg_s = cfg.to_str().unwrap().to_string();
+    let out_s = out.to_str().unwrap().to_string();
+    let res = tokio::task::spawn_blocking(move || {
+        run_ppol(&["evolve", "--config", &cfg_s, "--out", &out_s, "--quiet"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(res.0, 0, "{}", res.2);
+    assert!(res.2.starts_with("ppol evolve: LLM run"), "{}", res.2);
+    (out, tmp, server.requests())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn llm_mode_applies_valid_diffs() {
+    let diff = "Make the users terser and less skeptical.\n<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.8, \"skeptical\": 0.2, \"frustrated\": 0.4, \"ambiguous\": 0.5}\n>>>>>>> REPLACE\n";
+    let (out, _tmp, requests) = llm_run(diff).await;
+    let log = read(&out.join("log.jsonl")).unwrap();
+    let diffs = log
+        .iter()
+        .filter(|r| matches!(&r.event, Event::CandidateEvaluated { mutation, code, .. } if mutation == "diff" && code.contains("\"terse\": 0.8")))
+        .count();
+    assert!(diffs >= 1, "no diff was applied");
+    // reflections came from the model
+    assert!(log.iter().any(|r| matches!(&r.event, Event::CandidateEvaluated { reflection, .. } if reflection.contains("skeptical ones push back"))));
+    assert!(
+        requests >= 3,
+        "mutator and reflection calls reach the endpoint ({requests})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn llm_mode_records_invalid_diffs_and_continues() {
+    let diff = "<<<<<<< SEARCH\nTHIS LINE IS NOT IN THE PROGRAM\n=======\nx = 1\n>>>>>>> REPLACE\n";
+    let (out, _tmp, _) = llm_run(diff).await;
+    let log = read(&out.join("log.jsonl")).unwrap();
+    let failures: Vec<String> = log
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::CandidateFailed { failure, .. } => {
+                Some(format!("{}: {}", failure.stage, failure.reason))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    assert!(
+        failures
+            .iter()
+            .all(|f| f.starts_with("mutation:diff-not-applied")),
+        "{failures:?}"
+    );
+    assert!(matches!(
+        log.last().unwrap().event,
+        Event::RunStopped { iterations: 3, .. }
+    ));
+}
