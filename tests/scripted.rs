@@ -805,7 +805,10 @@ fn human_like_personas_are_closer_to_real_humans() {
 
 /// τ² tasks (`../shared/tau2/{retail,airline}/tasks.json`) as scenarios and plans.
 fn tau2_tasks() -> Option<Vec<(Scenario, Plan)>> {
-    let Some(dir) = crate::util::shared().map(|d| d.join("tau2")).filter(|d| d.is_dir()) else {
+    let Some(dir) = crate::util::shared()
+        .map(|d| d.join("tau2"))
+        .filter(|d| d.is_dir())
+    else {
         println!("skipped: ../shared/tau2 not found");
         return None;
     };
@@ -817,28 +820,50 @@ fn tau2_tasks() -> Option<Vec<(Scenario, Plan)>> {
             let ins = &t["user_scenario"]["instructions"];
             let field = |k: &str| ins[k].as_str().unwrap_or("").to_string();
             let s = Scenario {
-                task_id: t["id"].as_str().map(str::to_string).unwrap_or_else(|| t["id"].to_string()),
+                task_id: t["id"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| t["id"].to_string()),
                 domain: domain.into(),
                 reason_for_call: field("reason_for_call"),
                 known_info: field("known_info"),
                 unknown_info: field("unknown_info"),
                 task_instructions: field("task_instructions"),
-                text: ["reason_for_call", "known_info", "unknown_info", "task_instructions"]
-                    .iter()
-                    .map(|k| field(k))
-                    .collect::<Vec<_>>()
-                    .join("\n"),
+                text: [
+                    "reason_for_call",
+                    "known_info",
+                    "unknown_info",
+                    "task_instructions",
+                ]
+                .iter()
+                .map(|k| field(k))
+                .collect::<Vec<_>>()
+                .join("\n"),
             };
             let crit = &t["evaluation_criteria"];
             let actions = crit["actions"]
                 .as_array()
-                .map(|a| a.iter().map(|x| act(x["name"].as_str().unwrap_or(""), x["arguments"].clone())).collect())
+                .map(|a| {
+                    a.iter()
+                        .map(|x| act(x["name"].as_str().unwrap_or(""), x["arguments"].clone()))
+                        .collect()
+                })
                 .unwrap_or_default();
             let communicate_info = crit["communicate_info"]
                 .as_array()
-                .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
                 .unwrap_or_default();
-            out.push((s, Plan { actions, communicate_info }));
+            out.push((
+                s,
+                Plan {
+                    actions,
+                    communicate_info,
+                },
+            ));
         }
     }
     Some(out)
@@ -853,14 +878,21 @@ fn real_tau2_tasks_complete_with_the_plain_user() {
     for (s, plan) in &tasks {
         for seed in 0..3 {
             let e = run(s, plan, &Map::new(), seed, &mut FakeEnv::any());
-            let gold: Vec<(String, Value)> = plan.actions.iter().map(|a| (a.name.clone(), a.arguments.clone())).collect();
+            let gold: Vec<(String, Value)> = plan
+                .actions
+                .iter()
+                .map(|a| (a.name.clone(), a.arguments.clone()))
+                .collect();
             total += 1;
             if e.calls == gold {
                 ok += 1;
             } else if seed == 0 {
                 failed.push(format!("{}/{}", s.domain, s.task_id));
             }
-            for persona in [axes(&all_axes, &[]), axes(&["terse", "frustrated", "ambiguous"], &[])] {
+            for persona in [
+                axes(&all_axes, &[]),
+                axes(&["terse", "frustrated", "ambiguous"], &[]),
+            ] {
                 let e = run(s, plan, &persona, seed, &mut FakeEnv::any());
                 assert!(e.end.is_some());
             }
@@ -868,4 +900,32 @@ fn real_tau2_tasks_complete_with_the_plain_user() {
     }
     println!("τ² tasks completed by the no-persona user: {ok}/{total}; failing: {failed:?}");
     assert!(ok as f64 >= 0.95 * total as f64, "{ok}/{total}: {failed:?}");
+}
+
+/// Speed: 10,000 episodes, printed as episodes per second
+/// (`cargo test --release --test integration scripted_speed -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn scripted_speed() {
+    let tasks = tasks();
+    let personas = [
+        Map::new(),
+        axes(&["terse", "frustrated", "ambiguous"], &[]),
+        axes(&["skeptical", "verbose", "typos"], &["terse"]),
+        axes(&["polite", "incremental_disclosure", "acknowledger"], &[]),
+    ];
+    let n = 10_000u64;
+    let start = std::time::Instant::now();
+    let mut user_turns = 0usize;
+    for i in 0..n {
+        let (s, plan) = &tasks[(i as usize) % tasks.len()];
+        let persona = &personas[(i as usize / tasks.len()) % personas.len()];
+        let e = run(s, plan, persona, i, &mut FakeEnv::new());
+        user_turns += e.user_replies.len();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{n} episodes ({user_turns} user turns) in {secs:.2} s: {:.0} episodes/s",
+        n as f64 / secs
+    );
 }

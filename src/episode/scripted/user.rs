@@ -65,10 +65,11 @@ fn detect(agent: &str) -> Intent {
     {
         needs.push(Need::Payment);
     }
+    let strong_confirm = re!(r"\(yes/no\)|proceed|go ahead").is_match(&l);
     Intent {
-        confirm: re!(r"\(yes/no\)|shall i (?:proceed|go ahead)|should i (?:proceed|go ahead)|would you like (?:me )?to (?:proceed|go ahead)|do you want (?:me )?to (?:proceed|go ahead)|do you confirm|please confirm|can you confirm|could you confirm|confirm (?:that|this)|is that correct\?").is_match(&l),
+        confirm: (needs.is_empty() || strong_confirm) && re!(r"\(yes/no\)|shall i (?:proceed|go ahead)|should i (?:proceed|go ahead)|would you like (?:me )?to (?:proceed|go ahead)|do you want (?:me )?to (?:proceed|go ahead)|do you confirm|please confirm|can you confirm|could you confirm|confirm (?:that|this)|is that correct\?").is_match(&l),
         anything_else: l.contains("anything else"),
-        how_help: re!(r"how (?:can|may) i (?:help|assist)|what can i (?:do|help)|what (?:would you like|do you need)|tell me what you need|what you need help with|how can i be of").is_match(&l),
+        how_help: re!(r"how (?:can|may) i (?:help|assist)|what can i (?:do|help)|what do you need help with|tell me what you need|what you need help with|how can i be of").is_match(&l),
         transfer: re!(r"transferring you|transfer you to|transferred to|i will now transfer|i'll transfer").is_match(&l)
             && !re!(r"would you like (?:me )?to transfer|do you want (?:me )?to transfer").is_match(&l),
         refusal: re!(r"unable to|not able to|cannot|can't|can not|not possible|not permitted|does not allow|doesn't allow|against (?:our )?policy").is_match(&l),
@@ -281,11 +282,15 @@ impl ScriptedUser {
             };
         let mut words: Vec<&str> = Vec::new();
         for w in clause.split_whitespace() {
+            let after_id = words
+                .last()
+                .is_some_and(|p| p.contains(|c: char| c.is_ascii_digit()));
+            let lw = w.to_lowercase();
             let stop_here = words.len() >= 3
-                && matches!(
-                    w.to_lowercase().as_str(),
-                    "but" | "because" | "so" | "and" | "since" | "which" | "if" | "as" | "even"
-                );
+                && (matches!(
+                    lw.as_str(),
+                    "but" | "because" | "so" | "since" | "which" | "if" | "as" | "even"
+                ) || (lw == "and" && !after_id));
             if stop_here || words.len() >= 12 {
                 break;
             }
@@ -342,7 +347,14 @@ impl ScriptedUser {
     fn identity_sentences(&mut self) -> Vec<String> {
         let f = self.facts.clone();
         let mut out = Vec::new();
-        match (f.full_name(), &f.zip) {
+        let zip = f.zip.as_ref().map(|z| {
+            let mut z = z.clone();
+            for o in &f.other_zips {
+                z.push_str(&format!(" (or {o}, my other address)"));
+            }
+            z
+        });
+        match (f.full_name(), &zip) {
             (Some(n), Some(z)) => out.push(match self.rng.random_range(0..3u8) {
                 0 => format!("My name is {} and my zip code is {}.", soft(&n), hard(z)),
                 1 => format!(
@@ -444,6 +456,16 @@ impl ScriptedUser {
             self.details.push_front(first);
             return parts;
         }
+        if s.ambiguous && s.terse && self.p(0.6) {
+            let obj = self.facts.object_noun();
+            parts.push(match self.rng.random_range(0..3u8) {
+                0 => format!("problem with {obj} i think"),
+                1 => format!("hi need help w {obj} maybe"),
+                _ => format!("hmm its about {obj}"),
+            });
+            self.details.push_front(first);
+            return parts;
+        }
         if s.ambiguous && self.p(0.6) {
             let obj = self.facts.object_noun();
             let short = self.facts.short_request();
@@ -526,6 +548,10 @@ impl ScriptedUser {
         }
         // An ambiguous user withholds until asked twice.
         if s.ambiguous && first_time && self.p(0.85) {
+            if s.terse {
+                let t = self.pick(&["idk", "not sure", "hmm which one", "idk offhand", "maybe?"]);
+                return vec![t.to_string()];
+            }
             return vec![self
                 .pick(&[
                     "hmm, i'm not sure which one you need... it should be under my name i think",
@@ -560,7 +586,10 @@ impl ScriptedUser {
             parts.push("Sure, once again:".to_string());
         }
         let name = f.full_name().map(|n| soft(&n)).unwrap_or_default();
-        let zip = f.zip.as_deref().map(hard).unwrap_or_default();
+        let mut zip = f.zip.as_deref().map(hard).unwrap_or_default();
+        for z in &f.other_zips {
+            zip.push_str(&format!(" or {}", hard(z)));
+        }
         let mut i = 0;
         while i < give.len() {
             let n = give[i];
@@ -820,6 +849,8 @@ impl ScriptedUser {
                 "sure",
                 "yes pls",
             ])
+        } else if s.ambiguous && s.terse && self.p(0.5) {
+            self.pick(&["yeah i guess", "ok i think", "yes i guess"])
         } else if s.ambiguous && self.p(0.6) {
             self.pick(&[
                 "yes i guess",
@@ -997,7 +1028,7 @@ impl ScriptedUser {
         let lead = if s.frustrated || s.skeptical {
             self.pick(&["like i said, ", "as i said, ", "i already told you, "])
         } else if s.long() {
-            "As I mentioned, "
+            "To recap, "
         } else {
             ""
         };
@@ -1158,13 +1189,20 @@ impl ScriptedUser {
             ]);
             parts.push(k.to_string());
         }
-        if s.ambiguous && matches!(kind, Kind::Ack | Kind::Other | Kind::Opening) && self.p(0.5) {
-            let k = self.pick(&[
-                "i think.",
-                "maybe.",
-                "not sure though...",
-                "or something like that, i guess",
-            ]);
+        if s.ambiguous
+            && matches!(kind, Kind::Ack | Kind::Other | Kind::Opening)
+            && self.p(if s.terse { 0.3 } else { 0.5 })
+        {
+            let k = if s.terse {
+                self.pick(&["i think", "maybe", "idk"])
+            } else {
+                self.pick(&[
+                    "i think.",
+                    "maybe.",
+                    "not sure though...",
+                    "or something like that, i guess",
+                ])
+            };
             parts.push(k.to_string());
         }
         if s.verbose && !s.terse && kind != Kind::Closing && self.p(0.85) {
@@ -1332,7 +1370,9 @@ impl ScriptedUser {
             0
         };
         let repeated = !intent.needs.is_empty() && intent.needs == self.prev_needs;
-        if repeated || self.confirm_streak >= 2 || intent.refusal {
+        let waiting =
+            !intent.question && intent.needs.is_empty() && !intent.anything_else && !intent.confirm;
+        if repeated || waiting || self.confirm_streak >= 2 || intent.refusal {
             self.friction += 1;
         }
         self.prev_needs = intent.needs.clone();
@@ -1424,5 +1464,112 @@ fn lower_first(s: &str) -> String {
 impl UserSimulator for ScriptedUser {
     async fn respond(&mut self, history: &[Turn]) -> Result<UserReply> {
         Ok(self.reply(history))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario() -> Scenario {
+        Scenario {
+            task_id: "t".into(),
+            domain: "airline".into(),
+            reason_for_call: "You want to cancel reservations XEHM4B and 59XX6W because your trip was called off.".into(),
+            known_info: "Your user id is daiki_muller_1116.".into(),
+            unknown_info: String::new(),
+            task_instructions: String::new(),
+            text: String::new(),
+        }
+    }
+
+    #[test]
+    fn intents_are_detected() {
+        let i =
+            detect("To locate your account, could you please share your full name and zip code?");
+        assert_eq!(i.needs, vec![Need::Name, Need::Zip]);
+        assert!(!i.confirm);
+        let i = detect("I will cancel order #W1234567. Shall I proceed? (yes/no)");
+        assert!(i.confirm);
+        let i = detect("Could you confirm your user id?");
+        assert!(!i.confirm && i.needs == vec![Need::UserId]);
+        let i =
+            detect("Done: you will receive an email. Is there anything else I can help you with?");
+        assert!(i.anything_else);
+        assert!(detect("I'm transferring you to a human agent.").transfer);
+        assert!(!detect("Would you like me to transfer you to a human agent?").transfer);
+        assert!(detect("Hi! How can I help you today?").how_help);
+    }
+
+    #[test]
+    fn ids_are_stripped_from_requests() {
+        let u = ScriptedUser::new(&scenario(), &Map::new(), 1);
+        assert_eq!(
+            u.strip_ids(
+                "I want to cancel reservations XEHM4B and 59XX6W because my trip was called off."
+            ),
+            "I want to cancel my reservations because my trip was called off."
+        );
+        assert_eq!(
+            u.strip_ids("Cancel reservation XEHM4B."),
+            "Cancel my reservation."
+        );
+        assert_eq!(u.strip_ids("XEHM4B"), "I need help with my reservation.");
+    }
+
+    #[test]
+    fn short_clauses_keep_the_gist() {
+        let mut u = ScriptedUser::new(&scenario(), &Map::new(), 1);
+        let c = u.short_clause(
+            "I want to cancel reservations XEHM4B and 59XX6W because my trip was called off.",
+            true,
+            false,
+        );
+        assert!(c.ends_with("cancel reservations XEHM4B and 59XX6W"), "{c}");
+        let c = u.short_clause("I want a full refund for my ticket.", false, false);
+        assert_eq!(c, "want a full refund for my ticket");
+    }
+
+    #[test]
+    fn confirmations_read_as_yes() {
+        let combos: Vec<Vec<&str>> = vec![
+            vec![],
+            vec!["terse"],
+            vec!["frustrated"],
+            vec!["ambiguous"],
+            vec!["skeptical"],
+            vec!["acknowledger", "typos"],
+            vec![
+                "terse",
+                "frustrated",
+                "ambiguous",
+                "skeptical",
+                "impatient",
+                "emotional",
+                "typos",
+            ],
+        ];
+        let history = vec![Turn::new(
+            Role::Assistant,
+            "I will cancel reservation XEHM4B. Shall I proceed? (yes/no)",
+        )];
+        for combo in combos {
+            let axes: Map<String, Value> = combo
+                .iter()
+                .map(|a| (a.to_string(), Value::Bool(true)))
+                .collect();
+            for seed in 0..200 {
+                let mut u = ScriptedUser::new(&scenario(), &axes, seed);
+                u.turns = 3;
+                u.confirm_streak = 1; // the second ask of the same action: always a yes
+                let r = u.reply(&history);
+                assert_eq!(
+                    classify_answer(&r.text),
+                    Answer::Yes,
+                    "{combo:?} seed {seed}: {}",
+                    r.text
+                );
+            }
+        }
     }
 }
