@@ -929,3 +929,45 @@ fn scripted_speed() {
         n as f64 / secs
     );
 }
+
+#[test]
+fn how_episodes_end() {
+    let mut table = Vec::new();
+    for (name, persona) in [
+        ("no persona", Map::new()),
+        ("frustrated", axes(&["frustrated"], &[])),
+        (
+            "terse+frustrated+ambiguous",
+            axes(&["terse", "frustrated", "ambiguous"], &[]),
+        ),
+        (
+            "everything",
+            axes(&KNOWN_AXES.iter().map(|(n, _)| *n).collect::<Vec<_>>(), &[]),
+        ),
+    ] {
+        let mut ends: HashMap<String, usize> = HashMap::new();
+        let mut complete = 0;
+        let mut n = 0;
+        for (s, plan) in tasks() {
+            for seed in 0..40 {
+                let e = run(&s, &plan, &persona, seed, &mut FakeEnv::new());
+                *ends.entry(format!("{:?}", e.end)).or_default() += 1;
+                let gold: Vec<(String, Value)> = plan
+                    .actions
+                    .iter()
+                    .map(|a| (a.name.clone(), a.arguments.clone()))
+                    .collect();
+                complete += usize::from(e.calls == gold);
+                n += 1;
+            }
+        }
+        let mut ends: Vec<_> = ends.into_iter().collect();
+        ends.sort();
+        println!("{name:<28} plan completed {complete}/{n}; ends {ends:?}");
+        table.push(complete as f64 / n as f64);
+    }
+    assert!(
+        table[0] == 1.0 && table[1] > 0.7 && table[2] > 0.6,
+        "{table:?}"
+    );
+}

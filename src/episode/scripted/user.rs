@@ -1378,7 +1378,7 @@ impl ScriptedUser {
         self.prev_needs = intent.needs.clone();
         if s.frustrated && self.friction >= 2 && self.give_up_checked < self.friction {
             self.give_up_checked = self.friction;
-            if self.p(0.3) {
+            if self.p(0.2) {
                 let parts = vec![self
                     .pick(&[
                         "forget it. this is useless",
