@@ -971,3 +971,40 @@ fn how_episodes_end() {
         "{table:?}"
     );
 }
+
+/// Print dialogues on real τ² tasks: `SCRIPTED_TAU2=retail/0,airline/3 cargo test --test
+/// integration scripted_tau2_dump -- --ignored --nocapture` (`SCRIPTED_AXES` as for `scripted_dump`).
+#[test]
+#[ignore]
+fn scripted_tau2_dump() {
+    let Some(tasks) = tau2_tasks() else { return };
+    let want: Vec<String> = std::env::var("SCRIPTED_TAU2")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let on: Vec<String> = std::env::var("SCRIPTED_AXES")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let on: Vec<&str> = on.iter().map(String::as_str).collect();
+    let persona = if on == ["plain"] {
+        axes(&[], &["terse"])
+    } else {
+        axes(&on, &[])
+    };
+    for (s, plan) in &tasks {
+        if want.contains(&format!("{}/{}", s.domain, s.task_id)) {
+            let e = run(s, plan, &persona, 1, &mut FakeEnv::any());
+            println!(
+                "=== {}/{} {:?}\n{}\n",
+                s.domain,
+                s.task_id,
+                e.end,
+                fmt_dialogue(&e)
+            );
+        }
+    }
+}

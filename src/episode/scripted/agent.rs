@@ -58,7 +58,7 @@ const MAX_AUTH_ASKS: u32 = 4;
 enum Waiting {
     Nothing,
     /// Asked for the user's request.
-    Request(u32),
+    Request,
     /// Asked (n times) for identification.
     Auth,
     /// Asked for an order/reservation id before action `usize`.
@@ -93,6 +93,7 @@ pub struct ScriptedAgent {
     reservation_id_asked: bool,
     info_said: bool,
     calls: u32,
+    request_asks: u32,
     /// Per action: asked about its details (bit 0) / the payment method (bit 1).
     asked: Vec<u8>,
 }
@@ -115,6 +116,7 @@ impl ScriptedAgent {
             reservation_id_asked: false,
             info_said: false,
             calls: 0,
+            request_asks: 0,
             asked: vec![0; plan.actions.len()],
         }
     }
@@ -285,26 +287,26 @@ impl ScriptedAgent {
         }
 
         // (1) The request.
-        let stated = re!(r"\b(?:cancel|return|exchange|chang|modif|book|upgrad|downgrad|refund|compensat|updat|add|remov|order|reservation|flight|trip|bag|luggage|insurance|address|payment|item|want|need|like to|help with|issue|problem|question|know|check|complain|delay|status|sort out)").is_match(&user_text);
-        if !stated {
-            let n = match self.waiting {
-                Waiting::Request(n) => n,
-                _ => 0,
-            };
-            if n < 3 {
-                self.waiting = Waiting::Request(n + 1);
-                say.push(
-                    self.pick(&[
-                        "Hello! How can I help you today?",
-                        "Thank you for reaching out. What can I help you with today?",
-                        "Could you please tell me what you need help with?",
-                    ])
-                    .to_string(),
-                );
-                return finish(turns, say, false);
-            }
+        // Anything beyond a bare greeting counts as a request.
+        let greeting = re!(
+            r"(?i)^\W*(?:hi|hello|hey|hiya|good (?:morning|afternoon|evening|day))(?:\W+there)?\W*$"
+        );
+        let stated = user_msgs.iter().any(|m| !greeting.is_match(m.trim()));
+        if !stated && self.request_asks < 3 {
+            self.request_asks += 1;
+            self.waiting = Waiting::Request;
+            say.push(
+                self.pick(&[
+                    "Hello! How can I help you today?",
+                    "Thank you for reaching out. What can I help you with today?",
+                    "Could you please tell me what you need help with?",
+                ])
+                .to_string(),
+            );
+            return finish(turns, say, false);
         }
 
+        let mut did_read = false;
         // (2) Authentication.
         if self.auth_needed && !self.auth_done {
             let action = self.plan.actions[0].clone();
@@ -314,6 +316,7 @@ impl ScriptedAgent {
             if ready {
                 self.call(env, &action.name, &action.arguments, &mut turns);
                 self.auth_done = true;
+                did_read = true;
                 self.next = 1;
                 self.waiting = Waiting::Nothing;
                 if self.next < self.plan.actions.len() && self.rng.random_bool(0.4) {
@@ -337,7 +340,6 @@ impl ScriptedAgent {
         }
 
         // (3) The plan.
-        let mut did_read = false;
         while self.next < self.plan.actions.len() {
             let idx = self.next;
             let action = self.plan.actions[idx].clone();

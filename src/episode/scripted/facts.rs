@@ -214,7 +214,7 @@ impl Facts {
         let mut request: Vec<String> = sentences(&reason)
             .into_iter()
             .filter(|s| !is_meta_instruction(s))
-            .map(|s| first_person(&s))
+            .map(|s| first_person(&imperative_to_wish(&s)))
             .filter(|s| !s.is_empty())
             .collect();
         if request.is_empty() {
@@ -348,7 +348,6 @@ fn is_meta_instruction(s: &str) -> bool {
     let l = s.to_lowercase();
     l.starts_with("if ")
         || l.starts_with("when the agent")
-        || l.starts_with("first, try")
         || l.contains("the agent")
         || l.contains("make up")
         || l.contains("not allowed")
@@ -357,6 +356,15 @@ fn is_meta_instruction(s: &str) -> bool {
         || l.contains("mention")
         || l.contains("###")
         || l.contains("instruction")
+}
+
+/// "First, try to book a flight" → "You want to book a flight" (instructions to the role-player
+/// phrased as imperatives).
+fn imperative_to_wish(s: &str) -> String {
+    match re!(r"^(?i:(?:first|then|next|also),?\s+)?(?i:try to|ask to|ask the agent to|request to)\s+(.*)$").captures(s) {
+        Some(c) => format!("You want to {}", &c[1]),
+        None => s.to_string(),
+    }
 }
 
 fn topic_of(l: &str) -> Topic {

@@ -723,7 +723,12 @@ impl ScriptedUser {
         }
         if !missing.is_empty() && give.is_empty() && !s.incremental {
             // offer what it has instead, as τ² users do
-            let alt = if !needs.contains(&Need::Name) && f.full_name().is_some() && f.zip.is_some()
+            let known_already =
+                self.revealed[Need::Name as usize] && self.revealed[Need::Zip as usize];
+            let alt = if !needs.contains(&Need::Name)
+                && !known_already
+                && f.full_name().is_some()
+                && f.zip.is_some()
             {
                 Some(match reg {
                     0 => format!("{name} {zip}"),
@@ -731,6 +736,7 @@ impl ScriptedUser {
                     _ => format!("However, my name is {name} and my zip code is {zip}."),
                 })
             } else if !needs.contains(&Need::UserId)
+                && !self.revealed[Need::UserId as usize]
                 && f.user_id.is_some()
                 && missing
                     .iter()
