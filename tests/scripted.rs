@@ -1008,3 +1008,47 @@ fn scripted_tau2_dump() {
         }
     }
 }
+
+/// Mean index (0 = opening) of the first user turn holding an identifier of the scenario.
+fn first_id_turn(persona: &Map<String, Value>) -> f64 {
+    let (mut sum, mut n) = (0.0, 0.0);
+    for (s, plan) in tasks() {
+        let f = ppol::episode::scripted::Facts::from_scenario(&s);
+        let ids: Vec<String> = f
+            .object_ids()
+            .iter()
+            .map(|x| x.to_string())
+            .chain(f.email.clone())
+            .chain(f.user_id.clone())
+            .chain(f.zip.clone())
+            .collect();
+        if ids.is_empty() {
+            continue;
+        }
+        for seed in 0..SEEDS {
+            let e = run(&s, &plan, persona, seed, &mut FakeEnv::new());
+            let first = e
+                .user_texts()
+                .position(|t| ids.iter().any(|id| t.contains(id.as_str())));
+            if let Some(i) = first {
+                sum += i as f64;
+                n += 1.0;
+            }
+        }
+    }
+    sum / n
+}
+
+#[test]
+fn ambiguous_and_incremental_users_reveal_identifiers_later() {
+    let none = first_id_turn(&Map::new());
+    let plain = first_id_turn(&axes(&[], &["ambiguous", "incremental_disclosure"]));
+    let amb = first_id_turn(&axes(&["ambiguous"], &[]));
+    let inc = first_id_turn(&axes(&["incremental_disclosure"], &[]));
+    println!("first identifier at user turn: none {none:.2}, plain {plain:.2}, ambiguous {amb:.2}, incremental {inc:.2}");
+    assert!(none < 0.05, "{none}");
+    assert!(
+        amb > plain + 0.5 && inc > plain + 0.2,
+        "plain {plain}, ambiguous {amb}, incremental {inc}"
+    );
+}
