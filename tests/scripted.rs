@@ -1052,3 +1052,33 @@ fn ambiguous_and_incremental_users_reveal_identifiers_later() {
         "plain {plain}, ambiguous {amb}, incremental {inc}"
     );
 }
+
+#[test]
+fn terse_composes_with_other_axes() {
+    let plain = mean_fp(&axes(&[], &["terse"]), 0);
+    for (axis, feat) in [
+        ("skeptical", "pushback_rate"),
+        ("frustrated", "emotional_expression_rate"),
+        ("ambiguous", "uncertainty_rate"),
+        ("impatient", "info_seeking_rate"),
+        ("emotional", "emotional_expression_rate"),
+        ("polite", "politeness_rate"),
+    ] {
+        let both = mean_fp(&axes(&["terse", axis], &[]), 0);
+        println!(
+            "terse+{axis:<12} words_per_turn {:6.2} (plain {:6.2})  {feat} {:5.3} (plain {:5.3})",
+            f(&both, "words_per_turn"),
+            f(&plain, "words_per_turn"),
+            f(&both, feat),
+            f(&plain, feat)
+        );
+        assert!(
+            f(&both, "words_per_turn") < 0.85 * f(&plain, "words_per_turn"),
+            "terse+{axis} is not short"
+        );
+        assert!(
+            f(&both, feat) > f(&plain, feat) + 0.1,
+            "terse+{axis} lost {feat}"
+        );
+    }
+}

@@ -539,11 +539,15 @@ impl ScriptedUser {
         let already = needs.iter().all(|n| self.revealed[*n as usize]) && !needs.is_empty();
         // A frustrated user complains instead of answering, once in a while.
         if s.frustrated && first_time && self.p(0.25) {
-            let why = self.pick(&[
-                "why do you need that?",
-                "seriously? why is this so complicated.",
-                "ugh, come on.",
-            ]);
+            let why = if s.terse {
+                self.pick(&["ugh why", "seriously?", "come on"])
+            } else {
+                self.pick(&[
+                    "why do you need that?",
+                    "seriously? why is this so complicated.",
+                    "ugh, come on.",
+                ])
+            };
             return vec![why.to_string(), self.demand.clone()];
         }
         // An ambiguous user withholds until asked twice.
@@ -810,6 +814,15 @@ impl ScriptedUser {
     fn confirm(&mut self) -> Vec<String> {
         let s = self.style;
         let first_ask = self.confirm_streak == 1;
+        if first_ask && s.skeptical && s.terse && self.p(0.75) {
+            let t = self.pick(&[
+                "are you sure?",
+                "are you sure thats right",
+                "that's not right?",
+                "hmm are you sure",
+            ]);
+            return vec![t.to_string()];
+        }
         if first_ask && s.skeptical && self.p(0.75) {
             let obj = if self.facts.airline {
                 "reservation"
@@ -832,7 +845,9 @@ impl ScriptedUser {
                 ])
                 .to_string()];
         }
-        let text = if s.frustrated && !s.polite {
+        let text = if s.frustrated && s.terse && !s.polite {
+            self.pick(&["fine", "yes", "ok fine", "yes just do it", "yes"])
+        } else if s.frustrated && !s.polite {
             self.pick(&[
                 "yes. just do it already",
                 "fine, yes",
@@ -950,7 +965,13 @@ impl ScriptedUser {
 
     fn closing(&mut self, refused: bool) -> Vec<String> {
         let s = self.style;
-        let text = if s.frustrated {
+        let text = if s.frustrated && s.terse {
+            if refused {
+                self.pick(&["useless", "forget it", "ridiculous"])
+            } else {
+                self.pick(&["no", "no. finally", "no. took forever", "no"])
+            }
+        } else if s.frustrated {
             if refused {
                 self.pick(&[
                     "this is ridiculous. forget it",
@@ -1166,16 +1187,48 @@ impl ScriptedUser {
             }
         }
         if s.emotional && kind != Kind::Closing && self.p(0.55) {
-            let e = self.pick(&[
-                "i'm really worried about this.",
-                "honestly i'm pretty stressed about it.",
-                "i was so disappointed when this happened.",
-                "this has me a bit anxious.",
-                "i'm upset about the whole thing, to be honest.",
-            ]);
+            let e = if s.terse {
+                self.pick(&[
+                    "so stressed",
+                    "really worried",
+                    "im upset",
+                    "disappointed tbh",
+                ])
+            } else {
+                self.pick(&[
+                    "i'm really worried about this.",
+                    "honestly i'm pretty stressed about it.",
+                    "i was so disappointed when this happened.",
+                    "this has me a bit anxious.",
+                    "i'm upset about the whole thing, to be honest.",
+                ])
+            };
             parts.push(e.to_string());
         }
-        if s.skeptical && self.p(0.6) {
+        let said_yes = kind != Kind::Confirm
+            || parts
+                .first()
+                .is_some_and(|p| classify_answer(&unmark(p)) == Answer::Yes);
+        if !said_yes {
+            // a doubt or a question back stays as it is
+        } else if s.skeptical && s.terse && self.p(0.55) {
+            let k = match kind {
+                Kind::Opening => {
+                    self.pick(&["want it verified this time", "and i'm sure about it"])
+                }
+                Kind::Answer => self.pick(&[
+                    "are you sure you need that?",
+                    "definitely correct",
+                    "are you sure?",
+                ]),
+                Kind::Ack | Kind::Other => {
+                    self.pick(&["are you sure?", "that's not right", "check again"])
+                }
+                Kind::Closing => self.pick(&["are you sure it went through?", "will check myself"]),
+                Kind::Confirm => self.pick(&["i'm sure", "definitely"]),
+            };
+            parts.push(k.to_string());
+        } else if s.skeptical && !s.terse && self.p(0.6) {
             let k = match kind {
                 Kind::Opening => self.pick(&["last time i was told it was sorted and that's not true, so i want this verified.", "i'm absolutely sure about the details.", "are you sure you can even do this? last time nobody could."]),
                 Kind::Answer => self.pick(&["are you sure you need that?", "are you sure you have the right account?", "that's definitely correct, i checked.", "can you verify it matches what you see?"]),
@@ -1186,13 +1239,22 @@ impl ScriptedUser {
             parts.push(k.to_string());
         }
         if s.impatient && kind != Kind::Closing && self.p(0.6) {
-            let k = self.pick(&[
-                "any update?",
-                "when will this be done?",
-                "can you check faster please?",
-                "i need this done in the next 10 minutes.",
-                "what is the status?",
-            ]);
+            let k = if s.terse {
+                self.pick(&[
+                    "any update?",
+                    "when will it be done?",
+                    "can you check faster",
+                    "asap pls",
+                ])
+            } else {
+                self.pick(&[
+                    "any update?",
+                    "when will this be done?",
+                    "can you check faster please?",
+                    "i need this done in the next 10 minutes.",
+                    "what is the status?",
+                ])
+            };
             parts.push(k.to_string());
         }
         if s.ambiguous
