@@ -11,11 +11,12 @@
 //! - **no persona** (empty map): the "easy mode" of LLM user simulators — cooperative, polite,
 //!   long well-formed sentences, a greeting, the whole request and every identifier up front,
 //!   full-sentence acknowledgements and profuse thanks at the end;
-//! - **a persona with every axis off**: a plain, moderately brief user that states the gist of
-//!   its request, answers what it is asked, and volunteers the rest of its request over time;
+//! - **a persona with every axis off** (or only unknown axes): a plain, moderately brief user
+//!   that states the gist of its request, answers what it is asked, and volunteers the rest of
+//!   its request over time; this is the baseline the axes are measured against;
 //! - **axes on** add their behaviour on top of the plain user (see [`KNOWN_AXES`] for the
-//!   vocabulary). Names are normalised ([`normalize_axis_name`]: lower case, spaces and hyphens
-//!   → `_`) and common synonyms are accepted (`concise` → terse, `distrustful` → skeptical,
+//!   vocabulary). Names are normalised ([`normalize_axis_name`]: lower case, spaces, hyphens and
+//!   punctuation → `_`) and common synonyms are accepted (`concise` → terse, `distrustful` → skeptical,
 //!   `angry` / `impatient_angry` → frustrated, `vague` → ambiguous, ...; see [`Axis::parse`]).
 //!   Placements are booleans, numbers (≥ 0.5 is on) or strings (`"true"`, `"yes"`, `"on"`,
 //!   `"high"`). Unknown names are ignored with one `tracing` warning per name and process.
