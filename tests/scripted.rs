@@ -958,6 +958,12 @@ fn how_episodes_end() {
                     .map(|a| (a.name.clone(), a.arguments.clone()))
                     .collect();
                 complete += usize::from(e.calls == gold);
+                if e.calls != gold
+                    && name == "everything"
+                    && std::env::var("SCRIPTED_DEBUG").is_ok()
+                {
+                    println!("--- {} seed {seed}\n{}", s.task_id, fmt_dialogue(&e));
+                }
                 n += 1;
             }
         }
