@@ -479,9 +479,16 @@ impl ScriptedAgent {
                 .to_string(),
             );
         }
-        if !self.info_said && !self.plan.communicate_info.is_empty() {
+        let infos: Vec<&str> = self
+            .plan
+            .communicate_info
+            .iter()
+            .map(String::as_str)
+            .filter(|i| !i.trim().is_empty())
+            .collect();
+        if !self.info_said && !infos.is_empty() {
             self.info_said = true;
-            let info = self.plan.communicate_info.join("; ");
+            let info = infos.join("; ");
             say.push(format!(
                 "{} {info}.",
                 self.pick(&[

@@ -154,6 +154,11 @@ impl ScriptedUser {
         }
     }
 
+    /// The facts this user plays from.
+    pub fn facts(&self) -> &Facts {
+        &self.facts
+    }
+
     fn p(&mut self, prob: f64) -> bool {
         self.rng.random_bool(prob.clamp(0.0, 1.0))
     }
