@@ -94,7 +94,8 @@ pub struct ScriptedAgent {
     info_said: bool,
     calls: u32,
     request_asks: u32,
-    /// Per action: asked about its details (bit 0) / the payment method (bit 1).
+    /// Per action: asked about its details (bit 0), the payment method (bit 1), offered
+    /// options (bit 2).
     asked: Vec<u8>,
 }
 
@@ -422,6 +423,13 @@ impl ScriptedAgent {
                     let pays = ["payment_method_id", "payment_id", "payment_methods"]
                         .iter()
                         .any(|k| action.arguments.get(*k).is_some());
+                    if self.asked[idx] & 4 == 0 {
+                        self.asked[idx] |= 4;
+                        if let Some(q) = self.options_question(&action) {
+                            say.push(q);
+                            return finish(turns, say, false);
+                        }
+                    }
                     if pays && self.asked[idx] & 2 == 0 {
                         self.asked[idx] |= 2;
                         if self.rng.random_bool(0.5) {
@@ -516,6 +524,38 @@ impl ScriptedAgent {
             );
         }
         finish(turns, say, false)
+    }
+
+    /// Sometimes, options to choose from before a write action that picks new items or flights
+    /// (the gold choice is always option 1).
+    fn options_question(&mut self, a: &PlannedAction) -> Option<String> {
+        let (gold, other) = match a.name.as_str() {
+            "exchange_delivered_order_items" | "modify_pending_order_items" => (
+                format!(
+                    "item {}",
+                    a.arguments
+                        .get("new_item_ids")
+                        .map(prose)
+                        .unwrap_or_default()
+                ),
+                "another variant of the same product",
+            ),
+            "update_reservation_flights" | "book_reservation" => (
+                format!(
+                    "flight {}",
+                    a.arguments.get("flights").map(prose).unwrap_or_default()
+                ),
+                "a later flight with one stop",
+            ),
+            _ => return None,
+        };
+        if !self.rng.random_bool(0.7) {
+            return None;
+        }
+        Some(format!(
+            "I found these options: 1) {gold}; 2) {other}. {}",
+            self.pick(&["Which one would you like?", "Which option do you prefer?"])
+        ))
     }
 
     /// A question about what exactly the user wants before a write action.

@@ -36,6 +36,7 @@ struct Intent {
     transfer: bool,
     refusal: bool,
     question: bool,
+    choice: bool,
 }
 
 fn detect(agent: &str) -> Intent {
@@ -74,6 +75,7 @@ fn detect(agent: &str) -> Intent {
             && !re!(r"would you like (?:me )?to transfer|do you want (?:me )?to transfer").is_match(&l),
         refusal: re!(r"unable to|not able to|cannot|can't|can not|not possible|not permitted|does not allow|doesn't allow|against (?:our )?policy").is_match(&l),
         question: l.trim_end().ends_with('?'),
+        choice: re!(r"which one would you like|which option|which of (?:these|the) options|options:").is_match(&l),
         needs,
     }
 }
@@ -923,6 +925,49 @@ impl ScriptedUser {
         parts
     }
 
+    /// Pick one of the offered options (the first: the one matching the request).
+    fn choose(&mut self) -> Vec<String> {
+        let s = self.style;
+        let t = if s.frustrated && !s.polite && self.p(0.6) {
+            self.pick(&[
+                "the first one. whatever",
+                "1. just do it",
+                "first one obviously",
+            ])
+        } else if s.terse || (s.acknowledger && self.p(0.5)) {
+            self.pick(&[
+                "1",
+                "first",
+                "the first one",
+                "1 pls",
+                "first one",
+                "option 1",
+            ])
+        } else if s.ambiguous && self.p(0.6) {
+            self.pick(&[
+                "hmm maybe the first one?",
+                "i guess the first one",
+                "not sure... the first?",
+            ])
+        } else if s.skeptical && self.p(0.5) {
+            "are those really the only options? the first one then"
+        } else if s.long() {
+            self.pick(&[
+                "I would like the first option, please, since it matches what I asked for.",
+                "The first option sounds perfect to me, thank you for finding it.",
+                "I will go with option 1, as it is exactly what I was looking for.",
+            ])
+        } else {
+            self.pick(&[
+                "the first one",
+                "first one please",
+                "option 1",
+                "the first one sounds good",
+            ])
+        };
+        vec![t.to_string()]
+    }
+
     fn ack(&mut self) -> Vec<String> {
         let s = self.style;
         if (s.terse || s.acknowledger)
@@ -1472,6 +1517,11 @@ impl ScriptedUser {
             if meant_yes && classify_answer(&text) != Answer::Yes {
                 text = self.surface(&parts[..1]);
             }
+            return UserReply { text, stop: None };
+        }
+        if intent.choice && !intent.anything_else {
+            let parts = self.choose();
+            let text = self.finish(parts, Kind::Confirm);
             return UserReply { text, stop: None };
         }
         if !intent.needs.is_empty() && !intent.anything_else {
