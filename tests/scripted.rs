@@ -901,3 +901,190 @@ fn real_tau2_tasks_complete_with_the_plain_user() {
     println!("τ² tasks completed by the no-persona user: {ok}/{total}; failing: {failed:?}");
     assert!(ok as f64 >= 0.95 * total as f64, "{ok}/{total}: {failed:?}");
 }
+
+/// Speed: 10,000 episodes, printed as episodes per second
+/// (`cargo test --release --test integration scripted_speed -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn scripted_speed() {
+    let tasks = tasks();
+    let personas = [
+        Map::new(),
+        axes(&["terse", "frustrated", "ambiguous"], &[]),
+        axes(&["skeptical", "verbose", "typos"], &["terse"]),
+        axes(&["polite", "incremental_disclosure", "acknowledger"], &[]),
+    ];
+    let n = 10_000u64;
+    let start = std::time::Instant::now();
+    let mut user_turns = 0usize;
+    for i in 0..n {
+        let (s, plan) = &tasks[(i as usize) % tasks.len()];
+        let persona = &personas[(i as usize / tasks.len()) % personas.len()];
+        let e = run(s, plan, persona, i, &mut FakeEnv::new());
+        user_turns += e.user_replies.len();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{n} episodes ({user_turns} user turns) in {secs:.2} s: {:.0} episodes/s",
+        n as f64 / secs
+    );
+}
+
+#[test]
+fn how_episodes_end() {
+    let mut table = Vec::new();
+    for (name, persona) in [
+        ("no persona", Map::new()),
+        ("frustrated", axes(&["frustrated"], &[])),
+        (
+            "terse+frustrated+ambiguous",
+            axes(&["terse", "frustrated", "ambiguous"], &[]),
+        ),
+        (
+            "everything",
+            axes(&KNOWN_AXES.iter().map(|(n, _)| *n).collect::<Vec<_>>(), &[]),
+        ),
+    ] {
+        let mut ends: HashMap<String, usize> = HashMap::new();
+        let mut complete = 0;
+        let mut n = 0;
+        for (s, plan) in tasks() {
+            for seed in 0..40 {
+                let e = run(&s, &plan, &persona, seed, &mut FakeEnv::new());
+                *ends.entry(format!("{:?}", e.end)).or_default() += 1;
+                let gold: Vec<(String, Value)> = plan
+                    .actions
+                    .iter()
+                    .map(|a| (a.name.clone(), a.arguments.clone()))
+                    .collect();
+                complete += usize::from(e.calls == gold);
+                if e.calls != gold
+                    && name == "everything"
+                    && std::env::var("SCRIPTED_DEBUG").is_ok()
+                {
+                    println!("--- {} seed {seed}\n{}", s.task_id, fmt_dialogue(&e));
+                }
+                n += 1;
+            }
+        }
+        let mut ends: Vec<_> = ends.into_iter().collect();
+        ends.sort();
+        println!("{name:<28} plan completed {complete}/{n}; ends {ends:?}");
+        table.push(complete as f64 / n as f64);
+    }
+    assert!(
+        table[0] == 1.0 && table[1] > 0.7 && table[2] > 0.6,
+        "{table:?}"
+    );
+}
+
+/// Print dialogues on real τ² tasks: `SCRIPTED_TAU2=retail/0,airline/3 cargo test --test
+/// integration scripted_tau2_dump -- --ignored --nocapture` (`SCRIPTED_AXES` as for `scripted_dump`).
+#[test]
+#[ignore]
+fn scripted_tau2_dump() {
+    let Some(tasks) = tau2_tasks() else { return };
+    let want: Vec<String> = std::env::var("SCRIPTED_TAU2")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let on: Vec<String> = std::env::var("SCRIPTED_AXES")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let on: Vec<&str> = on.iter().map(String::as_str).collect();
+    let persona = if on == ["plain"] {
+        axes(&[], &["terse"])
+    } else {
+        axes(&on, &[])
+    };
+    for (s, plan) in &tasks {
+        if want.contains(&format!("{}/{}", s.domain, s.task_id)) {
+            let e = run(s, plan, &persona, 1, &mut FakeEnv::any());
+            println!(
+                "=== {}/{} {:?}\n{}\n",
+                s.domain,
+                s.task_id,
+                e.end,
+                fmt_dialogue(&e)
+            );
+        }
+    }
+}
+
+/// Mean index (0 = opening) of the first user turn holding an identifier of the scenario.
+fn first_id_turn(persona: &Map<String, Value>) -> f64 {
+    let (mut sum, mut n) = (0.0, 0.0);
+    for (s, plan) in tasks() {
+        let f = ppol::episode::scripted::Facts::from_scenario(&s);
+        let ids: Vec<String> = f
+            .object_ids()
+            .iter()
+            .map(|x| x.to_string())
+            .chain(f.email.clone())
+            .chain(f.user_id.clone())
+            .chain(f.zip.clone())
+            .collect();
+        if ids.is_empty() {
+            continue;
+        }
+        for seed in 0..SEEDS {
+            let e = run(&s, &plan, persona, seed, &mut FakeEnv::new());
+            let first = e
+                .user_texts()
+                .position(|t| ids.iter().any(|id| t.contains(id.as_str())));
+            if let Some(i) = first {
+                sum += i as f64;
+                n += 1.0;
+            }
+        }
+    }
+    sum / n
+}
+
+#[test]
+fn ambiguous_and_incremental_users_reveal_identifiers_later() {
+    let none = first_id_turn(&Map::new());
+    let plain = first_id_turn(&axes(&[], &["ambiguous", "incremental_disclosure"]));
+    let amb = first_id_turn(&axes(&["ambiguous"], &[]));
+    let inc = first_id_turn(&axes(&["incremental_disclosure"], &[]));
+    println!("first identifier at user turn: none {none:.2}, plain {plain:.2}, ambiguous {amb:.2}, incremental {inc:.2}");
+    assert!(none < 0.05, "{none}");
+    assert!(
+        amb > plain + 0.5 && inc > plain + 0.2,
+        "plain {plain}, ambiguous {amb}, incremental {inc}"
+    );
+}
+
+#[test]
+fn terse_composes_with_other_axes() {
+    let plain = mean_fp(&axes(&[], &["terse"]), 0);
+    for (axis, feat) in [
+        ("skeptical", "pushback_rate"),
+        ("frustrated", "emotional_expression_rate"),
+        ("ambiguous", "uncertainty_rate"),
+        ("impatient", "info_seeking_rate"),
+        ("emotional", "emotional_expression_rate"),
+        ("polite", "politeness_rate"),
+    ] {
+        let both = mean_fp(&axes(&["terse", axis], &[]), 0);
+        println!(
+            "terse+{axis:<12} words_per_turn {:6.2} (plain {:6.2})  {feat} {:5.3} (plain {:5.3})",
+            f(&both, "words_per_turn"),
+            f(&plain, "words_per_turn"),
+            f(&both, feat),
+            f(&plain, feat)
+        );
+        assert!(
+            f(&both, "words_per_turn") < 0.85 * f(&plain, "words_per_turn"),
+            "terse+{axis} is not short"
+        );
+        assert!(
+            f(&both, feat) > f(&plain, feat) + 0.1,
+            "terse+{axis} lost {feat}"
+        );
+    }
+}

@@ -58,7 +58,7 @@ const MAX_AUTH_ASKS: u32 = 4;
 enum Waiting {
     Nothing,
     /// Asked for the user's request.
-    Request(u32),
+    Request,
     /// Asked (n times) for identification.
     Auth,
     /// Asked for an order/reservation id before action `usize`.
@@ -93,7 +93,9 @@ pub struct ScriptedAgent {
     reservation_id_asked: bool,
     info_said: bool,
     calls: u32,
-    /// Per action: asked about its details (bit 0) / the payment method (bit 1).
+    request_asks: u32,
+    /// Per action: asked about its details (bit 0), the payment method (bit 1), offered
+    /// options (bit 2).
     asked: Vec<u8>,
 }
 
@@ -115,6 +117,7 @@ impl ScriptedAgent {
             reservation_id_asked: false,
             info_said: false,
             calls: 0,
+            request_asks: 0,
             asked: vec![0; plan.actions.len()],
         }
     }
@@ -285,26 +288,26 @@ impl ScriptedAgent {
         }
 
         // (1) The request.
-        let stated = re!(r"\b(?:cancel|return|exchange|chang|modif|book|upgrad|downgrad|refund|compensat|updat|add|remov|order|reservation|flight|trip|bag|luggage|insurance|address|payment|item|want|need|like to|help with|issue|problem|question|know|check|complain|delay|status|sort out)").is_match(&user_text);
-        if !stated {
-            let n = match self.waiting {
-                Waiting::Request(n) => n,
-                _ => 0,
-            };
-            if n < 3 {
-                self.waiting = Waiting::Request(n + 1);
-                say.push(
-                    self.pick(&[
-                        "Hello! How can I help you today?",
-                        "Thank you for reaching out. What can I help you with today?",
-                        "Could you please tell me what you need help with?",
-                    ])
-                    .to_string(),
-                );
-                return finish(turns, say, false);
-            }
+        // Anything beyond a bare greeting counts as a request.
+        let greeting = re!(
+            r"(?i)^\W*(?:hi|hello|hey|hiya|good (?:morning|afternoon|evening|day))(?:\W+there)?\W*$"
+        );
+        let stated = user_msgs.iter().any(|m| !greeting.is_match(m.trim()));
+        if !stated && self.request_asks < 3 {
+            self.request_asks += 1;
+            self.waiting = Waiting::Request;
+            say.push(
+                self.pick(&[
+                    "Hello! How can I help you today?",
+                    "Thank you for reaching out. What can I help you with today?",
+                    "Could you please tell me what you need help with?",
+                ])
+                .to_string(),
+            );
+            return finish(turns, say, false);
         }
 
+        let mut did_read = false;
         // (2) Authentication.
         if self.auth_needed && !self.auth_done {
             let action = self.plan.actions[0].clone();
@@ -314,6 +317,7 @@ impl ScriptedAgent {
             if ready {
                 self.call(env, &action.name, &action.arguments, &mut turns);
                 self.auth_done = true;
+                did_read = true;
                 self.next = 1;
                 self.waiting = Waiting::Nothing;
                 if self.next < self.plan.actions.len() && self.rng.random_bool(0.4) {
@@ -337,7 +341,6 @@ impl ScriptedAgent {
         }
 
         // (3) The plan.
-        let mut did_read = false;
         while self.next < self.plan.actions.len() {
             let idx = self.next;
             let action = self.plan.actions[idx].clone();
@@ -420,6 +423,13 @@ impl ScriptedAgent {
                     let pays = ["payment_method_id", "payment_id", "payment_methods"]
                         .iter()
                         .any(|k| action.arguments.get(*k).is_some());
+                    if self.asked[idx] & 4 == 0 {
+                        self.asked[idx] |= 4;
+                        if let Some(q) = self.options_question(&action) {
+                            say.push(q);
+                            return finish(turns, say, false);
+                        }
+                    }
                     if pays && self.asked[idx] & 2 == 0 {
                         self.asked[idx] |= 2;
                         if self.rng.random_bool(0.5) {
@@ -477,9 +487,16 @@ impl ScriptedAgent {
                 .to_string(),
             );
         }
-        if !self.info_said && !self.plan.communicate_info.is_empty() {
+        let infos: Vec<&str> = self
+            .plan
+            .communicate_info
+            .iter()
+            .map(String::as_str)
+            .filter(|i| !i.trim().is_empty())
+            .collect();
+        if !self.info_said && !infos.is_empty() {
             self.info_said = true;
-            let info = self.plan.communicate_info.join("; ");
+            let info = infos.join("; ");
             say.push(format!(
                 "{} {info}.",
                 self.pick(&[
@@ -507,6 +524,38 @@ impl ScriptedAgent {
             );
         }
         finish(turns, say, false)
+    }
+
+    /// Sometimes, options to choose from before a write action that picks new items or flights
+    /// (the gold choice is always option 1).
+    fn options_question(&mut self, a: &PlannedAction) -> Option<String> {
+        let (gold, other) = match a.name.as_str() {
+            "exchange_delivered_order_items" | "modify_pending_order_items" => (
+                format!(
+                    "item {}",
+                    a.arguments
+                        .get("new_item_ids")
+                        .map(prose)
+                        .unwrap_or_default()
+                ),
+                "another variant of the same product",
+            ),
+            "update_reservation_flights" | "book_reservation" => (
+                format!(
+                    "flight {}",
+                    a.arguments.get("flights").map(prose).unwrap_or_default()
+                ),
+                "a later flight with one stop",
+            ),
+            _ => return None,
+        };
+        if !self.rng.random_bool(0.7) {
+            return None;
+        }
+        Some(format!(
+            "I found these options: 1) {gold}; 2) {other}. {}",
+            self.pick(&["Which one would you like?", "Which option do you prefer?"])
+        ))
     }
 
     /// A question about what exactly the user wants before a write action.

@@ -50,6 +50,8 @@ pub struct Facts {
     pub last_name: Option<String>,
     /// Five-digit zip code.
     pub zip: Option<String>,
+    /// Other zip codes the scenario mentions (an old address, ...).
+    pub other_zips: Vec<String>,
     /// Email address (absent when `unknown_info` says the user does not remember it).
     pub email: Option<String>,
     /// User id (`snake_case_1234`).
@@ -91,7 +93,7 @@ impl Facts {
             if f.first_name.is_some() {
                 break;
             }
-            for c in re!(r"\b(?:[Yy]ou are|[Yy]our (?:full )?name is|[Mm]y name is|[Nn]ame:)\s+([A-Z][a-zA-Z'-]+)\s+([A-Z][a-zA-Z'-]+)").captures_iter(src) {
+            for c in re!(r"\b(?:[Yy]ou are|[Yy]our (?:full )?name is|[Mm]y name is|[Nn]ame:|called|named)\s+([A-Z][a-zA-Z'-]+)\s+([A-Z][a-zA-Z'-]+)").captures_iter(src) {
                 let (first, last) = (&c[1], &c[2]);
                 if !STOP_NAMES.contains(&first) && !STOP_NAMES.contains(&last) {
                     f.first_name = Some(first.to_string());
@@ -131,10 +133,13 @@ impl Facts {
                 .captures(src)
                 .map(|c| c[1].to_string());
         }
-        if f.zip.is_none() {
-            f.zip = re!(r"(?:^|[\s,])(\d{5})(?:[\s.,]|$)")
-                .captures(&known)
-                .map(|c| c[1].to_string());
+        for c in re!(r"(?:^|[^\w#-])(\d{5})(?:[^\w-]|$)").captures_iter(&known) {
+            let z = c[1].to_string();
+            if f.zip.is_none() {
+                f.zip = Some(z);
+            } else if f.zip.as_ref() != Some(&z) {
+                push_unique(&mut f.other_zips, z);
+            }
         }
         for src in sources {
             if f.email.is_some() {
@@ -187,6 +192,7 @@ impl Facts {
         }
         if forgets("zip") {
             f.zip = None;
+            f.other_zips.clear();
         }
         if forgets("order id") || forgets("order number") {
             f.order_ids.clear();
@@ -208,7 +214,7 @@ impl Facts {
         let mut request: Vec<String> = sentences(&reason)
             .into_iter()
             .filter(|s| !is_meta_instruction(s))
-            .map(|s| first_person(&s))
+            .map(|s| first_person(&imperative_to_wish(&s)))
             .filter(|s| !s.is_empty())
             .collect();
         if request.is_empty() {
@@ -342,7 +348,6 @@ fn is_meta_instruction(s: &str) -> bool {
     let l = s.to_lowercase();
     l.starts_with("if ")
         || l.starts_with("when the agent")
-        || l.starts_with("first, try")
         || l.contains("the agent")
         || l.contains("make up")
         || l.contains("not allowed")
@@ -351,6 +356,15 @@ fn is_meta_instruction(s: &str) -> bool {
         || l.contains("mention")
         || l.contains("###")
         || l.contains("instruction")
+}
+
+/// "First, try to book a flight" → "You want to book a flight" (instructions to the role-player
+/// phrased as imperatives).
+fn imperative_to_wish(s: &str) -> String {
+    match re!(r"^(?i:(?:first|then|next|also),?\s+)?(?i:try to|ask to|ask the agent to|request to)\s+(.*)$").captures(s) {
+        Some(c) => format!("You want to {}", &c[1]),
+        None => s.to_string(),
+    }
 }
 
 fn topic_of(l: &str) -> Topic {

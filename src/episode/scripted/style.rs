@@ -161,8 +161,9 @@ impl Axis {
 
     /// Resolve an axis name: normalise it ([`normalize_axis_name`]), then look for a canonical
     /// name, a synonym (`concise` → terse, `distrustful` → skeptical, `angry` → frustrated,
-    /// `vague` → ambiguous, ...), and finally a single `_`-separated part that is one of those
-    /// (`very_terse`, `skeptical_customer`).
+    /// `vague` → ambiguous, ...), and finally `_`-separated parts that all resolve to one axis
+    /// (`very_terse`, `skeptical_customer`, `types_in_all_lowercase`). Names with a negation
+    /// (`not_terse`, `non_verbose`) or parts naming different axes resolve to nothing.
     pub fn parse(name: &str) -> Option<Axis> {
         let n = normalize_axis_name(name);
         let exact = |s: &str| {
@@ -175,7 +176,16 @@ impl Axis {
         if let Some(a) = exact(&n) {
             return Some(a);
         }
-        let hits: HashSet<Axis> = n.split('_').filter_map(exact).collect();
+        let parts: Vec<&str> = n.split('_').collect();
+        if parts.iter().any(|p| {
+            matches!(
+                *p,
+                "not" | "no" | "non" | "never" | "less" | "without" | "anti"
+            )
+        }) {
+            return None;
+        }
+        let hits: HashSet<Axis> = parts.into_iter().filter_map(exact).collect();
         if hits.len() == 1 {
             hits.into_iter().next()
         } else {
@@ -184,11 +194,12 @@ impl Axis {
     }
 }
 
-/// Lower-case, trim, turn spaces and hyphens into `_`, and collapse repeated `_`.
+/// Lower-case, trim, turn spaces, hyphens and other punctuation into `_`, and collapse repeated
+/// `_` ("Incremental - Disclosure" → `incremental_disclosure`).
 pub fn normalize_axis_name(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.trim().to_lowercase().chars() {
-        let c = if c == ' ' || c == '-' { '_' } else { c };
+        let c = if c.is_alphanumeric() { c } else { '_' };
         if c == '_' && (out.is_empty() || out.ends_with('_')) {
             continue;
         }
@@ -524,6 +535,14 @@ mod tests {
         );
         assert_eq!(Axis::parse("cooperative"), None);
         assert_eq!(Axis::parse("terse_and_polite"), None);
+        assert_eq!(Axis::parse("not terse"), None);
+        assert_eq!(Axis::parse("Types in all lowercase"), Some(Axis::Lowercase));
+        assert_eq!(Axis::parse("Short, terse replies"), Some(Axis::Terse));
+        assert_eq!(
+            normalize_axis_name("Skeptical/Distrustful!"),
+            "skeptical_distrustful"
+        );
+        assert_eq!(Axis::parse("Skeptical/Distrustful!"), Some(Axis::Skeptical));
         for (i, a) in Axis::ALL.iter().enumerate() {
             assert_eq!(a.name(), KNOWN_AXES[i].0);
             assert_eq!(Axis::parse(a.name()), Some(*a));

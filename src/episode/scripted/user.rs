@@ -36,6 +36,7 @@ struct Intent {
     transfer: bool,
     refusal: bool,
     question: bool,
+    choice: bool,
 }
 
 fn detect(agent: &str) -> Intent {
@@ -65,14 +66,16 @@ fn detect(agent: &str) -> Intent {
     {
         needs.push(Need::Payment);
     }
+    let strong_confirm = re!(r"\(yes/no\)|proceed|go ahead").is_match(&l);
     Intent {
-        confirm: re!(r"\(yes/no\)|shall i (?:proceed|go ahead)|should i (?:proceed|go ahead)|would you like (?:me )?to (?:proceed|go ahead)|do you want (?:me )?to (?:proceed|go ahead)|do you confirm|please confirm|can you confirm|could you confirm|confirm (?:that|this)|is that correct\?").is_match(&l),
+        confirm: (needs.is_empty() || strong_confirm) && re!(r"\(yes/no\)|shall i (?:proceed|go ahead)|should i (?:proceed|go ahead)|would you like (?:me )?to (?:proceed|go ahead)|do you want (?:me )?to (?:proceed|go ahead)|do you confirm|please confirm|can you confirm|could you confirm|confirm (?:that|this)|is that correct\?").is_match(&l),
         anything_else: l.contains("anything else"),
-        how_help: re!(r"how (?:can|may) i (?:help|assist)|what can i (?:do|help)|what (?:would you like|do you need)|tell me what you need|what you need help with|how can i be of").is_match(&l),
+        how_help: re!(r"how (?:can|may) i (?:help|assist)|what can i (?:do|help)|what do you need help with|tell me what you need|what you need help with|how can i be of").is_match(&l),
         transfer: re!(r"transferring you|transfer you to|transferred to|i will now transfer|i'll transfer").is_match(&l)
             && !re!(r"would you like (?:me )?to transfer|do you want (?:me )?to transfer").is_match(&l),
         refusal: re!(r"unable to|not able to|cannot|can't|can not|not possible|not permitted|does not allow|doesn't allow|against (?:our )?policy").is_match(&l),
         question: l.trim_end().ends_with('?'),
+        choice: re!(r"which one would you like|which option|which of (?:these|the) options|options:").is_match(&l),
         needs,
     }
 }
@@ -151,6 +154,11 @@ impl ScriptedUser {
             demand,
             give_up_checked: 0,
         }
+    }
+
+    /// The facts this user plays from.
+    pub fn facts(&self) -> &Facts {
+        &self.facts
     }
 
     fn p(&mut self, prob: f64) -> bool {
@@ -281,11 +289,15 @@ impl ScriptedUser {
             };
         let mut words: Vec<&str> = Vec::new();
         for w in clause.split_whitespace() {
+            let after_id = words
+                .last()
+                .is_some_and(|p| p.contains(|c: char| c.is_ascii_digit()));
+            let lw = w.to_lowercase();
             let stop_here = words.len() >= 3
-                && matches!(
-                    w.to_lowercase().as_str(),
-                    "but" | "because" | "so" | "and" | "since" | "which" | "if" | "as" | "even"
-                );
+                && (matches!(
+                    lw.as_str(),
+                    "but" | "because" | "so" | "since" | "which" | "if" | "as" | "even"
+                ) || (lw == "and" && !after_id));
             if stop_here || words.len() >= 12 {
                 break;
             }
@@ -342,7 +354,14 @@ impl ScriptedUser {
     fn identity_sentences(&mut self) -> Vec<String> {
         let f = self.facts.clone();
         let mut out = Vec::new();
-        match (f.full_name(), &f.zip) {
+        let zip = f.zip.as_ref().map(|z| {
+            let mut z = z.clone();
+            for o in &f.other_zips {
+                z.push_str(&format!(" (or {o}, my other address)"));
+            }
+            z
+        });
+        match (f.full_name(), &zip) {
             (Some(n), Some(z)) => out.push(match self.rng.random_range(0..3u8) {
                 0 => format!("My name is {} and my zip code is {}.", soft(&n), hard(z)),
                 1 => format!(
@@ -444,6 +463,16 @@ impl ScriptedUser {
             self.details.push_front(first);
             return parts;
         }
+        if s.ambiguous && s.terse && self.p(0.6) {
+            let obj = self.facts.object_noun();
+            parts.push(match self.rng.random_range(0..3u8) {
+                0 => format!("problem with {obj} i think"),
+                1 => format!("hi need help w {obj} maybe"),
+                _ => format!("hmm its about {obj}"),
+            });
+            self.details.push_front(first);
+            return parts;
+        }
         if s.ambiguous && self.p(0.6) {
             let obj = self.facts.object_noun();
             let short = self.facts.short_request();
@@ -517,15 +546,23 @@ impl ScriptedUser {
         let already = needs.iter().all(|n| self.revealed[*n as usize]) && !needs.is_empty();
         // A frustrated user complains instead of answering, once in a while.
         if s.frustrated && first_time && self.p(0.25) {
-            let why = self.pick(&[
-                "why do you need that?",
-                "seriously? why is this so complicated.",
-                "ugh, come on.",
-            ]);
+            let why = if s.terse {
+                self.pick(&["ugh why", "seriously?", "come on"])
+            } else {
+                self.pick(&[
+                    "why do you need that?",
+                    "seriously? why is this so complicated.",
+                    "ugh, come on.",
+                ])
+            };
             return vec![why.to_string(), self.demand.clone()];
         }
         // An ambiguous user withholds until asked twice.
         if s.ambiguous && first_time && self.p(0.85) {
+            if s.terse {
+                let t = self.pick(&["idk", "not sure", "hmm which one", "idk offhand", "maybe?"]);
+                return vec![t.to_string()];
+            }
             return vec![self
                 .pick(&[
                     "hmm, i'm not sure which one you need... it should be under my name i think",
@@ -560,7 +597,10 @@ impl ScriptedUser {
             parts.push("Sure, once again:".to_string());
         }
         let name = f.full_name().map(|n| soft(&n)).unwrap_or_default();
-        let zip = f.zip.as_deref().map(hard).unwrap_or_default();
+        let mut zip = f.zip.as_deref().map(hard).unwrap_or_default();
+        for z in &f.other_zips {
+            zip.push_str(&format!(" or {}", hard(z)));
+        }
         let mut i = 0;
         while i < give.len() {
             let n = give[i];
@@ -694,7 +734,12 @@ impl ScriptedUser {
         }
         if !missing.is_empty() && give.is_empty() && !s.incremental {
             // offer what it has instead, as τ² users do
-            let alt = if !needs.contains(&Need::Name) && f.full_name().is_some() && f.zip.is_some()
+            let known_already =
+                self.revealed[Need::Name as usize] && self.revealed[Need::Zip as usize];
+            let alt = if !needs.contains(&Need::Name)
+                && !known_already
+                && f.full_name().is_some()
+                && f.zip.is_some()
             {
                 Some(match reg {
                     0 => format!("{name} {zip}"),
@@ -702,6 +747,7 @@ impl ScriptedUser {
                     _ => format!("However, my name is {name} and my zip code is {zip}."),
                 })
             } else if !needs.contains(&Need::UserId)
+                && !self.revealed[Need::UserId as usize]
                 && f.user_id.is_some()
                 && missing
                     .iter()
@@ -775,6 +821,15 @@ impl ScriptedUser {
     fn confirm(&mut self) -> Vec<String> {
         let s = self.style;
         let first_ask = self.confirm_streak == 1;
+        if first_ask && s.skeptical && s.terse && self.p(0.75) {
+            let t = self.pick(&[
+                "are you sure?",
+                "are you sure thats right",
+                "that's not right?",
+                "hmm are you sure",
+            ]);
+            return vec![t.to_string()];
+        }
         if first_ask && s.skeptical && self.p(0.75) {
             let obj = if self.facts.airline {
                 "reservation"
@@ -797,7 +852,9 @@ impl ScriptedUser {
                 ])
                 .to_string()];
         }
-        let text = if s.frustrated && !s.polite {
+        let text = if s.frustrated && s.terse && !s.polite {
+            self.pick(&["fine", "yes", "ok fine", "yes just do it", "yes"])
+        } else if s.frustrated && !s.polite {
             self.pick(&[
                 "yes. just do it already",
                 "fine, yes",
@@ -820,6 +877,8 @@ impl ScriptedUser {
                 "sure",
                 "yes pls",
             ])
+        } else if s.ambiguous && s.terse && self.p(0.5) {
+            self.pick(&["yeah i guess", "ok i think", "yes i guess"])
         } else if s.ambiguous && self.p(0.6) {
             self.pick(&[
                 "yes i guess",
@@ -864,6 +923,49 @@ impl ScriptedUser {
             );
         }
         parts
+    }
+
+    /// Pick one of the offered options (the first: the one matching the request).
+    fn choose(&mut self) -> Vec<String> {
+        let s = self.style;
+        let t = if s.frustrated && !s.polite && self.p(0.6) {
+            self.pick(&[
+                "the first one. whatever",
+                "1. just do it",
+                "first one obviously",
+            ])
+        } else if s.terse || (s.acknowledger && self.p(0.5)) {
+            self.pick(&[
+                "1",
+                "first",
+                "the first one",
+                "1 pls",
+                "first one",
+                "option 1",
+            ])
+        } else if s.ambiguous && self.p(0.6) {
+            self.pick(&[
+                "hmm maybe the first one?",
+                "i guess the first one",
+                "not sure... the first?",
+            ])
+        } else if s.skeptical && self.p(0.5) {
+            "are those really the only options? the first one then"
+        } else if s.long() {
+            self.pick(&[
+                "I would like the first option, please, since it matches what I asked for.",
+                "The first option sounds perfect to me, thank you for finding it.",
+                "I will go with option 1, as it is exactly what I was looking for.",
+            ])
+        } else {
+            self.pick(&[
+                "the first one",
+                "first one please",
+                "option 1",
+                "the first one sounds good",
+            ])
+        };
+        vec![t.to_string()]
     }
 
     fn ack(&mut self) -> Vec<String> {
@@ -913,7 +1015,13 @@ impl ScriptedUser {
 
     fn closing(&mut self, refused: bool) -> Vec<String> {
         let s = self.style;
-        let text = if s.frustrated {
+        let text = if s.frustrated && s.terse {
+            if refused {
+                self.pick(&["useless", "forget it", "ridiculous"])
+            } else {
+                self.pick(&["no", "no. finally", "no. took forever", "no"])
+            }
+        } else if s.frustrated {
             if refused {
                 self.pick(&[
                     "this is ridiculous. forget it",
@@ -997,7 +1105,7 @@ impl ScriptedUser {
         let lead = if s.frustrated || s.skeptical {
             self.pick(&["like i said, ", "as i said, ", "i already told you, "])
         } else if s.long() {
-            "As I mentioned, "
+            "To recap, "
         } else {
             ""
         };
@@ -1129,16 +1237,48 @@ impl ScriptedUser {
             }
         }
         if s.emotional && kind != Kind::Closing && self.p(0.55) {
-            let e = self.pick(&[
-                "i'm really worried about this.",
-                "honestly i'm pretty stressed about it.",
-                "i was so disappointed when this happened.",
-                "this has me a bit anxious.",
-                "i'm upset about the whole thing, to be honest.",
-            ]);
+            let e = if s.terse {
+                self.pick(&[
+                    "so stressed",
+                    "really worried",
+                    "im upset",
+                    "disappointed tbh",
+                ])
+            } else {
+                self.pick(&[
+                    "i'm really worried about this.",
+                    "honestly i'm pretty stressed about it.",
+                    "i was so disappointed when this happened.",
+                    "this has me a bit anxious.",
+                    "i'm upset about the whole thing, to be honest.",
+                ])
+            };
             parts.push(e.to_string());
         }
-        if s.skeptical && self.p(0.6) {
+        let said_yes = kind != Kind::Confirm
+            || parts
+                .first()
+                .is_some_and(|p| classify_answer(&unmark(p)) == Answer::Yes);
+        if !said_yes {
+            // a doubt or a question back stays as it is
+        } else if s.skeptical && s.terse && self.p(0.55) {
+            let k = match kind {
+                Kind::Opening => {
+                    self.pick(&["want it verified this time", "and i'm sure about it"])
+                }
+                Kind::Answer => self.pick(&[
+                    "are you sure you need that?",
+                    "definitely correct",
+                    "are you sure?",
+                ]),
+                Kind::Ack | Kind::Other => {
+                    self.pick(&["are you sure?", "that's not right", "check again"])
+                }
+                Kind::Closing => self.pick(&["are you sure it went through?", "will check myself"]),
+                Kind::Confirm => self.pick(&["i'm sure", "definitely"]),
+            };
+            parts.push(k.to_string());
+        } else if s.skeptical && !s.terse && self.p(0.6) {
             let k = match kind {
                 Kind::Opening => self.pick(&["last time i was told it was sorted and that's not true, so i want this verified.", "i'm absolutely sure about the details.", "are you sure you can even do this? last time nobody could."]),
                 Kind::Answer => self.pick(&["are you sure you need that?", "are you sure you have the right account?", "that's definitely correct, i checked.", "can you verify it matches what you see?"]),
@@ -1149,22 +1289,38 @@ impl ScriptedUser {
             parts.push(k.to_string());
         }
         if s.impatient && kind != Kind::Closing && self.p(0.6) {
-            let k = self.pick(&[
-                "any update?",
-                "when will this be done?",
-                "can you check faster please?",
-                "i need this done in the next 10 minutes.",
-                "what is the status?",
-            ]);
+            let k = if s.terse {
+                self.pick(&[
+                    "any update?",
+                    "when will it be done?",
+                    "can you check faster",
+                    "asap pls",
+                ])
+            } else {
+                self.pick(&[
+                    "any update?",
+                    "when will this be done?",
+                    "can you check faster please?",
+                    "i need this done in the next 10 minutes.",
+                    "what is the status?",
+                ])
+            };
             parts.push(k.to_string());
         }
-        if s.ambiguous && matches!(kind, Kind::Ack | Kind::Other | Kind::Opening) && self.p(0.5) {
-            let k = self.pick(&[
-                "i think.",
-                "maybe.",
-                "not sure though...",
-                "or something like that, i guess",
-            ]);
+        if s.ambiguous
+            && matches!(kind, Kind::Ack | Kind::Other | Kind::Opening)
+            && self.p(if s.terse { 0.3 } else { 0.5 })
+        {
+            let k = if s.terse {
+                self.pick(&["i think", "maybe", "idk"])
+            } else {
+                self.pick(&[
+                    "i think.",
+                    "maybe.",
+                    "not sure though...",
+                    "or something like that, i guess",
+                ])
+            };
             parts.push(k.to_string());
         }
         if s.verbose && !s.terse && kind != Kind::Closing && self.p(0.85) {
@@ -1332,13 +1488,15 @@ impl ScriptedUser {
             0
         };
         let repeated = !intent.needs.is_empty() && intent.needs == self.prev_needs;
-        if repeated || self.confirm_streak >= 2 || intent.refusal {
+        let waiting =
+            !intent.question && intent.needs.is_empty() && !intent.anything_else && !intent.confirm;
+        if repeated || waiting || self.confirm_streak >= 2 || intent.refusal {
             self.friction += 1;
         }
         self.prev_needs = intent.needs.clone();
         if s.frustrated && self.friction >= 2 && self.give_up_checked < self.friction {
             self.give_up_checked = self.friction;
-            if self.p(0.3) {
+            if self.p(0.2) {
                 let parts = vec![self
                     .pick(&[
                         "forget it. this is useless",
@@ -1359,6 +1517,11 @@ impl ScriptedUser {
             if meant_yes && classify_answer(&text) != Answer::Yes {
                 text = self.surface(&parts[..1]);
             }
+            return UserReply { text, stop: None };
+        }
+        if intent.choice && !intent.anything_else {
+            let parts = self.choose();
+            let text = self.finish(parts, Kind::Confirm);
             return UserReply { text, stop: None };
         }
         if !intent.needs.is_empty() && !intent.anything_else {
@@ -1424,5 +1587,112 @@ fn lower_first(s: &str) -> String {
 impl UserSimulator for ScriptedUser {
     async fn respond(&mut self, history: &[Turn]) -> Result<UserReply> {
         Ok(self.reply(history))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario() -> Scenario {
+        Scenario {
+            task_id: "t".into(),
+            domain: "airline".into(),
+            reason_for_call: "You want to cancel reservations XEHM4B and 59XX6W because your trip was called off.".into(),
+            known_info: "Your user id is daiki_muller_1116.".into(),
+            unknown_info: String::new(),
+            task_instructions: String::new(),
+            text: String::new(),
+        }
+    }
+
+    #[test]
+    fn intents_are_detected() {
+        let i =
+            detect("To locate your account, could you please share your full name and zip code?");
+        assert_eq!(i.needs, vec![Need::Name, Need::Zip]);
+        assert!(!i.confirm);
+        let i = detect("I will cancel order #W1234567. Shall I proceed? (yes/no)");
+        assert!(i.confirm);
+        let i = detect("Could you confirm your user id?");
+        assert!(!i.confirm && i.needs == vec![Need::UserId]);
+        let i =
+            detect("Done: you will receive an email. Is there anything else I can help you with?");
+        assert!(i.anything_else);
+        assert!(detect("I'm transferring you to a human agent.").transfer);
+        assert!(!detect("Would you like me to transfer you to a human agent?").transfer);
+        assert!(detect("Hi! How can I help you today?").how_help);
+    }
+
+    #[test]
+    fn ids_are_stripped_from_requests() {
+        let u = ScriptedUser::new(&scenario(), &Map::new(), 1);
+        assert_eq!(
+            u.strip_ids(
+                "I want to cancel reservations XEHM4B and 59XX6W because my trip was called off."
+            ),
+            "I want to cancel my reservations because my trip was called off."
+        );
+        assert_eq!(
+            u.strip_ids("Cancel reservation XEHM4B."),
+            "Cancel my reservation."
+        );
+        assert_eq!(u.strip_ids("XEHM4B"), "I need help with my reservation.");
+    }
+
+    #[test]
+    fn short_clauses_keep_the_gist() {
+        let mut u = ScriptedUser::new(&scenario(), &Map::new(), 1);
+        let c = u.short_clause(
+            "I want to cancel reservations XEHM4B and 59XX6W because my trip was called off.",
+            true,
+            false,
+        );
+        assert!(c.ends_with("cancel reservations XEHM4B and 59XX6W"), "{c}");
+        let c = u.short_clause("I want a full refund for my ticket.", false, false);
+        assert_eq!(c, "want a full refund for my ticket");
+    }
+
+    #[test]
+    fn confirmations_read_as_yes() {
+        let combos: Vec<Vec<&str>> = vec![
+            vec![],
+            vec!["terse"],
+            vec!["frustrated"],
+            vec!["ambiguous"],
+            vec!["skeptical"],
+            vec!["acknowledger", "typos"],
+            vec![
+                "terse",
+                "frustrated",
+                "ambiguous",
+                "skeptical",
+                "impatient",
+                "emotional",
+                "typos",
+            ],
+        ];
+        let history = vec![Turn::new(
+            Role::Assistant,
+            "I will cancel reservation XEHM4B. Shall I proceed? (yes/no)",
+        )];
+        for combo in combos {
+            let axes: Map<String, Value> = combo
+                .iter()
+                .map(|a| (a.to_string(), Value::Bool(true)))
+                .collect();
+            for seed in 0..200 {
+                let mut u = ScriptedUser::new(&scenario(), &axes, seed);
+                u.turns = 3;
+                u.confirm_streak = 1; // the second ask of the same action: always a yes
+                let r = u.reply(&history);
+                assert_eq!(
+                    classify_answer(&r.text),
+                    Answer::Yes,
+                    "{combo:?} seed {seed}: {}",
+                    r.text
+                );
+            }
+        }
     }
 }
