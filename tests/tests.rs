@@ -3,6 +3,7 @@
 mod archive;
 mod cli;
 mod discriminator;
+mod episodes;
 mod evolve;
 mod llm;
 mod mutation;
