@@ -139,3 +139,24 @@ fn reference_json_ids_and_tasks_come_from_metadata() {
     assert_eq!(r.fingerprints[0].task_id.as_deref(), Some("late_order"));
     assert_eq!(r.feature_set, ppol::features::FeatureSet::Ppol011);
 }
+
+#[test]
+fn readme_config_example_parses() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme
+        .find("```toml\n[llm]")
+        .expect("README has the [llm] example")
+        + 8;
+    let end = start + readme[start..].find("```").unwrap();
+    let cfg = ppol::config::RunConfig::from_toml_str(
+        &readme[start..end],
+        std::path::Path::new("README.md"),
+    )
+    .unwrap();
+    let llm = cfg.llm.expect("[llm] section");
+    assert_eq!(
+        llm.spec(ppol::llm::CallRole::Mutator).model,
+        "gemini-3-flash"
+    );
+    assert_eq!(cfg.budget.max_usd, Some(25.0));
+}
