@@ -555,6 +555,7 @@ impl Sandbox {
             .await;
         if self.mode.drop_uid {
             kill_uid(uid);
+            wait_uid_gone(uid).await;
         }
         self.slots.lock().expect("slot lock").push(slot);
         run.elapsed = started.elapsed();
@@ -1203,33 +1204,66 @@ fn cstring(p: &Path) -> Result<std::ffi::CString> {
         .map_err(|_| Error::Sandbox(format!("path with NUL byte: {}", p.display())))
 }
 
-/// Kill every process owned by `uid` (children that escaped the process group with `setsid`).
+/// Kill every process owned by `uid`, including descendants that escaped the process group
+/// with `setsid`. A short-lived helper becomes `uid` and calls `kill(-1, SIGKILL)`, which the
+/// kernel applies to every process of that uid at once (a fork racing with it is aborted).
 fn kill_uid(uid: u32) {
-    use std::os::unix::fs::MetadataExt;
-    for _round in 0..3 {
-        let mut found = false;
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            if let Ok(md) = std::fs::metadata(e.path()) {
-                if md.uid() == uid {
-                    found = true;
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                    }
+    for _ in 0..2 {
+        // SAFETY: the child only calls async-signal-safe functions and `_exit`s.
+        unsafe {
+            let pid = libc::fork();
+            if pid == 0 {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    libc::_exit(1);
+                }
+                libc::kill(-1, libc::SIGKILL);
+                libc::_exit(0);
+            }
+            if pid > 0 {
+                let mut status = 0;
+                while libc::waitpid(pid, &mut status, 0) < 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                {
                 }
             }
         }
-        if !found {
+    }
+}
+
+/// Killed processes count against RLIMIT_NPROC until they are reaped: wait (briefly) until
+/// the uid owns nothing, so the next run in its slot starts with a clean count. Call after the
+/// direct child has been reaped.
+async fn wait_uid_gone(uid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let busy = tokio::task::spawn_blocking(move || uid_has_processes(uid))
+            .await
+            .unwrap_or(false);
+        if !busy {
             return;
         }
-        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    tracing::warn!(
+        uid,
+        "processes of a sandbox uid still alive 2 s after SIGKILL"
+    );
+}
+
+fn uid_has_processes(uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        e.file_name()
+            .to_str()
+            .is_some_and(|s| s.parse::<u32>().is_ok())
+            && std::fs::metadata(e.path()).is_ok_and(|md| md.uid() == uid)
+    })
 }
 
 fn rlimit_table(
