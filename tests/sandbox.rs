@@ -467,3 +467,45 @@ async fn throughput_1000_offline_runs() {
     );
     assert_eq!(ok, 1000);
 }
+
+#[test]
+fn cli_generate_with_a_scripted_llm_writes_jsonl() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    let population = json!([
+        {"persona_id": "Ann", "description": "d", "axis_placement": {"terse": true}, "reasoning": "r"},
+        {"persona_id": "Bob", "description": "d", "axis_placement": {"ambiguous": "yes"}, "reasoning": "r"}
+    ]);
+    std::fs::write(
+        &script,
+        json!({"rules": [{"contains": "Invent exactly", "reply": population.to_string()}],
+               "default": "You type in lowercase."})
+        .to_string(),
+    )
+    .unwrap();
+    let out = dir.path().join("out.jsonl");
+    let code = ppol::cli::main_from([
+        "ppol".to_string(),
+        "generate".into(),
+        "--program".into(),
+        seed("two_stage_llm.py").display().to_string(),
+        "--task".into(),
+        "Change my flight to Friday.".into(),
+        "-n".into(),
+        "2".into(),
+        "--llm".into(),
+        format!("script:{}", script.display()),
+        "-o".into(),
+        out.display().to_string(),
+    ]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let rows: Vec<ppol::persona::Persona> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].persona_id, "bob");
+    assert_eq!(rows[1].axis_placement["ambiguous"], json!(true));
+    assert_eq!(rows[0].text, "You type in lowercase.");
+}
