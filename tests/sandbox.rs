@@ -173,10 +173,15 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
         eprintln!("{line}");
         report.push(line);
         assert_eq!(stage(outcome), *expected, "{name}: {outcome:?}");
-        assert!(
-            !all_text(outcome).contains(SECRET),
-            "{name} leaked the secret"
-        );
+        // Without root there is no uid drop: the program runs as the host user and can read
+        // that user's own 0600 files (documented limit); the environment is still scrubbed.
+        let own_files_readable = sandbox.report().uid.is_none() && *name == "read_home";
+        if !own_files_readable {
+            assert!(
+                !all_text(outcome).contains(SECRET),
+                "{name} leaked the secret"
+            );
+        }
         assert!(
             !all_text(outcome).contains("proxy.invalid"),
             "{name} saw the proxy"
@@ -193,9 +198,11 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
     let env_text = all_text(&by_name("env_secret").0);
     assert!(env_text.contains("PYTHONHASHSEED") && !env_text.contains("OPENAI"));
     // Reading secrets: the secret file is readable only if privileges could not be dropped.
+    let t = all_text(&by_name("read_home").0);
+    let host_environ = format!("/proc/{}/environ: PermissionError", std::process::id());
+    assert!(t.contains(&host_environ), "{t}");
     if sandbox.report().uid.is_some() {
-        let t = all_text(&by_name("read_home").0);
-        assert!(t.contains("PermissionError"), "{t}");
+        assert!(t.contains("credentials: PermissionError"), "{t}");
     }
     // Network: the listener never saw a connection.
     std::thread::sleep(Duration::from_millis(200));
@@ -379,6 +386,32 @@ async fn seeds_run_and_satisfy_the_contract() {
         .map(|p| p.persona_id.clone())
         .collect();
     assert_eq!(ids, ["a", "a_2", "a_3"]);
+
+    // A program written against the ppol 0.1.1 helper modules runs unchanged.
+    let rs = generate_in(
+        &sandbox,
+        &Program::Path(fixture("ok/reference_style.py")),
+        task,
+        None,
+        4,
+        Some(llm.clone()),
+        1,
+    )
+    .await
+    .unwrap();
+    let GenerationOutcome::Ok {
+        personas,
+        llm_calls,
+        ..
+    } = &rs
+    else {
+        panic!("{rs:?}")
+    };
+    assert_eq!((personas.len(), *llm_calls), (4, 6));
+    assert_eq!(
+        personas[0].axis_placement.keys().collect::<Vec<_>>(),
+        ["terse", "skeptical"]
+    );
 
     // Without an LLM the LLM seeds fail cleanly at the generate stage.
     let none = generate_in(
