@@ -632,6 +632,14 @@ impl Sandbox {
         };
         drop(child_sock);
         let pgid = child.id().map(|p| p as i32);
+        // The run's private network namespace identifies all of its processes, even those
+        // that left the process group (used for the sweep when no uid of its own is available).
+        let run_netns = match (self.mode.netns, pgid) {
+            (true, Some(p)) => std::fs::read_link(format!("/proc/{p}/ns/net"))
+                .ok()
+                .filter(|ns| std::fs::read_link("/proc/self/ns/net").ok().as_ref() != Some(ns)),
+            _ => None,
+        };
         let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<&'static str>();
         let out_task = tokio::spawn(capture(
             child.stdout.take(),
@@ -680,6 +688,8 @@ impl Sandbox {
         }
         if self.mode.drop_uid {
             kill_uid(uid);
+        } else if let Some(ns) = run_netns.clone() {
+            let _ = tokio::task::spawn_blocking(move || kill_netns(&ns)).await;
         }
         let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
             Ok(Ok(s)) => Some(s),
@@ -1251,6 +1261,33 @@ async fn wait_uid_gone(uid: u32) {
         uid,
         "processes of a sandbox uid still alive 2 s after SIGKILL"
     );
+}
+
+/// Kill every process (other than ppol itself) whose network namespace is `ns` — the run's
+/// private namespace — a few rounds, to catch forks racing with the sweep.
+fn kill_netns(ns: &Path) {
+    let me = std::process::id();
+    for _ in 0..3 {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        let mut found = false;
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if pid != me && std::fs::read_link(e.path().join("ns/net")).is_ok_and(|l| l == ns) {
+                found = true;
+                unsafe {
+                    libc::kill(pid as i32, libc::SIGKILL);
+                }
+            }
+        }
+        if !found {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 fn uid_has_processes(uid: u32) -> bool {

@@ -228,6 +228,14 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
         "loop took {loop_took:?}"
     );
     // The daemon that escaped the process group is gone.
+    std::thread::sleep(Duration::from_millis(100));
+    let daemons: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains("ppol-setsid-marker\0"))
+        .collect();
+    assert!(daemons.is_empty(), "the setsid daemon survived");
     if let Some(uid) = sandbox.report().uid {
         std::thread::sleep(Duration::from_millis(100));
         let left: Vec<_> = list_uids_at_or_above(uid)
