@@ -19,7 +19,6 @@ The host validates the rows; the harness only makes them JSON-safe.
 import fcntl
 import os
 import sys
-import traceback
 
 CHANNEL_FD = 3
 HIGH_FD = 200
@@ -54,6 +53,8 @@ def _row(item):
 
 
 def _fail(channel, stage, exc):
+    import traceback  # imported lazily: it costs ~10 ms of start-up and is only needed here
+
     tb = traceback.format_exc(limit=20)
     sys.stderr.write(tb)
     sys.stderr.flush()

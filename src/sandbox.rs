@@ -1218,7 +1218,9 @@ fn cstring(p: &Path) -> Result<std::ffi::CString> {
 /// with `setsid`. A short-lived helper becomes `uid` and calls `kill(-1, SIGKILL)`, which the
 /// kernel applies to every process of that uid at once (a fork racing with it is aborted).
 fn kill_uid(uid: u32) {
-    for _ in 0..2 {
+    // One round suffices: the kernel signals every process of the uid under the task-list
+    // lock, and a fork racing with it fails because its parent has a fatal signal pending.
+    for _ in 0..1 {
         // SAFETY: the child only calls async-signal-safe functions and `_exit`s.
         unsafe {
             let pid = libc::fork();
