@@ -206,7 +206,9 @@ pub struct SandboxConfig {
     pub max_llm_calls: usize,
     /// LLM requests of one run in flight at once.
     pub llm_parallel: usize,
-    /// Runs at once (default: number of CPUs).
+    /// Runs at once (default: number of CPUs, at most 64). A run holds its slot while it waits
+    /// for the LLM, so for LLM-bound programs a higher value (16–64) keeps the model busy;
+    /// CPU-bound offline programs gain nothing above the number of CPUs.
     pub concurrency: usize,
     /// Use a private network namespace.
     pub isolate_network: bool,

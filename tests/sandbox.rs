@@ -396,6 +396,21 @@ async fn seeds_run_and_satisfy_the_contract() {
         .collect();
     assert_eq!(ids, ["a", "a_2", "a_3"]);
 
+    // Odd strings (lone surrogate, emoji, newlines) survive the protocol.
+    let odd = generate_in(
+        &sandbox,
+        &Program::Path(fixture("ok/odd_strings.py")),
+        task,
+        None,
+        2,
+        None,
+        0,
+    )
+    .await
+    .unwrap();
+    let odd_text = &odd.personas().unwrap_or_else(|| panic!("{odd:?}"))[0].text;
+    assert!(odd_text.starts_with("line one\nline two \u{1F600} ") && odd_text.ends_with(" end"));
+
     // A program written against the ppol 0.1.1 helper modules runs unchanged.
     let rs = generate_in(
         &sandbox,
