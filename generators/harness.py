@@ -19,7 +19,6 @@ The host validates the rows; the harness only makes them JSON-safe.
 import fcntl
 import os
 import sys
-import traceback
 
 CHANNEL_FD = 3
 HIGH_FD = 200
@@ -29,7 +28,14 @@ ROW_KEYS = ("persona_id", "description", "axis_placement", "reasoning") + TEXT_K
 
 def _json_safe(value, depth=0):
     """Plain JSON values pass; anything else becomes a marker the host reports as a type error."""
-    if value is None or isinstance(value, (bool, int, str)):
+    if isinstance(value, str):
+        # Lone surrogates cannot be encoded as UTF-8 JSON; replace them instead of failing.
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "replace").decode("utf-8")
+    if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
@@ -54,6 +60,8 @@ def _row(item):
 
 
 def _fail(channel, stage, exc):
+    import traceback  # imported lazily: it costs ~10 ms of start-up and is only needed here
+
     tb = traceback.format_exc(limit=20)
     sys.stderr.write(tb)
     sys.stderr.flush()

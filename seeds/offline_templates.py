@@ -5,7 +5,6 @@ weights, template fragments), so an AST editor can mutate it structurally. The c
 data only samples and composes. Output is deterministic given (task_context, n, PPOL_SEED).
 """
 
-import hashlib
 import os
 import random
 import re
@@ -161,8 +160,8 @@ GOLDEN_STEPS = [0.6180339887, 0.7548776662, 0.5698402910, 0.8191725134, 0.430159
 
 def _rng(task_context, n):
     extra = os.environ.get("PPOL_SEED", "0")
-    digest = hashlib.sha256(("%s\x00%d\x00%s" % (task_context, n, extra)).encode("utf-8")).hexdigest()
-    return random.Random(int(digest[:16], 16))
+    # String seeds are hashed with SHA-512 by random (independent of PYTHONHASHSEED).
+    return random.Random("%s\x00%d\x00%s" % (task_context, n, extra))
 
 
 def _placements(axes, n, rng):

@@ -206,7 +206,9 @@ pub struct SandboxConfig {
     pub max_llm_calls: usize,
     /// LLM requests of one run in flight at once.
     pub llm_parallel: usize,
-    /// Runs at once (default: number of CPUs).
+    /// Runs at once (default: number of CPUs, at most 64). A run holds its slot while it waits
+    /// for the LLM, so for LLM-bound programs a higher value (16–64) keeps the model busy;
+    /// CPU-bound offline programs gain nothing above the number of CPUs.
     pub concurrency: usize,
     /// Use a private network namespace.
     pub isolate_network: bool,
@@ -555,6 +557,7 @@ impl Sandbox {
             .await;
         if self.mode.drop_uid {
             kill_uid(uid);
+            wait_uid_gone(uid).await;
         }
         self.slots.lock().expect("slot lock").push(slot);
         run.elapsed = started.elapsed();
@@ -631,6 +634,14 @@ impl Sandbox {
         };
         drop(child_sock);
         let pgid = child.id().map(|p| p as i32);
+        // The run's private network namespace identifies all of its processes, even those
+        // that left the process group (used for the sweep when no uid of its own is available).
+        let run_netns = match (self.mode.netns, pgid) {
+            (true, Some(p)) => std::fs::read_link(format!("/proc/{p}/ns/net"))
+                .ok()
+                .filter(|ns| std::fs::read_link("/proc/self/ns/net").ok().as_ref() != Some(ns)),
+            _ => None,
+        };
         let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<&'static str>();
         let out_task = tokio::spawn(capture(
             child.stdout.take(),
@@ -679,6 +690,8 @@ impl Sandbox {
         }
         if self.mode.drop_uid {
             kill_uid(uid);
+        } else if let Some(ns) = run_netns.clone() {
+            let _ = tokio::task::spawn_blocking(move || kill_netns(&ns)).await;
         }
         let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
             Ok(Ok(s)) => Some(s),
@@ -1203,33 +1216,95 @@ fn cstring(p: &Path) -> Result<std::ffi::CString> {
         .map_err(|_| Error::Sandbox(format!("path with NUL byte: {}", p.display())))
 }
 
-/// Kill every process owned by `uid` (children that escaped the process group with `setsid`).
+/// Kill every process owned by `uid`, including descendants that escaped the process group
+/// with `setsid`. A short-lived helper becomes `uid` and calls `kill(-1, SIGKILL)`, which the
+/// kernel applies to every process of that uid at once (a fork racing with it is aborted).
 fn kill_uid(uid: u32) {
-    use std::os::unix::fs::MetadataExt;
-    for _round in 0..3 {
-        let mut found = false;
+    // One round suffices: the kernel signals every process of the uid under the task-list
+    // lock, and a fork racing with it fails because its parent has a fatal signal pending.
+    for _ in 0..1 {
+        // SAFETY: the child only calls async-signal-safe functions and `_exit`s.
+        unsafe {
+            let pid = libc::fork();
+            if pid == 0 {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    libc::_exit(1);
+                }
+                libc::kill(-1, libc::SIGKILL);
+                libc::_exit(0);
+            }
+            if pid > 0 {
+                let mut status = 0;
+                while libc::waitpid(pid, &mut status, 0) < 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                {
+                }
+            }
+        }
+    }
+}
+
+/// Killed processes count against RLIMIT_NPROC until they are reaped: wait (briefly) until
+/// the uid owns nothing, so the next run in its slot starts with a clean count. Call after the
+/// direct child has been reaped.
+async fn wait_uid_gone(uid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let busy = tokio::task::spawn_blocking(move || uid_has_processes(uid))
+            .await
+            .unwrap_or(false);
+        if !busy {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tracing::warn!(
+        uid,
+        "processes of a sandbox uid still alive 2 s after SIGKILL"
+    );
+}
+
+/// Kill every process (other than ppol itself) whose network namespace is `ns` — the run's
+/// private namespace — a few rounds, to catch forks racing with the sweep.
+fn kill_netns(ns: &Path) {
+    let me = std::process::id();
+    for _ in 0..3 {
         let Ok(entries) = std::fs::read_dir("/proc") else {
             return;
         };
+        let mut found = false;
         for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
-            if let Ok(md) = std::fs::metadata(e.path()) {
-                if md.uid() == uid {
-                    found = true;
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                    }
+            if pid != me && std::fs::read_link(e.path().join("ns/net")).is_ok_and(|l| l == ns) {
+                found = true;
+                unsafe {
+                    libc::kill(pid as i32, libc::SIGKILL);
                 }
             }
         }
         if !found {
             return;
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+fn uid_has_processes(uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        e.file_name()
+            .to_str()
+            .is_some_and(|s| s.parse::<u32>().is_ok())
+            && std::fs::metadata(e.path()).is_ok_and(|md| md.uid() == uid)
+    })
 }
 
 fn rlimit_table(

@@ -173,10 +173,15 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
         eprintln!("{line}");
         report.push(line);
         assert_eq!(stage(outcome), *expected, "{name}: {outcome:?}");
-        assert!(
-            !all_text(outcome).contains(SECRET),
-            "{name} leaked the secret"
-        );
+        // Without root there is no uid drop: the program runs as the host user and can read
+        // that user's own 0600 files (documented limit); the environment is still scrubbed.
+        let own_files_readable = sandbox.report().uid.is_none() && *name == "read_home";
+        if !own_files_readable {
+            assert!(
+                !all_text(outcome).contains(SECRET),
+                "{name} leaked the secret"
+            );
+        }
         assert!(
             !all_text(outcome).contains("proxy.invalid"),
             "{name} saw the proxy"
@@ -193,9 +198,11 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
     let env_text = all_text(&by_name("env_secret").0);
     assert!(env_text.contains("PYTHONHASHSEED") && !env_text.contains("OPENAI"));
     // Reading secrets: the secret file is readable only if privileges could not be dropped.
+    let t = all_text(&by_name("read_home").0);
+    let host_environ = format!("/proc/{}/environ: PermissionError", std::process::id());
+    assert!(t.contains(&host_environ), "{t}");
     if sandbox.report().uid.is_some() {
-        let t = all_text(&by_name("read_home").0);
-        assert!(t.contains("PermissionError"), "{t}");
+        assert!(t.contains("credentials: PermissionError"), "{t}");
     }
     // Network: the listener never saw a connection.
     std::thread::sleep(Duration::from_millis(200));
@@ -221,6 +228,14 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
         "loop took {loop_took:?}"
     );
     // The daemon that escaped the process group is gone.
+    std::thread::sleep(Duration::from_millis(100));
+    let daemons: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains("ppol-setsid-marker\0"))
+        .collect();
+    assert!(daemons.is_empty(), "the setsid daemon survived");
     if let Some(uid) = sandbox.report().uid {
         std::thread::sleep(Duration::from_millis(100));
         let left: Vec<_> = list_uids_at_or_above(uid)
@@ -299,6 +314,7 @@ async fn loop_forever_is_killed_within_timeout_plus_one_second() {
     .await
     .unwrap();
     let took = t.elapsed();
+    eprintln!("loop_forever with a 2 s timeout: failed after {took:?}");
     assert_eq!(stage(&o), Some(Stage::Timeout));
     assert!(took < Duration::from_millis(3500), "took {took:?}");
 }
@@ -380,6 +396,47 @@ async fn seeds_run_and_satisfy_the_contract() {
         .collect();
     assert_eq!(ids, ["a", "a_2", "a_3"]);
 
+    // Odd strings (lone surrogate, emoji, newlines) survive the protocol.
+    let odd = generate_in(
+        &sandbox,
+        &Program::Path(fixture("ok/odd_strings.py")),
+        task,
+        None,
+        2,
+        None,
+        0,
+    )
+    .await
+    .unwrap();
+    let odd_text = &odd.personas().unwrap_or_else(|| panic!("{odd:?}"))[0].text;
+    assert!(odd_text.starts_with("line one\nline two \u{1F600} ") && odd_text.ends_with(" end"));
+
+    // A program written against the ppol 0.1.1 helper modules runs unchanged.
+    let rs = generate_in(
+        &sandbox,
+        &Program::Path(fixture("ok/reference_style.py")),
+        task,
+        None,
+        4,
+        Some(llm.clone()),
+        1,
+    )
+    .await
+    .unwrap();
+    let GenerationOutcome::Ok {
+        personas,
+        llm_calls,
+        ..
+    } = &rs
+    else {
+        panic!("{rs:?}")
+    };
+    assert_eq!((personas.len(), *llm_calls), (4, 6));
+    assert_eq!(
+        personas[0].axis_placement.keys().collect::<Vec<_>>(),
+        ["terse", "skeptical"]
+    );
+
     // Without an LLM the LLM seeds fail cleanly at the generate stage.
     let none = generate_in(
         &sandbox,
@@ -438,9 +495,15 @@ fn validation_rules() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn throughput_1000_offline_runs() {
-    let sandbox = Sandbox::new(test_cfg(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let mut cfg = test_cfg(Duration::from_secs(30));
+    if std::env::var_os("PPOL_THROUGHPUT_PLAIN").is_some() {
+        // For comparison only: no namespaces, no seccomp, no uid drop (rlimits stay).
+        cfg.isolate_network = false;
+        cfg.readonly_root = false;
+        cfg.drop_privileges = false;
+        cfg.seccomp = false;
+    }
+    let sandbox = Sandbox::new(cfg).await.unwrap();
     eprintln!("{}", sandbox.report());
     let program = Program::Source {
         name: "seeds/offline_templates.py".into(),
@@ -466,4 +529,46 @@ async fn throughput_1000_offline_runs() {
         sandbox.config().concurrency
     );
     assert_eq!(ok, 1000);
+}
+
+#[test]
+fn cli_generate_with_a_scripted_llm_writes_jsonl() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    let population = json!([
+        {"persona_id": "Ann", "description": "d", "axis_placement": {"terse": true}, "reasoning": "r"},
+        {"persona_id": "Bob", "description": "d", "axis_placement": {"ambiguous": "yes"}, "reasoning": "r"}
+    ]);
+    std::fs::write(
+        &script,
+        json!({"rules": [{"contains": "Invent exactly", "reply": population.to_string()}],
+               "default": "You type in lowercase."})
+        .to_string(),
+    )
+    .unwrap();
+    let out = dir.path().join("out.jsonl");
+    let code = ppol::cli::main_from([
+        "ppol".to_string(),
+        "generate".into(),
+        "--program".into(),
+        seed("two_stage_llm.py").display().to_string(),
+        "--task".into(),
+        "Change my flight to Friday.".into(),
+        "-n".into(),
+        "2".into(),
+        "--llm".into(),
+        format!("script:{}", script.display()),
+        "-o".into(),
+        out.display().to_string(),
+    ]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let rows: Vec<ppol::persona::Persona> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].persona_id, "bob");
+    assert_eq!(rows[1].axis_placement["ambiguous"], json!(true));
+    assert_eq!(rows[0].text, "You type in lowercase.");
 }
