@@ -170,7 +170,7 @@ pub struct SandboxSection {
     pub memory_mb: u64,
     /// LLM calls one generation may make.
     pub max_llm_calls: usize,
-    /// Generations at once (0 = number of CPUs).
+    /// Generations at once (0 = number of CPUs offline, 16 with an LLM).
     pub concurrency: usize,
 }
 

