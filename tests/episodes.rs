@@ -135,3 +135,180 @@ async fn shared_scripted_episodes_on_tau2_and_auc_against_real_humans() {
         }
     }
 }
+
+fn llm_toml(dir: &std::path::Path, base_url: &str, extra: &str) -> std::path::PathBuf {
+    let p = dir.join("llm.toml");
+    std::fs::write(
+        &p,
+        format!("max_concurrency = 64\nmax_retries = 4\nbackoff_base_ms = 1\nbackoff_max_ms = 10\n{extra}\n[default]\nprovider = \"openai\"\nmodel = \"mock\"\nbase_url = \"{base_url}\"\ntimeout_s = 5\n"),
+    )
+    .unwrap();
+    p
+}
+
+/// The mock plays both sides: the agent (requests with tools) answers and asks "anything else",
+/// the user simulator (no tools) states a request, then stops.
+fn two_sided_script(errors: bool) -> ppol::llm::mock_server::MockScript {
+    use ppol::llm::mock_server::{MockReply, MockRule, MockScript};
+    let mut rules = Vec::new();
+    if errors {
+        rules.push(MockRule {
+            times: Some(6),
+            reply: MockReply::status(429),
+            ..Default::default()
+        });
+        rules.push(MockRule {
+            times: Some(6),
+            reply: MockReply::status(500),
+            ..Default::default()
+        });
+    }
+    rules.push(MockRule {
+        has_tools: Some(true),
+        reply: MockReply::text(
+            "I have taken care of that. Is there anything else I can help with?",
+        )
+        .with_usage(10, 10),
+        ..Default::default()
+    });
+    rules.push(MockRule {
+        contains: Some("anything else".into()),
+        reply: MockReply::text("no that's all, thanks ###STOP###").with_usage(10, 10),
+        ..Default::default()
+    });
+    MockScript {
+        rules,
+        default: MockReply::text("hi, i need to cancel my order").with_usage(10, 10),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hundred_concurrent_llm_episodes_against_the_mock() {
+    let server = ppol::llm::mock_server::serve(two_sided_script(true))
+        .await
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = llm_toml(tmp.path(), &server.base_url(), "");
+    let out = tmp.path().join("eps.jsonl");
+    let (cfg_s, out_s) = (cfg.display().to_string(), out.display().to_string());
+    let (code, _, err) = tokio::task::spawn_blocking(move || {
+        run_ppol(&[
+            "episodes",
+            "--domain",
+            "demo",
+            "--trials",
+            "25",
+            "--llm",
+            &cfg_s,
+            "--concurrency",
+            "200",
+            "--quiet",
+            "-o",
+            &out_s,
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("wrote 200 episodes"), "{err}");
+    assert!(err.contains("(200 ok, 0 failed)"), "{err}");
+    assert!(err.contains("retries"), "accounting printed: {err}");
+    let eps = ppol::episode::record::load_episodes(&out).unwrap();
+    assert!(eps
+        .iter()
+        .all(|e| e.termination == ppol::episode::Termination::UserStop));
+    assert!(eps.iter().all(|e| e
+        .conversation
+        .iter()
+        .filter(|t| t.role == ppol::dialogue::Role::User)
+        .count()
+        == 2));
+    // 3 calls per episode plus the 12 injected errors, all answered by the mock
+    assert!(server.requests() >= 600 + 12, "{}", server.requests());
+    assert!(server.max_in_flight() > 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn llm_budget_stops_cleanly_and_cache_hits_skip_the_server() {
+    let server = ppol::llm::mock_server::serve(two_sided_script(false))
+        .await
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    // the mock reports 10+10 tokens per call: 100 tokens is 5 calls
+    let cfg = llm_toml(
+        tmp.path(),
+        &server.base_url(),
+        "[budget]\nmax_tokens = 100\n",
+    );
+    let out = tmp.path().join("eps.jsonl");
+    let (cfg_s, out_s) = (cfg.display().to_string(), out.display().to_string());
+    let (code, _, err) = tokio::task::spawn_blocking(move || {
+        run_ppol(&[
+            "episodes",
+            "--domain",
+            "demo",
+            "--trials",
+            "5",
+            "--llm",
+            &cfg_s,
+            "--concurrency",
+            "1",
+            "--quiet",
+            "-o",
+            &out_s,
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("budget exhausted"), "{err}");
+    let eps = ppol::episode::record::load_episodes(&out).unwrap();
+    assert_eq!(eps.len(), 40, "every planned episode is recorded");
+    assert!(eps.iter().any(|e| e.status == EpisodeStatus::Ok));
+    assert!(eps
+        .iter()
+        .any(|e| e.error.as_deref().is_some_and(|x| x.contains("budget"))));
+
+    // cache: a second identical run is answered from disk
+    let cache = tmp.path().join("cache");
+    let cfg = llm_toml(
+        tmp.path(),
+        &server.base_url(),
+        &format!("cache_dir = \"{}\"", cache.display()),
+    );
+    let cfg_s = cfg.display().to_string();
+    let run = |o: String, c: String| {
+        move || {
+            run_ppol(&[
+                "episodes", "--domain", "demo", "--tasks", "0", "--llm", &c, "--quiet", "-o", &o,
+            ])
+        }
+    };
+    let (code, _, err) = tokio::task::spawn_blocking(run(
+        tmp.path().join("a.jsonl").display().to_string(),
+        cfg_s.clone(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let before = server.requests();
+    let (code, _, err) =
+        tokio::task::spawn_blocking(run(tmp.path().join("b.jsonl").display().to_string(), cfg_s))
+            .await
+            .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        server.requests(),
+        before,
+        "cache hits must not reach the server"
+    );
+    let a = std::fs::read_to_string(tmp.path().join("a.jsonl")).unwrap();
+    let b = std::fs::read_to_string(tmp.path().join("b.jsonl")).unwrap();
+    let conv = |s: &str| {
+        serde_json::from_str::<serde_json::Value>(s.lines().next().unwrap()).unwrap()
+            ["conversation"]
+            .clone()
+    };
+    assert_eq!(conv(&a), conv(&b));
+}
