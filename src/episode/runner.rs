@@ -195,6 +195,44 @@ impl Tau2Runner {
     }
 }
 
+/// A [`ChatModel`] wrapper counting one episode's calls and tokens per role.
+struct Metered {
+    inner: Arc<dyn ChatModel>,
+    counts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>>,
+}
+
+#[async_trait]
+impl ChatModel for Metered {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn chat(
+        &self,
+        request: &crate::llm::ChatRequest,
+    ) -> crate::Result<crate::llm::ChatResponse> {
+        let r = self.inner.chat(request).await?;
+        let mut c = self.counts.lock().expect("usage lock");
+        let e = c.entry(request.role.as_str().to_string()).or_default();
+        e.0 += 1;
+        e.1 += u64::from(r.cached);
+        e.2 += r.usage.prompt_tokens;
+        e.3 += r.usage.completion_tokens;
+        Ok(r)
+    }
+}
+
+fn usage_json(counts: &std::collections::BTreeMap<String, (u64, u64, u64, u64)>) -> Value {
+    Value::Object(
+        counts
+            .iter()
+            .map(|(role, (calls, cached, p, c))| {
+                (role.clone(), serde_json::json!({"calls": calls, "cache_hits": cached, "prompt_tokens": p, "completion_tokens": c}))
+            })
+            .collect(),
+    )
+}
+
 /// `<task>:<persona>:<trial>`.
 pub fn episode_id(task_id: &str, persona: Option<&Persona>, trial: u32) -> String {
     format!(
@@ -224,6 +262,15 @@ impl EpisodeRunner for Tau2Runner {
             .map(|p| p.axis_placement.clone())
             .unwrap_or_default();
         let text = persona.map(|p| p.text.as_str()).unwrap_or("");
+        let counts: Arc<
+            std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>,
+        > = Default::default();
+        let meter = |m: &Arc<dyn ChatModel>| -> Arc<dyn ChatModel> {
+            Arc::new(Metered {
+                inner: m.clone(),
+                counts: counts.clone(),
+            })
+        };
         let (mut user, mut agent): (Box<dyn UserSimulator>, Box<dyn AgentSimulator>) =
             match &self.backend {
                 Backend::Scripted => (
@@ -243,13 +290,13 @@ impl EpisodeRunner for Tau2Runner {
                     let system = persona::inject(&task.user_system_prompt(&self.guidelines), text);
                     (
                         Box::new(LlmUser::new(
-                            user.clone(),
+                            meter(user),
                             system,
                             *user_temperature,
                             Some(seed),
                         )),
                         Box::new(LlmAgent::new(
-                            agent.clone(),
+                            meter(agent),
                             agent_system_prompt(&self.domain.policy),
                             *agent_temperature,
                             Some(seed),
@@ -259,9 +306,11 @@ impl EpisodeRunner for Tau2Runner {
             };
         let (conversation, termination, error) =
             run_dialogue(user.as_mut(), agent.as_mut(), &mut env, self.max_turns).await;
+        let usage = usage_json(&counts.lock().expect("usage lock"));
         if let Some(why) = error {
             let mut e = self.failed(task_id, persona, trial, seed, why);
             e.conversation = conversation;
+            e.usage = usage;
             return e;
         }
         let premature =
@@ -293,7 +342,7 @@ impl EpisodeRunner for Tau2Runner {
             status: EpisodeStatus::Ok,
             error: None,
             backend: self.backend.describe(),
-            usage: Value::Null,
+            usage,
         }
     }
 }
