@@ -195,10 +195,13 @@ impl Tau2Runner {
     }
 }
 
+/// Calls, cache hits, prompt and completion tokens, per role.
+type UsageCounts = Arc<std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>>;
+
 /// A [`ChatModel`] wrapper counting one episode's calls and tokens per role.
 struct Metered {
     inner: Arc<dyn ChatModel>,
-    counts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>>,
+    counts: UsageCounts,
 }
 
 #[async_trait]
