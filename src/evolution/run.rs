@@ -861,6 +861,23 @@ async fn run_loop(
             0.0,
         ),
     };
+    // Write the checkpoint (the commit point of an iteration) from the loop's state.
+    macro_rules! checkpoint {
+        () => {
+            commit(
+                &dir,
+                &mut log,
+                &archive,
+                iteration,
+                &pending,
+                requeues,
+                stagnation,
+                &parents,
+                &best_validation,
+                prior_elapsed + started.elapsed().as_secs_f64(),
+            )?
+        };
+    }
     let builder = PromptBuilder::new(PromptConfig {
         temperature: cfg.mutation.temperature,
         max_tokens: cfg.mutation.max_tokens,
@@ -988,18 +1005,7 @@ async fn run_loop(
                     })?;
                     iteration = k;
                     stagnation += 1;
-                    commit(
-                        &dir,
-                        &mut log,
-                        &archive,
-                        iteration,
-                        &pending,
-                        requeues,
-                        stagnation,
-                        &parents,
-                        &best_validation,
-                        prior_elapsed + started.elapsed().as_secs_f64(),
-                    )?;
+                    checkpoint!();
                     halted_in_this_process += 1;
                     say(
                         iteration,
@@ -1051,18 +1057,7 @@ async fn run_loop(
                 }
                 // not an iteration: the same candidate is evaluated again next
                 pending.push_front(candidate);
-                commit(
-                    &dir,
-                    &mut log,
-                    &archive,
-                    iteration,
-                    &pending,
-                    requeues,
-                    stagnation,
-                    &parents,
-                    &best_validation,
-                    prior_elapsed + started.elapsed().as_secs_f64(),
-                )?;
+                checkpoint!();
                 tokio::time::sleep(std::time::Duration::from_millis(
                     500 * 2u64.pow(requeues.min(6)),
                 ))
@@ -1097,18 +1092,7 @@ async fn run_loop(
                 requeues = 0;
                 iteration = k;
                 stagnation += 1;
-                commit(
-                    &dir,
-                    &mut log,
-                    &archive,
-                    iteration,
-                    &pending,
-                    requeues,
-                    stagnation,
-                    &parents,
-                    &best_validation,
-                    prior_elapsed + started.elapsed().as_secs_f64(),
-                )?;
+                checkpoint!();
                 halted_in_this_process += 1;
                 say(
                     iteration,
@@ -1236,18 +1220,7 @@ async fn run_loop(
                 if cfg.archive.num_islands > 0 {
                     archive.maybe_migrate(k / cfg.archive.num_islands as u64);
                 }
-                commit(
-                    &dir,
-                    &mut log,
-                    &archive,
-                    iteration,
-                    &pending,
-                    requeues,
-                    stagnation,
-                    &parents,
-                    &best_validation,
-                    prior_elapsed + started.elapsed().as_secs_f64(),
-                )?;
+                checkpoint!();
                 halted_in_this_process += 1;
                 say(
                     iteration,
