@@ -320,7 +320,8 @@ def recombine(rng, a, b):
 
 
 class Mutator:
-    def __init__(self, code, vocabulary, rng):
+    def __init__(self, code, vocabulary, rng, op_weights=None):
+        self.op_weights = {str(k): float(v) for k, v in (op_weights or {}).items()}
         self.src = Source(code)
         self.tree = ast.parse(code)
         self.rng = rng
@@ -362,7 +363,30 @@ class Mutator:
             return None
         self.added.add(norm(entry["name"]))
         self.n_axes += 1
-        return f"added axis '{entry['name']}'"
+        extra = self.extend_axis_dicts(entry["name"])
+        return f"added axis '{entry['name']}'" + extra
+
+    def extend_axis_dicts(self, name):
+        """Give an added axis an entry in every module-level dict of numbers keyed by the axis
+        names (e.g. placement weights), so later perturbations can tune it."""
+        axis_names = {a.name for a in self.axis_objs if a.name}
+        notes = []
+        for var, node in sorted(self.literals.items()):
+            if not isinstance(node, ast.Dict) or not node.keys or var == AXES_NAME:
+                continue
+            keys = [k.value if isinstance(k, ast.Constant) else None for k in node.keys]
+            if not all(isinstance(k, str) for k in keys) or not set(keys) <= axis_names or len(keys) < 2:
+                continue
+            if not all(is_number(v) for v in node.values) or name in keys:
+                continue
+            vals = [ast.literal_eval(v) for v in node.values]
+            prob = all(0.0 <= v <= 1.0 for v in vals)
+            value = round(self.rng.uniform(0.1, 0.9), 3) if prob else vals[-1]
+            quote = quote_style(self.src, node.keys[0])
+            end = self.src.span(node.values[-1])[1]
+            if self.patch.add(end, end, ", %s: %s" % (py_str(name, quote), fmt_number(value))):
+                notes.append(f"{var}['{name}']={fmt_number(value)}")
+        return (" (" + ", ".join(notes) + ")") if notes else ""
 
     def op_drop_axis(self):
         if self.axes is None or self.n_axes < 2:
@@ -458,8 +482,8 @@ class Mutator:
         done = []
         for _ in range(n_edits):
             for _attempt in range(12):
-                names = [o for o in ops]
-                weights = [w for _, _, w in names]
+                names = [o for o in ops if self.op_weights.get(o[0], o[2]) > 0] or ops
+                weights = [self.op_weights.get(n, w) for n, _, w in names]
                 _, fn, _ = self.rng.choices(names, weights=weights)[0]
                 desc = fn()
                 if desc:
@@ -591,7 +615,7 @@ def answer(req, seed):
             new, edits = crossover(code, req["code_b"], rng)
             summary = "crossover: " + "; ".join(edits)
         elif req.get("op") == "mutate":
-            new, edits = Mutator(code, req.get("vocabulary") or [], rng).run()
+            new, edits = Mutator(code, req.get("vocabulary") or [], rng, req.get("op_weights")).run()
             summary = "; ".join(edits)
         else:
             raise NoEdit(f"unknown op {req.get('op')!r}")

@@ -34,7 +34,9 @@ use crate::llm::client::LlmClient;
 use crate::llm::{CallRole, ChatModel, ChatRequest};
 use crate::mutation::diff::{apply_diff, check_python_syntax, extract_full_program};
 use crate::mutation::prompt::{MutationContext, PromptBuilder, PromptConfig};
-use crate::mutation::structural::{crossover, structural_mutate, AxisVocab};
+use crate::mutation::structural::{
+    crossover, structural_mutate_with, AxisVocab, StructuralOptions,
+};
 use crate::mutation::{ChildFailure, FailureKind};
 use crate::persona::Persona;
 use crate::program::{MutationInfo, MutationKind, Program, ProgramId};
@@ -404,6 +406,25 @@ fn axis_vocabulary() -> Vec<AxisVocab> {
 
 /// The metrics a program carries in the archive. `combined` is what the archive ranks by:
 /// the fixed-weight score (default) or the ramped training score (`select_by = "ramp"`).
+/// Operator weights of offline structural mutation: the scripted simulator realises axis
+/// placements, not roleplay text, so edits that change which behaviours personas get (adding,
+/// dropping axes, tuning numbers) are favoured over text edits, which it cannot see.
+fn offline_ops() -> StructuralOptions {
+    StructuralOptions {
+        op_weights: [
+            ("add-axis", 3.0),
+            ("drop-axis", 1.5),
+            ("edit-axis", 0.5),
+            ("perturb", 4.0),
+            ("fragment", 0.5),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+        ..StructuralOptions::default()
+    }
+}
+
 fn metrics_map(m: &EvalMetrics, cfg: &RunConfig) -> BTreeMap<String, f64> {
     let fixed = cfg.fitness.lambda_h * m.human_likeness + cfg.fitness.lambda_b * m.coverage;
     let ranked = match cfg.fitness.select_by {
@@ -962,7 +983,7 @@ async fn run_loop(
                     let res = tokio::task::spawn_blocking(move || match (use_cross, other) {
                         (true, Some((oid, ocode))) => crossover(&code, &ocode, it_seed)
                             .map(|(c, s)| (c, s, MutationKind::Crossover, Some(oid))),
-                        _ => structural_mutate(&code, &vocab, it_seed)
+                        _ => structural_mutate_with(&offline_ops(), &code, &vocab, it_seed)
                             .map(|(c, s)| (c, s, MutationKind::Structural, None)),
                     })
                     .await

@@ -57,12 +57,15 @@ pub struct AxisVocab {
 }
 
 /// How to run the script.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StructuralOptions {
     /// Python interpreter. Default `python3`.
     pub python: String,
     /// Wall-clock limit per call. Default 20 s.
     pub timeout: Duration,
+    /// Relative weights of the mutation operators by name (`add-axis`, `drop-axis`,
+    /// `edit-axis`, `perturb`, `fragment`); absent names keep their defaults, 0 disables one.
+    pub op_weights: std::collections::BTreeMap<String, f64>,
 }
 
 impl Default for StructuralOptions {
@@ -70,6 +73,7 @@ impl Default for StructuralOptions {
         StructuralOptions {
             python: super::PYTHON.to_string(),
             timeout: Duration::from_secs(20),
+            op_weights: Default::default(),
         }
     }
 }
@@ -136,7 +140,7 @@ pub fn structural_mutate_with(
 ) -> Result<(String, String), String> {
     call(
         opts,
-        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seed": seed}),
+        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seed": seed, "op_weights": opts.op_weights}),
     )
 }
 
