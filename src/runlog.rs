@@ -19,8 +19,11 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Metrics of one evaluation of a candidate (train batch or validation set).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EvalMetrics {
-    /// λh·human_likeness + λb·coverage with the weights in force.
+    /// λh·human_likeness + λb·coverage: the score the archive ranks by (with `lambda_h`, `lambda_b`).
     pub combined: f64,
+    /// The reference's ramped training score (λb grows with N/N_final), when it differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub combined_ramp: Option<f64>,
     /// Mean P(human) over all episodes.
     pub human_likeness: f64,
     /// Mean over tasks of Chamfer coverage.

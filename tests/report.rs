@@ -52,6 +52,7 @@ fn metrics(hl: f64, cov: f64, seed: f64) -> EvalMetrics {
     };
     EvalMetrics {
         combined: 0.5 * hl + 0.5 * cov,
+        combined_ramp: None,
         human_likeness: hl,
         coverage: cov,
         lambda_h: 0.5,

@@ -118,6 +118,7 @@ impl Scorer {
         let successes = episodes.iter().filter(|e| e.success()).count();
         let metrics = EvalMetrics {
             combined: lambda_h * hl + lambda_b * coverage,
+            combined_ramp: None,
             human_likeness: hl,
             coverage,
             lambda_h,

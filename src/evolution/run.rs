@@ -404,8 +404,6 @@ fn axis_vocabulary() -> Vec<AxisVocab> {
         .collect()
 }
 
-/// The metrics a program carries in the archive. `combined` is what the archive ranks by:
-/// the fixed-weight score (default) or the ramped training score (`select_by = "ramp"`).
 /// Operator weights of offline structural mutation: the scripted simulator realises axis
 /// placements, not roleplay text, so edits that change which behaviours personas get (adding,
 /// dropping axes, tuning numbers) are favoured over text edits, which it cannot see.
@@ -425,20 +423,30 @@ fn offline_ops() -> StructuralOptions {
     }
 }
 
-fn metrics_map(m: &EvalMetrics, cfg: &RunConfig) -> BTreeMap<String, f64> {
-    let fixed = cfg.fitness.lambda_h * m.human_likeness + cfg.fitness.lambda_b * m.coverage;
-    let ranked = match cfg.fitness.select_by {
-        crate::config::SelectBy::Fixed => fixed,
-        crate::config::SelectBy::Ramp => m.combined,
-    };
-    BTreeMap::from([
-        ("combined".to_string(), ranked),
-        ("combined_fixed".to_string(), fixed),
-        ("combined_ramp".to_string(), m.combined),
+/// Put the ranking score in `combined` (the fixed final weights by default, so programs scored
+/// at different curriculum stages are comparable); keep the reference's ramped score beside it.
+fn rank_metrics(m: &mut EvalMetrics, cfg: &RunConfig) {
+    if cfg.fitness.select_by == crate::config::SelectBy::Fixed {
+        let ramp = m.combined;
+        m.lambda_h = cfg.fitness.lambda_h;
+        m.lambda_b = cfg.fitness.lambda_b;
+        m.combined = m.lambda_h * m.human_likeness + m.lambda_b * m.coverage;
+        m.combined_ramp = Some(ramp);
+    }
+}
+
+/// The metrics a program carries in the archive (`combined` is what it ranks by).
+fn metrics_map(m: &EvalMetrics) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::from([
+        ("combined".to_string(), m.combined),
         ("human_likeness".to_string(), m.human_likeness),
         ("coverage".to_string(), m.coverage),
         ("success_rate".to_string(), m.success_rate),
-    ])
+    ]);
+    if let Some(r) = m.combined_ramp {
+        out.insert("combined_ramp".into(), r);
+    }
+    out
 }
 
 fn cost_summary(client: &Option<LlmClient>) -> runlog::CostSummary {
@@ -1122,7 +1130,7 @@ async fn run_loop(
                 );
             }
             CandidateOutcome::Scored {
-                metrics,
+                mut metrics,
                 personas,
                 persona_records,
                 episodes,
@@ -1130,6 +1138,7 @@ async fn run_loop(
                 fingerprints,
             } => {
                 requeues = 0;
+                rank_metrics(&mut metrics, &cfg);
                 let computed = computed_reflection(
                     &scorer,
                     &persona_records,
@@ -1160,7 +1169,7 @@ async fn run_loop(
                     _ => computed.clone(),
                 };
                 let mut program = candidate;
-                program.metrics = metrics_map(&metrics, &cfg);
+                program.metrics = metrics_map(&metrics);
                 program.reflection = Some(reflection.clone());
                 parents.insert(
                     program.id.0.clone(),
