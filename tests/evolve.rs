@@ -301,3 +301,107 @@ async fn llm_mode_records_invalid_diffs_and_continues() {
         Event::RunStopped { iterations: 3, .. }
     ));
 }
+
+fn stop_reason(dir: &Path) -> (String, u64) {
+    read(&dir.join("log.jsonl"))
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find_map(|r| match r.event {
+            Event::RunStopped {
+                reason, iterations, ..
+            } => Some((reason, iterations)),
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// The reference's early stop never fires (ppol-spec §5.7); ours stops after K evaluations in a
+/// row without a new elite, and the wall-clock limit stops between evaluations.
+#[test]
+fn early_stop_and_wall_clock_stop_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("c.toml");
+    std::fs::write(&cfg, "[search]\niterations = 200\nseed = 4\nearly_stop_evaluations = 2\n[archive]\nnum_islands = 1\nfeature_bins = 2\n").unwrap();
+    let out = tmp.path().join("early");
+    let (code, stdout, err) = run_ppol(&[
+        "evolve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (reason, iterations) = stop_reason(&out);
+    assert_eq!(reason, "early_stop", "{stdout}");
+    assert!(iterations < 200);
+    // the last two evaluations made no new elite, the one before did
+    let elites: Vec<bool> = read(&out.join("log.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::CandidateEvaluated { new_elite, .. } => Some(new_elite),
+            Event::CandidateFailed { .. } => Some(false),
+            _ => None,
+        })
+        .collect();
+    let n = elites.len();
+    assert!(
+        n >= 3 && !elites[n - 1] && !elites[n - 2] && elites[..n - 2].iter().any(|e| *e),
+        "{elites:?}"
+    );
+
+    std::fs::write(
+        &cfg,
+        "[search]\niterations = 200\nseed = 4\nmax_wall_clock_s = 0.001\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("clock");
+    let (code, _, err) = run_ppol(&[
+        "evolve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(stop_reason(&out), ("wall_clock".to_string(), 1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn llm_budget_stops_the_run_cleanly() {
+    use ppol::llm::mock_server::{serve, MockReply, MockRule, MockScript};
+    let diff = "<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.7, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n>>>>>>> REPLACE\n";
+    let script = MockScript {
+        rules: vec![MockRule {
+            contains: Some("<<<<<<< SEARCH".into()),
+            reply: MockReply::text(diff).with_usage(10, 10),
+            ..Default::default()
+        }],
+        default: MockReply::text("fine").with_usage(10, 10),
+        ..Default::default()
+    };
+    let server = serve(script).await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = llm_config(tmp.path(), &server.base_url());
+    let mut text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("iterations = 3", "iterations = 10");
+    text.push_str("[budget]\nmax_tokens = 50\n");
+    std::fs::write(&cfg, text).unwrap();
+    let out = tmp.path().join("run");
+    let (cfg_s, out_s) = (cfg.display().to_string(), out.display().to_string());
+    let (code, stdout, err) = tokio::task::spawn_blocking(move || {
+        run_ppol(&["evolve", "--config", &cfg_s, "--out", &out_s, "--quiet"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("stopped: budget"), "{stdout}");
+    let (reason, iterations) = stop_reason(&out);
+    assert_eq!(reason, "budget");
+    assert!(iterations < 10);
+    assert!(out.join("best/program.py").exists());
+}

@@ -932,7 +932,8 @@ async fn run_loop(
             );
             break "budget".into();
         }
-        if let Some(max) = cfg.search.max_wall_clock_s {
+        // (the seed is always evaluated, so every run has a best program)
+        if let (Some(max), true) = (cfg.search.max_wall_clock_s, iteration > 0) {
             if prior_elapsed + started.elapsed().as_secs_f64() >= max {
                 break "wall_clock".into();
             }
