@@ -86,6 +86,9 @@ pub struct EvalArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// No progress spinner.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 fn resolve(args: &EvolveArgs) -> anyhow::Result<RunConfig> {
