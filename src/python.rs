@@ -465,6 +465,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint_matrix, m)?)?;
     m.add_function(wrap_pyfunction!(score_json, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
+    m.add_function(wrap_pyfunction!(generate_json, m)?)?;
+    m.add_function(wrap_pyfunction!(episodes_json, m)?)?;
+    m.add_function(wrap_pyfunction!(evolve_start, m)?)?;
+    m.add_function(wrap_pyfunction!(evaluate_json, m)?)?;
+    m.add_function(wrap_pyfunction!(report, m)?)?;
+    m.add_class::<PyEvolveHandle>()?;
     m.add_class::<PyHumanReference>()?;
     m.add_class::<PyDiscriminator>()?;
     m.add("Error", py.get_type::<Error>())?;
@@ -480,4 +486,397 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RunError", py.get_type::<RunError>())?;
     m.add("Cancelled", py.get_type::<Cancelled>())?;
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Simulation, generation and evolution
+
+fn runtime() -> PyResult<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::new_err(format!("cannot start the async runtime: {e}")))
+}
+
+fn llm_model(spec: Option<&str>) -> PyResult<Option<std::sync::Arc<dyn crate::llm::ChatModel>>> {
+    match spec {
+        None | Some("none") => Ok(None),
+        Some(s) => Ok(Some(std::sync::Arc::new(
+            crate::llm::client::LlmClient::from_cli_value(s).map_err(to_py)?,
+        ))),
+    }
+}
+
+/// Run a generator program in the sandbox for tasks; returns persona records as JSON.
+#[pyfunction]
+#[pyo3(signature = (program, task=None, domain=None, split=None, n=10, llm=None, seed=0, tau2_data=None, timeout_s=120.0))]
+#[allow(clippy::too_many_arguments)]
+fn generate_json(
+    py: Python<'_>,
+    program: PathBuf,
+    task: Option<String>,
+    domain: Option<String>,
+    split: Option<String>,
+    n: usize,
+    llm: Option<String>,
+    seed: u64,
+    tau2_data: Option<PathBuf>,
+    timeout_s: f64,
+) -> PyResult<String> {
+    let model = llm_model(llm.as_deref())?;
+    let tasks: Vec<(Option<String>, String)> = match (&domain, &task, &split) {
+        (Some(d), t, s) => {
+            let dom = crate::tau2::Domain::load(d, tau2_data.as_deref()).map_err(to_py)?;
+            let spec = t
+                .clone()
+                .or_else(|| s.clone())
+                .ok_or_else(|| ConfigError::new_err("with domain=, give task= (ids) or split="))?;
+            dom.select_tasks(&spec)
+                .map_err(to_py)?
+                .into_iter()
+                .map(|t| {
+                    (
+                        Some(t.id.clone()),
+                        crate::episode::runner::task_context(&dom, t),
+                    )
+                })
+                .collect()
+        }
+        (None, Some(t), None) => vec![(None, t.clone())],
+        _ => {
+            return Err(ConfigError::new_err(
+                "give task= (free text), or domain= with task= ids or split=",
+            ))
+        }
+    };
+    let cfg = crate::sandbox::SandboxConfig {
+        timeout: std::time::Duration::from_secs_f64(timeout_s),
+        ..Default::default()
+    };
+    let out = py.detach(|| {
+        runtime()?.block_on(async {
+            let mut all = Vec::new();
+            for (id, ctx) in &tasks {
+                match crate::generator::generate(
+                    &program,
+                    ctx,
+                    id.as_deref(),
+                    n,
+                    model.clone(),
+                    &cfg,
+                    seed,
+                )
+                .await
+                {
+                    Ok(crate::generator::GenerationOutcome::Ok { personas, .. }) => {
+                        all.extend(personas)
+                    }
+                    Ok(crate::generator::GenerationOutcome::Failed(f)) => {
+                        return Err(SandboxError::new_err(format!(
+                            "{} failed at stage {}: {}\n{}",
+                            f.program, f.stage, f.reason, f.stderr_tail
+                        )))
+                    }
+                    Err(e) => return Err(to_py(e)),
+                }
+            }
+            Ok(all)
+        })
+    })?;
+    Ok(serde_json::to_string(&out).expect("serialisable"))
+}
+
+/// Play episodes; returns the episode records as JSON.
+#[pyfunction]
+#[pyo3(signature = (domain="demo", tasks="all", personas=None, trials=1, llm="scripted", max_turns=30, seed=0, tau2_data=None))]
+#[allow(clippy::too_many_arguments)]
+fn episodes_json(
+    py: Python<'_>,
+    domain: &str,
+    tasks: &str,
+    personas: Option<String>,
+    trials: u32,
+    llm: &str,
+    max_turns: usize,
+    seed: u64,
+    tau2_data: Option<PathBuf>,
+) -> PyResult<String> {
+    use crate::evolution::evaluate::EpisodeRunner;
+    let dom = crate::episode::runner::load_domain(domain, tau2_data.as_deref()).map_err(to_py)?;
+    let ids: Vec<String> = dom
+        .select_tasks(tasks)
+        .map_err(to_py)?
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    let personas: Option<Vec<crate::persona::Persona>> = personas
+        .map(|s| {
+            serde_json::from_str(&s)
+                .map_err(|e| ParseError::new_err(format!("<python>: personas: {e}")))
+        })
+        .transpose()?;
+    let backend = if llm == "scripted" {
+        crate::episode::runner::Backend::Scripted
+    } else {
+        let m = llm_model(Some(llm))?.expect("model");
+        crate::episode::runner::Backend::Llm {
+            user: m.clone(),
+            agent: m,
+            user_temperature: Some(0.0),
+            agent_temperature: None,
+        }
+    };
+    let runner = crate::episode::runner::Tau2Runner::new(dom, backend, max_turns);
+    let mut jobs: Vec<(String, Option<crate::persona::Persona>, u32)> = Vec::new();
+    for t in &ids {
+        let ps: Vec<Option<crate::persona::Persona>> = match &personas {
+            None => vec![None],
+            Some(all) => all
+                .iter()
+                .filter(|p| p.task_id.as_deref().is_none_or(|id| id == t))
+                .cloned()
+                .map(Some)
+                .collect(),
+        };
+        for p in ps {
+            for k in 0..trials.max(1) {
+                jobs.push((t.clone(), p.clone(), k));
+            }
+        }
+    }
+    let eps = py.detach(|| {
+        runtime().map(|rt| {
+            rt.block_on(futures::future::join_all(jobs.iter().enumerate().map(
+                |(i, (t, p, k))| {
+                    runner.run(
+                        t,
+                        p.as_ref(),
+                        *k,
+                        crate::evolution::evaluate::mix(seed, i as u64),
+                    )
+                },
+            )))
+        })
+    })?;
+    Ok(serde_json::to_string(&eps).expect("serialisable"))
+}
+
+/// Build a run configuration from a TOML file and keyword overrides (dotted keys, e.g.
+/// `{"search.iterations": 3, "run.out": "runs/x"}`).
+fn run_config(
+    config: Option<PathBuf>,
+    overrides: Option<&Bound<'_, PyDict>>,
+) -> PyResult<crate::config::RunConfig> {
+    let mut value = match &config {
+        Some(p) => {
+            let text = crate::error::read_to_string(p).map_err(to_py)?;
+            toml::from_str::<toml::Value>(&text)
+                .map_err(|e| ParseError::new_err(format!("{}: {e}", p.display())))?
+        }
+        None => {
+            let mut d = toml::Value::try_from(crate::config::RunConfig::default()).expect("toml");
+            d["search"]["iterations"] = toml::Value::Integer(10);
+            d
+        }
+    };
+    if let Some(o) = overrides {
+        let json = o
+            .py()
+            .import("json")?
+            .getattr("dumps")?
+            .call1((o,))?
+            .extract::<String>()?;
+        let map: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&json).map_err(|e| ConfigError::new_err(e.to_string()))?;
+        for (key, v) in map {
+            let tv: toml::Value = toml::Value::try_from(&v)
+                .map_err(|e| ConfigError::new_err(format!("invalid configuration '{key}': {e}")))?;
+            let mut cur = &mut value;
+            let parts: Vec<&str> = key.split('.').collect();
+            for part in &parts[..parts.len() - 1] {
+                let t = cur.as_table_mut().ok_or_else(|| {
+                    ConfigError::new_err(format!("invalid configuration '{key}'"))
+                })?;
+                cur = t
+                    .entry(part.to_string())
+                    .or_insert_with(|| toml::Value::Table(Default::default()));
+            }
+            cur.as_table_mut()
+                .ok_or_else(|| ConfigError::new_err(format!("invalid configuration '{key}'")))?
+                .insert(parts[parts.len() - 1].to_string(), tv);
+        }
+    }
+    let text = toml::to_string(&value).map_err(|e| ConfigError::new_err(e.to_string()))?;
+    crate::config::RunConfig::from_toml_str(
+        &text,
+        std::path::Path::new(
+            config
+                .as_deref()
+                .unwrap_or(std::path::Path::new("<python>")),
+        ),
+    )
+    .map_err(to_py)
+}
+
+/// The outcome of a background run: summary JSON, or (error kind, message).
+type RunOutcome = std::sync::Arc<std::sync::Mutex<Option<Result<String, (String, String)>>>>;
+
+/// A handle on a running evolution: stop it, ask whether it is done, wait for its summary.
+#[pyclass(name = "EvolveHandle", module = "ppol_rs._core")]
+pub struct PyEvolveHandle {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    result: RunOutcome,
+    done: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+#[pymethods]
+impl PyEvolveHandle {
+    /// Ask the run to stop after the current evaluation (it then writes its summary).
+    fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the run has finished.
+    fn done(&self) -> bool {
+        *self.done.0.lock().expect("lock")
+    }
+
+    /// Wait (releasing the GIL) up to `timeout` seconds; returns the summary JSON or None on timeout.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_json(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<String>> {
+        let done = self.done.clone();
+        let finished = py.detach(move || {
+            let (lock, cv) = &*done;
+            let guard = lock.lock().expect("lock");
+            match timeout {
+                None => *cv.wait_while(guard, |d| !*d).expect("wait"),
+                Some(t) => {
+                    *cv.wait_timeout_while(
+                        guard,
+                        std::time::Duration::from_secs_f64(t.max(0.0)),
+                        |d| !*d,
+                    )
+                    .expect("wait")
+                    .0
+                }
+            }
+        });
+        if !finished {
+            return Ok(None);
+        }
+        match self.result.lock().expect("lock").clone() {
+            Some(Ok(s)) => Ok(Some(s)),
+            Some(Err((kind, msg))) => Err(match kind.as_str() {
+                "ParseError" => ParseError::new_err(msg),
+                "ConfigError" => ConfigError::new_err(msg),
+                "IoError" => IoError::new_err(msg),
+                "RunError" => RunError::new_err(msg),
+                "LlmError" => LlmError::new_err(msg),
+                "DomainError" => DomainError::new_err(msg),
+                "SandboxError" => SandboxError::new_err(msg),
+                _ => Error::new_err(msg),
+            }),
+            None => Err(Error::new_err("the run ended without a result")),
+        }
+    }
+}
+
+/// Start an evolution (new run, or `resume_dir`) in a background thread.
+#[pyfunction]
+#[pyo3(signature = (config=None, overrides=None, progress=None, resume_dir=None, iterations=None))]
+fn evolve_start(
+    config: Option<PathBuf>,
+    overrides: Option<&Bound<'_, PyDict>>,
+    progress: Option<Py<PyAny>>,
+    resume_dir: Option<PathBuf>,
+    iterations: Option<u64>,
+) -> PyResult<PyEvolveHandle> {
+    let cfg = match &resume_dir {
+        None => Some(run_config(config, overrides)?),
+        Some(_) => None,
+    };
+    let control = crate::evolution::run::RunControl {
+        progress: progress.map(|cb| {
+            let f: crate::evolution::run::ProgressFn =
+                std::sync::Arc::new(move |p: &crate::evolution::run::Progress| {
+                    let text = serde_json::to_string(p).expect("json");
+                    Python::attach(|py| {
+                        let loads = py.import("json").and_then(|j| j.getattr("loads"));
+                        if let Ok(v) = loads.and_then(|l| l.call1((text,))) {
+                            if let Err(e) = cb.call1(py, (v,)) {
+                                e.print(py);
+                            }
+                        }
+                    });
+                });
+            f
+        }),
+        ..Default::default()
+    };
+    let handle = PyEvolveHandle {
+        stop: control.stop.clone(),
+        result: Default::default(),
+        done: std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new())),
+    };
+    let (result, done) = (handle.result.clone(), handle.done.clone());
+    std::thread::Builder::new()
+        .name("ppol-evolve".into())
+        .spawn(move || {
+            let out = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| crate::Error::Sandbox(e.to_string()))
+                .and_then(|rt| {
+                    rt.block_on(async move {
+                        match (cfg, resume_dir) {
+                            (Some(cfg), _) => crate::evolution::run::evolve(cfg, control).await,
+                            (None, Some(dir)) => {
+                                crate::evolution::run::resume(&dir, control, iterations).await
+                            }
+                            (None, None) => unreachable!("config or resume dir"),
+                        }
+                    })
+                });
+            *result.lock().expect("lock") = Some(
+                out.map(|s| serde_json::to_string(&s).expect("json"))
+                    .map_err(|e| (e.kind().to_string(), e.to_string())),
+            );
+            let (lock, cv) = &*done;
+            *lock.lock().expect("lock") = true;
+            cv.notify_all();
+        })
+        .map_err(|e| Error::new_err(format!("cannot start the evolution thread: {e}")))?;
+    Ok(handle)
+}
+
+/// The Table-1 comparison of a run on held-out tasks, as JSON.
+#[pyfunction]
+#[pyo3(signature = (run_dir, split=None, human=None, n=None))]
+fn evaluate_json(
+    py: Python<'_>,
+    run_dir: PathBuf,
+    split: Option<String>,
+    human: Option<Vec<PathBuf>>,
+    n: Option<usize>,
+) -> PyResult<String> {
+    let human = human.unwrap_or_default();
+    let t = py.detach(|| {
+        runtime().map(|rt| {
+            rt.block_on(crate::evolution::run::evaluate_run(
+                &run_dir,
+                split.as_deref(),
+                &human,
+                n,
+            ))
+        })
+    })?;
+    Ok(serde_json::to_string(&t.map_err(to_py)?).expect("json"))
+}
+
+/// Write the run's HTML report; returns its path.
+#[pyfunction]
+#[pyo3(signature = (run_dir, out=None))]
+fn report(py: Python<'_>, run_dir: PathBuf, out: Option<PathBuf>) -> PyResult<PathBuf> {
+    py.detach(|| crate::report::write(&run_dir, out.as_deref()))
+        .map_err(to_py)
 }

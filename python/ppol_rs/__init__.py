@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -64,8 +64,16 @@ __all__ = [
     "ParseError",
     "RunError",
     "SandboxError",
+    "EvolveRun",
+    "episodes",
+    "evaluate",
+    "evolve",
+    "evolve_async",
     "fingerprint",
+    "generate",
     "load_traces",
+    "report",
+    "resume",
     "score",
 ]
 
@@ -159,3 +167,207 @@ def score(
     return json.loads(
         _core.score_json(human, _norm(candidates), discriminator, lambda_h, lambda_b, raw, clusters)
     )
+
+
+def generate(
+    program: Union[str, "os.PathLike[str]"],
+    task: Optional[str] = None,
+    *,
+    domain: Optional[str] = None,
+    split: Optional[str] = None,
+    n: int = 10,
+    llm: Optional[str] = None,
+    seed: int = 0,
+    tau2_data: Optional[Union[str, "os.PathLike[str]"]] = None,
+    timeout_s: float = 120.0,
+) -> List[Dict[str, Any]]:
+    """Run a generator program in the sandbox (as ``ppol generate``) and return persona records.
+
+    ``task`` is free text, or task ids when ``domain`` is given (or use ``split``). ``llm`` is
+    ``None`` (the program may not call ``ppol_llm``), ``"openai:MODEL@URL"`` or a TOML config.
+
+    >>> import ppol_rs, pathlib
+    >>> seed = pathlib.Path(ppol_rs.__file__).parents[2] / "seeds" / "offline_templates.py"
+    >>> ps = ppol_rs.generate(seed, domain="demo", task="0", n=3)
+    >>> len(ps), sorted(ps[0]) == ["axis_placement", "description", "persona_id", "reasoning", "task_id", "text"]
+    (3, True)
+    """
+    return json.loads(
+        _core.generate_json(
+            program, task, domain, split, n, llm, seed, None if tau2_data is None else str(tau2_data), timeout_s
+        )
+    )
+
+
+def episodes(
+    domain: str = "demo",
+    tasks: str = "all",
+    *,
+    personas: Optional[Union[str, "os.PathLike[str]", Sequence[Dict[str, Any]]]] = None,
+    trials: int = 1,
+    llm: str = "scripted",
+    max_turns: int = 30,
+    seed: int = 0,
+    tau2_data: Optional[Union[str, "os.PathLike[str]"]] = None,
+) -> List[Dict[str, Any]]:
+    """Play user-simulator ↔ agent ↔ τ² environment episodes (as ``ppol episodes``).
+
+    ``personas`` is a persona JSONL file or a list of persona dicts (from :func:`generate`);
+    without personas each task is played by the plain simulator. ``llm="scripted"`` is the
+    offline simulator; otherwise ``"openai:MODEL@URL"`` or a TOML LLM config.
+
+    >>> import ppol_rs
+    >>> eps = ppol_rs.episodes("demo", "0,1", trials=2)
+    >>> len(eps), eps[0]["termination"], eps[0]["reward"]
+    (4, 'user_stop', 1.0)
+    """
+    if personas is not None and not isinstance(personas, (list, tuple)):
+        with open(personas, encoding="utf-8") as f:
+            personas = [json.loads(line) for line in f if line.strip()]
+    text = None if personas is None else json.dumps(list(personas))
+    return json.loads(
+        _core.episodes_json(
+            domain, tasks, text, trials, llm, max_turns, seed, None if tau2_data is None else str(tau2_data)
+        )
+    )
+
+
+class EvolveRun:
+    """A running evolution (from :func:`evolve_async`): ``stop()``, ``done()``, ``result()``.
+
+    >>> import ppol_rs, tempfile, os
+    >>> out = os.path.join(tempfile.mkdtemp(), "run")
+    >>> run = ppol_rs.evolve_async(overrides={"search.iterations": 2, "run.out": out})
+    >>> summary = run.result()
+    >>> summary["iterations"], summary["reason"]
+    (2, 'iterations')
+    """
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def stop(self) -> None:
+        """Stop after the current evaluation."""
+        self._handle.stop()
+
+    def done(self) -> bool:
+        """Whether the run has finished."""
+        return bool(self._handle.done())
+
+    def result(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """Wait for the run's summary (None if ``timeout`` seconds pass first)."""
+        text = self._handle.wait_json(timeout)
+        return None if text is None else json.loads(text)
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        import asyncio
+
+        return asyncio.get_running_loop().run_in_executor(None, self.result).__await__()
+
+
+def evolve_async(
+    config: Optional[Union[str, "os.PathLike[str]"]] = None,
+    *,
+    overrides: Optional[Dict[str, Any]] = None,
+    progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+) -> EvolveRun:
+    """Start ``ppol evolve`` in the background and return a handle (awaitable in asyncio).
+
+    ``overrides`` sets configuration keys by dotted name, e.g. ``{"search.iterations": 5,
+    "run.out": "runs/x", "run.human": ["human.jsonl"]}``. ``progress`` is called with
+    ``{"iteration", "iterations", "best_combined", "message"}`` after each step.
+
+    >>> import ppol_rs, tempfile, os
+    >>> seen = []
+    >>> run = ppol_rs.evolve_async(overrides={"search.iterations": 2, "run.out": os.path.join(tempfile.mkdtemp(), "r")},
+    ...                            progress=seen.append)
+    >>> run.result()["iterations"], seen[-1]["iteration"]
+    (2, 2)
+    """
+    cfg = None if config is None else str(config)
+    return EvolveRun(_core.evolve_start(cfg, overrides, progress, None, None))
+
+
+def evolve(
+    config: Optional[Union[str, "os.PathLike[str]"]] = None,
+    *,
+    overrides: Optional[Dict[str, Any]] = None,
+    progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+) -> Dict[str, Any]:
+    """Run ``ppol evolve`` to the end and return its summary (offline with no ``[llm]``).
+
+    >>> import ppol_rs, tempfile, os
+    >>> s = ppol_rs.evolve(overrides={"search.iterations": 2, "run.out": os.path.join(tempfile.mkdtemp(), "r")})
+    >>> s["offline"], s["best_program_id"] is not None
+    (True, True)
+    """
+    run = evolve_async(config, overrides=overrides, progress=progress)
+    try:
+        return run.result()  # type: ignore[return-value]
+    except KeyboardInterrupt:
+        run.stop()
+        return run.result()  # type: ignore[return-value]
+
+
+def resume(
+    run_dir: Union[str, "os.PathLike[str]"],
+    *,
+    iterations: Optional[int] = None,
+    progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+) -> Dict[str, Any]:
+    """Continue a run from its last checkpoint (as ``ppol resume``); returns its summary.
+
+    >>> import ppol_rs, tempfile, os
+    >>> out = os.path.join(tempfile.mkdtemp(), "r")
+    >>> _ = ppol_rs.evolve(overrides={"search.iterations": 2, "run.out": out})
+    >>> ppol_rs.resume(out, iterations=3)["iterations"]
+    3
+    """
+    return EvolveRun(_core.evolve_start(None, None, progress, str(run_dir), iterations)).result()  # type: ignore[return-value]
+
+
+def evaluate(
+    run_dir: Union[str, "os.PathLike[str]"],
+    *,
+    split: Optional[str] = None,
+    human: Optional[Sequence[Union[str, "os.PathLike[str]"]]] = None,
+    n: Optional[int] = None,
+    as_frame: Optional[bool] = None,
+) -> Any:
+    """The paper's Table 1 for a run (as ``ppol eval``): a DataFrame of rows human, base,
+    direct, seed, evolved when pandas is installed, else the JSON table as a dict.
+
+    >>> import ppol_rs, tempfile, os
+    >>> out = os.path.join(tempfile.mkdtemp(), "r")
+    >>> _ = ppol_rs.evolve(overrides={"search.iterations": 2, "run.out": out})
+    >>> t = ppol_rs.evaluate(out, n=3, as_frame=False)
+    >>> [r["name"] for r in t["rows"]]
+    ['human', 'base', 'direct', 'seed', 'evolved']
+    """
+    table = json.loads(_core.evaluate_json(str(run_dir), split, None if human is None else [str(h) for h in human], n))
+    if as_frame is not False:
+        try:
+            import pandas as pd
+        except ImportError:
+            if as_frame:
+                raise
+        else:
+            rows = []
+            for r in table["rows"]:
+                flat = {k: v for k, v in r.items() if k != "dice"}
+                flat.update({f"dice_{k}": v for k, v in r["dice"].items()})
+                rows.append(flat)
+            return pd.DataFrame(rows).set_index("name")
+    return table
+
+
+def report(run_dir: Union[str, "os.PathLike[str]"], out: Optional[Union[str, "os.PathLike[str]"]] = None) -> str:
+    """Write the run's self-contained HTML report (as ``ppol report``); returns its path.
+
+    >>> import ppol_rs, tempfile, os
+    >>> out = os.path.join(tempfile.mkdtemp(), "r")
+    >>> _ = ppol_rs.evolve(overrides={"search.iterations": 1, "run.out": out})
+    >>> ppol_rs.report(out).endswith("report.html")
+    True
+    """
+    return str(_core.report(str(run_dir), None if out is None else str(out)))

@@ -1,7 +1,8 @@
 """Stubs for the compiled module ppol_rs._core (kept in sync by python/tests/test_stub_sync.py)."""
 
 import os
-from typing import Any, List, Optional, Sequence, Tuple, Union
+import pathlib
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +39,46 @@ def score_json(
     clusters: int = 0,
 ) -> str: ...
 def cli(argv: List[str]) -> int: ...
+def generate_json(
+    program: Union[str, os.PathLike[str]],
+    task: Optional[str] = None,
+    domain: Optional[str] = None,
+    split: Optional[str] = None,
+    n: int = 10,
+    llm: Optional[str] = None,
+    seed: int = 0,
+    tau2_data: Optional[Union[str, os.PathLike[str]]] = None,
+    timeout_s: float = 120.0,
+) -> str: ...
+def episodes_json(
+    domain: str = "demo",
+    tasks: str = "all",
+    personas: Optional[str] = None,
+    trials: int = 1,
+    llm: str = "scripted",
+    max_turns: int = 30,
+    seed: int = 0,
+    tau2_data: Optional[Union[str, os.PathLike[str]]] = None,
+) -> str: ...
+def evolve_start(
+    config: Optional[Union[str, os.PathLike[str]]] = None,
+    overrides: Optional[dict] = None,
+    progress: Optional[Callable[[dict], None]] = None,
+    resume_dir: Optional[Union[str, os.PathLike[str]]] = None,
+    iterations: Optional[int] = None,
+) -> EvolveHandle: ...
+def evaluate_json(
+    run_dir: Union[str, os.PathLike[str]],
+    split: Optional[str] = None,
+    human: Optional[List[Union[str, os.PathLike[str]]]] = None,
+    n: Optional[int] = None,
+) -> str: ...
+def report(run_dir: Union[str, os.PathLike[str]], out: Optional[Union[str, os.PathLike[str]]] = None) -> pathlib.Path: ...
+
+class EvolveHandle:
+    def stop(self) -> None: ...
+    def done(self) -> bool: ...
+    def wait_json(self, timeout: Optional[float] = None) -> Optional[str]: ...
 
 class HumanReference:
     @staticmethod

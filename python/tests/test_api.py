@@ -1,0 +1,54 @@
+"""generate / episodes / evolve / resume / evaluate / report from Python."""
+
+import asyncio
+import json
+import os
+
+import pytest
+
+import ppol_rs
+from conftest import ROOT
+
+
+def test_generate_then_episodes_with_personas():
+    ps = ppol_rs.generate(ROOT / "seeds" / "offline_templates.py", domain="demo", task="0,1", n=2)
+    assert [p["task_id"] for p in ps] == ["0", "0", "1", "1"]
+    eps = ppol_rs.episodes("demo", "0,1", personas=ps)
+    assert len(eps) == 4 and {e["persona_id"] for e in eps} == {p["persona_id"] for p in ps}
+    free = ppol_rs.generate(ROOT / "seeds" / "offline_templates.py", "I want a refund for a broken kettle.", n=3)
+    assert len(free) == 3 and all("task_id" not in p for p in free)
+    with pytest.raises(ppol_rs.SandboxError, match="missing_axes.py failed at stage contract"):
+        ppol_rs.generate(ROOT / "tests" / "fixtures" / "generators" / "hostile" / "missing_axes.py", "x", n=1)
+    with pytest.raises(ppol_rs.DomainError):
+        ppol_rs.episodes("no-such-domain")
+
+
+def test_evolve_progress_stop_resume_evaluate_report(tmp_path):
+    out = tmp_path / "run"
+    seen = []
+    run = ppol_rs.evolve_async(overrides={"search.iterations": 200, "run.out": str(out)}, progress=seen.append)
+    while not seen or seen[-1]["iteration"] < 2:
+        assert run.result(timeout=0.05) is None or seen
+    run.stop()
+    summary = run.result()
+    assert summary["reason"] == "interrupted" and 2 <= summary["iterations"] < 200
+    assert run.done()
+    more = ppol_rs.resume(out, iterations=summary["iterations"] + 1)
+    assert more["iterations"] == summary["iterations"] + 1
+    df = ppol_rs.evaluate(out, n=3)
+    assert list(df.index) == ["human", "base", "direct", "seed", "evolved"]
+    assert df.loc["evolved", "human_likeness"] > df.loc["base", "human_likeness"]
+    assert ppol_rs.report(out).endswith("report.html")
+
+
+def test_evolve_async_is_awaitable_and_errors_are_specific(tmp_path):
+    async def main():
+        return await ppol_rs.evolve_async(overrides={"search.iterations": 1, "run.out": str(tmp_path / "a")})
+
+    assert asyncio.run(main())["iterations"] == 1
+    with pytest.raises(ppol_rs.ParseError, match="itrations"):
+        ppol_rs.evolve(overrides={"search.itrations": 2})
+    with pytest.raises(ppol_rs.ConfigError, match="fitness.n_personas"):
+        ppol_rs.evolve(overrides={"fitness.n_personas": 0})
+    with pytest.raises(ppol_rs.RunError, match="ppol resume"):
+        ppol_rs.evolve(overrides={"search.iterations": 1, "run.out": str(tmp_path / "a")})
