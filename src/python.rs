@@ -466,6 +466,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(score_json, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(generate_json, m)?)?;
+    m.add_function(wrap_pyfunction!(shipped, m)?)?;
     m.add_function(wrap_pyfunction!(episodes_json, m)?)?;
     m.add_function(wrap_pyfunction!(evolve_start, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate_json, m)?)?;
@@ -505,6 +506,20 @@ fn llm_model(spec: Option<&str>) -> PyResult<Option<std::sync::Arc<dyn crate::ll
             crate::llm::client::LlmClient::from_cli_value(s).map_err(to_py)?,
         ))),
     }
+}
+
+/// Data shipped inside ppol (seed programs, demo traces), by name.
+#[pyfunction]
+fn shipped(name: &str) -> PyResult<&'static str> {
+    Ok(match name {
+        "seeds/offline_templates.py" => crate::evolution::run::OFFLINE_SEED,
+        "seeds/two_stage_llm.py" => crate::evolution::run::LLM_SEED,
+        "seeds/direct_prompt.py" => crate::evolution::run::DIRECT_SEED,
+        "demo/human.jsonl" => crate::evolution::run::DEMO_HUMANS,
+        "demo/baseline.jsonl" => include_str!("../fitness/demo/baseline.jsonl"),
+        "demo/candidates.jsonl" => include_str!("../fitness/demo/candidates.jsonl"),
+        other => return Err(ConfigError::new_err(format!("no shipped file '{other}'"))),
+    })
 }
 
 /// Run a generator program in the sandbox for tasks; returns persona records as JSON.

@@ -65,6 +65,8 @@ __all__ = [
     "RunError",
     "SandboxError",
     "EvolveRun",
+    "demo_traces",
+    "seed_program",
     "episodes",
     "evaluate",
     "evolve",
@@ -169,6 +171,49 @@ def score(
     )
 
 
+SEEDS = ("offline_templates", "two_stage_llm", "direct_prompt")
+"""Seed generator programs shipped with ppol (see seeds/README.md)."""
+
+
+def seed_program(name: str = "offline_templates") -> str:
+    """Path of a seed generator program shipped with ppol (written to a cache directory).
+
+    >>> import ppol_rs
+    >>> ppol_rs.seed_program("offline_templates").endswith("offline_templates.py")
+    True
+    """
+    if name not in SEEDS:
+        raise ConfigError(f"unknown seed program '{name}' (expected one of {', '.join(SEEDS)})")
+    import tempfile
+
+    d = os.path.join(tempfile.gettempdir(), f"ppol_rs-{__version__}-seeds")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"{name}.py")
+    text = _core.shipped(f"seeds/{name}.py")
+    current = None
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            current = f.read()
+    if current != text:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    return path
+
+
+def demo_traces(kind: str = "human") -> List[Dict[str, Any]]:
+    """ppol's shipped demo dialogues (invented data): ``human``, ``baseline`` or ``candidates``.
+
+    >>> import ppol_rs
+    >>> len(ppol_rs.demo_traces("human")), len(ppol_rs.demo_traces("baseline"))
+    (25, 18)
+    """
+    if kind not in ("human", "baseline", "candidates"):
+        raise ConfigError(f"unknown demo traces '{kind}' (expected human, baseline or candidates)")
+    return [json.loads(line) for line in _core.shipped(f"demo/{kind}.jsonl").splitlines() if line.strip()]
+
+
 def generate(
     program: Union[str, "os.PathLike[str]"],
     task: Optional[str] = None,
@@ -186,9 +231,8 @@ def generate(
     ``task`` is free text, or task ids when ``domain`` is given (or use ``split``). ``llm`` is
     ``None`` (the program may not call ``ppol_llm``), ``"openai:MODEL@URL"`` or a TOML config.
 
-    >>> import ppol_rs, pathlib
-    >>> seed = pathlib.Path(ppol_rs.__file__).parents[2] / "seeds" / "offline_templates.py"
-    >>> ps = ppol_rs.generate(seed, domain="demo", task="0", n=3)
+    >>> import ppol_rs
+    >>> ps = ppol_rs.generate(ppol_rs.seed_program("offline_templates"), domain="demo", task="0", n=3)
     >>> len(ps), sorted(ps[0]) == ["axis_placement", "description", "persona_id", "reasoning", "task_id", "text"]
     (3, True)
     """
