@@ -65,3 +65,86 @@ pub fn selected(e: &Episode, sel: Selection) -> bool {
             Selection::All => true,
         }
 }
+
+/// A persona cluster: the set of a persona's active axes (`none` for the plain simulator).
+pub fn persona_cluster(e: &Episode) -> String {
+    let mut on: Vec<&str> = e
+        .axis_placement
+        .iter()
+        .filter(|(_, v)| v.as_bool() == Some(true))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    on.sort_unstable();
+    if on.is_empty() {
+        if e.persona_id == "none" {
+            "none".into()
+        } else {
+            "no-axes".into()
+        }
+    } else {
+        on.join("+")
+    }
+}
+
+/// Success and pass^k of one persona cluster.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClusterSummary {
+    /// Cluster name (active axes joined by `+`).
+    pub cluster: String,
+    /// Distinct personas.
+    pub personas: usize,
+    /// Episodes (failed ones included, as unsuccessful).
+    pub episodes: usize,
+    /// Share of episodes with reward ≥ 1.
+    pub success_rate: f64,
+    /// pass^k over (task, persona) units, k = 1..=trials.
+    pub pass_hat_k: std::collections::BTreeMap<usize, f64>,
+}
+
+/// Per-cluster summaries, clusters sorted by name.
+pub fn cluster_summaries(episodes: &[Episode]) -> Vec<ClusterSummary> {
+    let mut groups: std::collections::BTreeMap<String, Vec<Episode>> = Default::default();
+    for e in episodes {
+        groups
+            .entry(persona_cluster(e))
+            .or_default()
+            .push(e.clone());
+    }
+    groups
+        .into_iter()
+        .map(|(cluster, eps)| {
+            let personas: std::collections::BTreeSet<&str> =
+                eps.iter().map(|e| e.persona_id.as_str()).collect();
+            let max_trials = {
+                let mut per: std::collections::BTreeMap<(String, String), usize> =
+                    Default::default();
+                for e in &eps {
+                    *per.entry((e.task_id.clone(), e.persona_id.clone()))
+                        .or_default() += 1;
+                }
+                per.values().copied().max().unwrap_or(1)
+            };
+            ClusterSummary {
+                personas: personas.len(),
+                episodes: eps.len(),
+                success_rate: eps.iter().filter(|e| e.success()).count() as f64 / eps.len() as f64,
+                pass_hat_k: crate::episode::record::pass_hat_k_by(
+                    &eps,
+                    |e| format!("{}\u{1f}{}", e.task_id, e.persona_id),
+                    max_trials,
+                ),
+                cluster,
+            }
+        })
+        .collect()
+}
+
+/// Whether a persona is held out: a stable hash of its id below `fraction` (the plain
+/// simulator `none` is never held out). All episodes of a persona fall on the same side.
+pub fn held_out(persona_id: &str, fraction: f64, seed: u64) -> bool {
+    if persona_id == "none" || fraction <= 0.0 {
+        return false;
+    }
+    let h = crate::evolution::evaluate::derive_seed(seed, persona_id);
+    ((h >> 11) as f64 / (1u64 << 53) as f64) < fraction
+}

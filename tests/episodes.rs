@@ -312,3 +312,73 @@ async fn llm_budget_stops_cleanly_and_cache_hits_skip_the_server() {
     };
     assert_eq!(conv(&a), conv(&b));
 }
+
+#[test]
+fn export_keeps_held_out_personas_out_of_training_and_summarises_clusters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let personas = tmp.path().join("p.jsonl");
+    let (code, _, err) = run_ppol(&[
+        "generate",
+        "--program",
+        "seeds/offline_templates.py",
+        "--domain",
+        "demo",
+        "--split",
+        "all",
+        "-n",
+        "6",
+        "-o",
+        personas.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let eps = tmp.path().join("e.jsonl");
+    let (code, _, err) = run_ppol(&[
+        "episodes",
+        "--domain",
+        "demo",
+        "--personas",
+        personas.to_str().unwrap(),
+        "--trials",
+        "2",
+        "--quiet",
+        "-o",
+        eps.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let train = tmp.path().join("train.jsonl");
+    let (code, out, err) = run_ppol(&[
+        "export",
+        "sft",
+        eps.to_str().unwrap(),
+        "-o",
+        train.to_str().unwrap(),
+        "--all",
+        "--heldout-fraction",
+        "0.3",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("persona cluster"), "{out}");
+    assert!(out.contains("pass^2="), "{out}");
+    let ids = |p: &std::path::Path| -> std::collections::BTreeSet<String> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["metadata"]["persona_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let (a, b) = (ids(&train), ids(&tmp.path().join("train.heldout.jsonl")));
+    assert!(!a.is_empty() && !b.is_empty());
+    assert!(
+        a.is_disjoint(&b),
+        "a persona is on both sides: {:?}",
+        a.intersection(&b).collect::<Vec<_>>()
+    );
+    // every episode is in exactly one of the files
+    let n = |p: &std::path::Path| std::fs::read_to_string(p).unwrap().lines().count();
+    assert_eq!(n(&train) + n(&tmp.path().join("train.heldout.jsonl")), 96);
+}

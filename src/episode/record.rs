@@ -118,9 +118,19 @@ pub async fn run_dialogue(
 /// pass^k for k = 1..=max_k: the mean over tasks of C(c, k)/C(n, k), where a task has n trials
 /// and c successes (τ²'s definition). Failed episodes count as trials without success.
 pub fn pass_hat_k(episodes: &[Episode], max_k: usize) -> BTreeMap<usize, f64> {
-    let mut per_task: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    pass_hat_k_by(episodes, |e| e.task_id.clone(), max_k)
+}
+
+/// pass^k with trials grouped by `unit` (e.g. task and persona): the mean over units of
+/// C(c, k)/C(n, k).
+pub fn pass_hat_k_by(
+    episodes: &[Episode],
+    unit: impl Fn(&Episode) -> String,
+    max_k: usize,
+) -> BTreeMap<usize, f64> {
+    let mut per_task: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for e in episodes {
-        let s = per_task.entry(e.task_id.as_str()).or_default();
+        let s = per_task.entry(unit(e)).or_default();
         s.0 += 1;
         s.1 += usize::from(e.success());
     }
