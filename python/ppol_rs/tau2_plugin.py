@@ -331,13 +331,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         a = ap.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    eps = run_tau2_with_personas(
-        a.personas, a.domain, a.out,
-        agent_llm=a.agent_llm, user_llm=a.user_llm, api_base=a.api_base, api_key=a.api_key,
-        task_ids=[t.strip() for t in a.task_ids.split(",") if t.strip()] if a.task_ids else None,
-        trials=a.trials, max_steps=a.max_steps, seed=a.seed, agent=a.agent,
-        on_error="skip" if a.skip_errors else "raise",
-    )
+    try:
+        eps = run_tau2_with_personas(
+            a.personas, a.domain, a.out,
+            agent_llm=a.agent_llm, user_llm=a.user_llm, api_base=a.api_base, api_key=a.api_key,
+            task_ids=[t.strip() for t in a.task_ids.split(",") if t.strip()] if a.task_ids else None,
+            trials=a.trials, max_steps=a.max_steps, seed=a.seed, agent=a.agent,
+            on_error="skip" if a.skip_errors else "raise",
+        )
+    except (ImportError, OSError, ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     rewards = [e["reward"] for e in eps if e["reward"] is not None]
     mean = f", mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
     print(f"wrote {len(eps)} τ² episodes to {a.out}{mean}", file=sys.stderr)
