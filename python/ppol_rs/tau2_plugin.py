@@ -326,11 +326,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--agent", default="llm_agent", help="τ² agent (default llm_agent)")
     ap.add_argument("--skip-errors", action="store_true", help="skip failed episodes instead of stopping")
+    ap.add_argument("--log-level", default="WARNING",
+                    help="level of τ²'s own (loguru) log on stderr (default WARNING; τ² logs DEBUG otherwise)")
     ap.add_argument("-o", "--out", required=True, help="output JSONL")
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
+    try:
+        from loguru import logger  # τ²'s logger (a τ² dependency)
+
+        logger.remove()
+        logger.add(sys.stderr, level=a.log_level.upper())
+    except ImportError:
+        pass
     try:
         eps = run_tau2_with_personas(
             a.personas, a.domain, a.out,
