@@ -455,6 +455,13 @@ fn cli(py: Python<'_>, argv: Vec<String>) -> i32 {
     }
 }
 
+/// The persona block ppol appends to a user simulator's system prompt (after a blank line,
+/// only for a non-empty persona): `ppol::persona::persona_block`.
+#[pyfunction]
+fn persona_block(text: &str) -> String {
+    crate::persona::persona_block(text)
+}
+
 /// The compiled module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -472,6 +479,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(evaluate_json, m)?)?;
     m.add_function(wrap_pyfunction!(report, m)?)?;
     m.add_class::<PyEvolveHandle>()?;
+    m.add_function(wrap_pyfunction!(persona_block, m)?)?;
     m.add_class::<PyHumanReference>()?;
     m.add_class::<PyDiscriminator>()?;
     m.add("Error", py.get_type::<Error>())?;

@@ -160,3 +160,23 @@ fn readme_config_example_parses() {
     );
     assert_eq!(cfg.budget.max_usd, Some(25.0));
 }
+
+#[test]
+fn mock_server_prints_a_ready_line_and_stops_after_its_lifetime() {
+    let (code, out, err) = run_ppol(&["mock-server", "--port", "0", "--lifetime-s", "0.2"]);
+    assert_eq!(code, 0, "{err}");
+    let ready: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let addr = ready["addr"].as_str().unwrap();
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    assert_eq!(ready["base_url"], format!("http://{addr}/v1"));
+    assert!(
+        err.contains("mock-server stopped: 0 chat requests"),
+        "{err}"
+    );
+    let (code, _, err) = run_ppol(&["mock-server", "--lifetime-s=-1"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--lifetime-s must be a positive number"),
+        "{err}"
+    );
+}

@@ -11,6 +11,7 @@ mod evolve;
 mod export;
 mod fingerprint;
 mod generate;
+mod mock_server;
 mod reference;
 mod report;
 mod score;
@@ -57,6 +58,9 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Run a generator program in the sandbox and write persona policies.
     Generate(generate::GenerateArgs),
+    /// Serve the mock OpenAI-compatible server on 127.0.0.1 (for tests of integrations).
+    #[command(hide = true)]
+    MockServer(mock_server::MockServerArgs),
 }
 
 /// Entry point of the binary (and of `python -m ppol_rs`).
@@ -120,6 +124,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Report(a) => report::run(a),
         Command::Generate(a) => generate::run(a),
+        Command::MockServer(a) => mock_server::run(a),
     }
 }
 
