@@ -74,6 +74,29 @@ pub struct Scored {
 }
 
 impl Scorer {
+    /// The scoring context: the human cloud is prepared from `reference` (standardised or raw,
+    /// optionally replaced by `n_clusters` k-means centroids).
+    pub fn new(
+        reference: HumanReference,
+        discriminator: Discriminator,
+        standardize: bool,
+        n_clusters: usize,
+    ) -> crate::Result<Self> {
+        let cloud = HumanCloud::new(
+            &reference,
+            crate::coverage::CoverageOptions {
+                standardize,
+                n_clusters,
+                seed: 0,
+            },
+        )?;
+        Ok(Scorer {
+            reference,
+            cloud,
+            discriminator,
+        })
+    }
+
     /// Score episodes: P(human) pooled over episodes that ran, coverage per task, weighted sum.
     pub fn score(
         &self,

@@ -24,7 +24,6 @@ use super::evaluate::{
 };
 use crate::archive::Archive;
 use crate::config::{EpisodeBackend, MutationMode, RunConfig};
-use crate::coverage::{CoverageOptions, HumanCloud};
 use crate::dialogue::Dialogue;
 use crate::discriminator::Discriminator;
 use crate::episode::record::Episode;
@@ -798,19 +797,12 @@ async fn run_loop(
         })?;
     }
     let (discriminator, baseline) = baseline_and_discriminator(&ctx, &reference).await?;
-    let cloud = HumanCloud::new(
-        &reference,
-        CoverageOptions {
-            standardize: cfg.fitness.standardize,
-            n_clusters: cfg.fitness.n_clusters,
-            seed: 0,
-        },
-    )?;
-    let scorer = Scorer {
+    let scorer = Scorer::new(
         reference,
-        cloud,
         discriminator,
-    };
+        cfg.fitness.standardize,
+        cfg.fitness.n_clusters,
+    )?;
     let schedule = cfg.fitness.schedule();
     if ckpt.is_none()
         && !runlog::read(&dir.join("log.jsonl"))?
@@ -1491,19 +1483,12 @@ pub async fn evaluate_run(
     let ctx = RunContext::new(eval_cfg, dir.to_path_buf()).await?;
     let reference = HumanReference::load(&dir.join("human_ref.json"))?;
     let discriminator = Discriminator::load(&dir.join("discriminator.json"))?;
-    let cloud = HumanCloud::new(
-        &reference,
-        CoverageOptions {
-            standardize: cfg.fitness.standardize,
-            n_clusters: cfg.fitness.n_clusters,
-            seed: 0,
-        },
-    )?;
-    let scorer = Scorer {
+    let scorer = Scorer::new(
         reference,
-        cloud,
         discriminator,
-    };
+        cfg.fitness.standardize,
+        cfg.fitness.n_clusters,
+    )?;
     let (humans, human_source) = if human.is_empty() {
         let held = dir.join("human_heldout.jsonl");
         let ds = if held.exists()
