@@ -327,69 +327,53 @@ fn get_flight_instance<'d>(
     })
 }
 
-/// `FlightInfo(**d)` for every item of a list of dicts.
-fn flight_infos(v: &Value) -> R<Vec<(String, String)>> {
+/// `Class(**d)` for every item of a list of dicts, as pydantic does it: a
+/// non-dict item fails on the first attribute the class reads.
+fn list_of<T>(
+    v: &Value,
+    class: &'static str,
+    first_attr: &str,
+    build: impl Fn(&mut Validator) -> T,
+) -> R<Vec<T>> {
     let items = pycall::list(v)?;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(items.len());
     for item in items {
         let Value::Object(m) = item else {
             return Err(format!(
-                "'{}' object has no attribute 'flight_number'",
+                "'{}' object has no attribute '{first_attr}'",
                 super::pyjson::py_type_name(item)
             ));
         };
-        let mut val = Validator::new("FlightInfo", m);
-        let number = val.string("flight_number");
-        let date = val.string("date");
+        let mut val = Validator::new(class, m);
+        let built = build(&mut val);
         val.finish()?;
-        out.push((number, date));
+        out.push(built);
     }
     Ok(out)
+}
+
+/// `FlightInfo(**d)` for every item of a list of dicts: (flight number, date).
+fn flight_infos(v: &Value) -> R<Vec<(String, String)>> {
+    list_of(v, "FlightInfo", "flight_number", |val| {
+        (val.string("flight_number"), val.string("date"))
+    })
 }
 
 /// `Passenger(**d)` for every item of a list of dicts.
 fn passengers(v: &Value) -> R<Vec<Passenger>> {
-    let items = pycall::list(v)?;
-    let mut out = Vec::new();
-    for item in items {
-        let Value::Object(m) = item else {
-            return Err(format!(
-                "'{}' object has no attribute 'first_name'",
-                super::pyjson::py_type_name(item)
-            ));
-        };
-        let mut val = Validator::new("Passenger", m);
-        let p = Passenger {
-            first_name: val.string("first_name"),
-            last_name: val.string("last_name"),
-            dob: val.string("dob"),
-        };
-        val.finish()?;
-        out.push(p);
-    }
-    Ok(out)
+    list_of(v, "Passenger", "first_name", |val| Passenger {
+        first_name: val.string("first_name"),
+        last_name: val.string("last_name"),
+        dob: val.string("dob"),
+    })
 }
 
 /// `Payment(**d)` for every item of a list of dicts.
 fn payments(v: &Value) -> R<Vec<Payment>> {
-    let items = pycall::list(v)?;
-    let mut out = Vec::new();
-    for item in items {
-        let Value::Object(m) = item else {
-            return Err(format!(
-                "'{}' object has no attribute 'payment_id'",
-                super::pyjson::py_type_name(item)
-            ));
-        };
-        let mut val = Validator::new("Payment", m);
-        let p = Payment {
-            payment_id: val.string("payment_id"),
-            amount: val.int("amount"),
-        };
-        val.finish()?;
-        out.push(p);
-    }
-    Ok(out)
+    list_of(v, "Payment", "payment_id", |val| Payment {
+        payment_id: val.string("payment_id"),
+        amount: val.int("amount"),
+    })
 }
 
 /// Run an airline tool (arguments already bound).

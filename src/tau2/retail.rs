@@ -142,6 +142,24 @@ impl PartialEq for RetailDb {
     }
 }
 
+impl ToolDef {
+    /// The six required address parameters shared by the retail address tools.
+    fn with_address_fields(self) -> Self {
+        self.req(
+            "address1",
+            s("The first line of the address, such as '123 Main St'."),
+        )
+        .req(
+            "address2",
+            s("The second line of the address, such as 'Apt 1' or ''."),
+        )
+        .req("city", s("The city, such as 'San Francisco'."))
+        .req("state", s("The state, such as 'CA'."))
+        .req("country", s("The country, such as 'USA'."))
+        .req("zip", s("The zip code, such as '12345'."))
+    }
+}
+
 const ORDER_ID: &str = "The order id, such as '#W0000000'. Be careful there is a '#' symbol at the beginning of the order id.";
 const PAYMENT_ID: &str = "The payment method id to pay or receive refund for the item price difference, such as 'gift_card_0000000' or 'credit_card_0000000'. These can be looked up from the user or order details.";
 
@@ -194,12 +212,7 @@ pub(crate) fn tool_defs() -> Vec<ToolDef> {
             "Modify the shipping address of a pending order. The agent needs to explain the modification detail and ask for explicit user confirmation (yes/no) to proceed.",
         )
         .req("order_id", s(ORDER_ID))
-        .req("address1", s("The first line of the address, such as '123 Main St'."))
-        .req("address2", s("The second line of the address, such as 'Apt 1' or ''."))
-        .req("city", s("The city, such as 'San Francisco'."))
-        .req("state", s("The state, such as 'CA'."))
-        .req("country", s("The country, such as 'USA'."))
-        .req("zip", s("The zip code, such as '12345'.")),
+        .with_address_fields(),
         ToolDef::new(
             "modify_pending_order_items",
             "Modify items in a pending order to new items of the same product type. For a pending order, this function can only be called once. The agent needs to explain the exchange detail and ask for explicit user confirmation (yes/no) to proceed.",
@@ -219,12 +232,7 @@ pub(crate) fn tool_defs() -> Vec<ToolDef> {
             "Modify the default address of a user. The agent needs to explain the modification detail and ask for explicit user confirmation (yes/no) to proceed.",
         )
         .req("user_id", s("The user id, such as 'sara_doe_496'."))
-        .req("address1", s("The first line of the address, such as '123 Main St'."))
-        .req("address2", s("The second line of the address, such as 'Apt 1' or ''."))
-        .req("city", s("The city, such as 'San Francisco'."))
-        .req("state", s("The state, such as 'CA'."))
-        .req("country", s("The country, such as 'USA'."))
-        .req("zip", s("The zip code, such as '12345'.")),
+        .with_address_fields(),
         ToolDef::new(
             "return_delivered_order_items",
             "Return some items of a delivered order. The order status will be changed to 'return requested'. The agent needs to explain the return detail and ask for explicit user confirmation (yes/no) to proceed. The user will receive follow-up email for how and where to return the item.",
