@@ -112,7 +112,7 @@ async fn transient_failures_are_retried_and_counted() {
             MockReply::empty(),
             MockReply::truncated(),
             MockReply {
-                tool_calls: vec![ppol::llm::mock_server::MockToolCall {
+                tool_calls: vec![ppol::llm::ScriptToolCall {
                     id: None,
                     name: "lookup".into(),
                     arguments: json!("{\"id\": 3"),
@@ -887,7 +887,7 @@ async fn scripted_provider_is_deterministic_and_replays_by_role() {
     let replay = ScriptedModel::from_replies([
         ScriptedReply {
             role: Some(CallRole::Agent),
-            tool_calls: vec![ppol::llm::scripted::ScriptedToolCall {
+            tool_calls: vec![ppol::llm::ScriptToolCall {
                 id: None,
                 name: "get_user".into(),
                 arguments: json!({"id": 1}),

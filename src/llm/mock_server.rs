@@ -65,6 +65,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::ScriptToolCall;
 use crate::{Error, Result};
 
 /// Request bodies kept for [`MockServer::bodies`]; later ones are counted but not stored.
@@ -84,24 +85,6 @@ pub struct MockUsage {
     pub completion_tokens: u64,
 }
 
-/// A tool call in a reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MockToolCall {
-    /// Call id (default `call_<request>_<index>`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Function name.
-    pub name: String,
-    /// Arguments: an object is serialized; a string is sent verbatim (may be invalid JSON).
-    #[serde(default = "empty_object")]
-    pub arguments: Value,
-}
-
-fn empty_object() -> Value {
-    Value::Object(Map::new())
-}
-
 /// One scripted answer. See the [module docs](self) for the JSON form.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,7 +97,7 @@ pub struct MockReply {
     pub echo: bool,
     /// Tool calls.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<MockToolCall>,
+    pub tool_calls: Vec<ScriptToolCall>,
     /// Finish reason (default `tool_calls` with tool calls, else `stop`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
@@ -165,7 +148,7 @@ impl MockReply {
     /// One tool call (no text).
     pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
         MockReply {
-            tool_calls: vec![MockToolCall {
+            tool_calls: vec![ScriptToolCall {
                 id: None,
                 name: name.into(),
                 arguments,

@@ -96,6 +96,26 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+/// A canned tool call in a scripted answer: a line of a [`ScriptedModel`] script or a
+/// [`mock_server`] reply. The id defaults to `call_<request>_<index>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptToolCall {
+    /// Call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Function name.
+    pub name: String,
+    /// Arguments. A script requires an object; the mock server serializes an object and sends
+    /// a string verbatim (which may be invalid JSON).
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
 /// One chat-completion request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {

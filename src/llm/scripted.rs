@@ -32,33 +32,15 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
 use super::cache::{canonical_json, sha256_hex};
 use super::{
     check_answer, llm_error, AttemptError, CallRole, ChatModel, ChatRequest, ChatResponse,
-    FailureKind, Provider, Usage,
+    FailureKind, Provider, ScriptToolCall, Usage,
 };
 use crate::dialogue::{Role, ToolCall, Turn};
 use crate::{Error, Result};
-
-/// A tool call in a script line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScriptedToolCall {
-    /// Call id; `call_N` when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Tool name.
-    pub name: String,
-    /// Arguments object.
-    #[serde(default = "empty_object")]
-    pub arguments: Value,
-}
-
-fn empty_object() -> Value {
-    Value::Object(Map::new())
-}
 
 /// One line of a script.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -72,7 +54,7 @@ pub struct ScriptedReply {
     pub content: String,
     /// Tool calls.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<ScriptedToolCall>,
+    pub tool_calls: Vec<ScriptToolCall>,
     /// Finish reason (default `tool_calls` with tool calls, else `stop`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
