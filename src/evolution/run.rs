@@ -461,6 +461,17 @@ fn cost_summary(client: &Option<LlmClient>) -> runlog::CostSummary {
     }
 }
 
+/// (persona index, P(human)) of the scored personas, most human first.
+fn rank_by_p_human(p_human: &[Option<f64>]) -> Vec<(usize, f64)> {
+    let mut ranked: Vec<(usize, f64)> = p_human
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.map(|p| (i, p)))
+        .collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    ranked
+}
+
 /// The computed critique attached to every program (and given to the reflection LLM).
 fn computed_reflection(
     scorer: &Scorer,
@@ -469,12 +480,7 @@ fn computed_reflection(
     fps: &[Option<Fingerprint>],
     m: &EvalMetrics,
 ) -> String {
-    let mut ranked: Vec<(usize, f64)> = p_human
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| p.map(|p| (i, p)))
-        .collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let ranked = rank_by_p_human(p_human);
     let mut s = format!(
         "combined {:.4} = {:.2}·human_likeness {:.4} + {:.2}·coverage {:.4}; success rate {:.2}; {} episodes ({} failed).\n",
         m.combined, m.lambda_h, m.human_likeness, m.lambda_b, m.coverage, m.success_rate, m.n_episodes, m.n_failed_episodes
@@ -510,12 +516,7 @@ fn reflection_request(
     p_human: &[Option<f64>],
     context: &str,
 ) -> ChatRequest {
-    let mut ranked: Vec<(usize, f64)> = p_human
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| p.map(|p| (i, p)))
-        .collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let ranked = rank_by_p_human(p_human);
     let picks: Vec<usize> = ranked
         .iter()
         .take(2)
