@@ -650,23 +650,7 @@ fn episodes_json(
         }
     };
     let runner = crate::episode::runner::Tau2Runner::new(dom, backend, max_turns);
-    let mut jobs: Vec<(String, Option<crate::persona::Persona>, u32)> = Vec::new();
-    for t in &ids {
-        let ps: Vec<Option<crate::persona::Persona>> = match &personas {
-            None => vec![None],
-            Some(all) => all
-                .iter()
-                .filter(|p| p.task_id.as_deref().is_none_or(|id| id == t))
-                .cloned()
-                .map(Some)
-                .collect(),
-        };
-        for p in ps {
-            for k in 0..trials.max(1) {
-                jobs.push((t.clone(), p.clone(), k));
-            }
-        }
-    }
+    let jobs = crate::episode::runner::plan_jobs(&ids, personas.as_deref(), trials);
     let eps = py.detach(|| {
         runtime().map(|rt| {
             rt.block_on(futures::future::join_all(jobs.iter().enumerate().map(

@@ -107,23 +107,7 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<()> {
     let (backend, client) = backend_from_arg(&args.llm)?;
     let runner = Tau2Runner::new(domain.clone(), backend, args.max_turns);
 
-    let mut jobs: Vec<(String, Option<Persona>, u32)> = Vec::new();
-    for t in &tasks {
-        let ps: Vec<Option<Persona>> = match &personas {
-            None => vec![None],
-            Some(all) => all
-                .iter()
-                .filter(|p| p.task_id.as_deref().is_none_or(|id| id == t))
-                .cloned()
-                .map(Some)
-                .collect(),
-        };
-        for p in ps {
-            for k in 0..args.trials.max(1) {
-                jobs.push((t.clone(), p.clone(), k));
-            }
-        }
-    }
+    let jobs = crate::episode::runner::plan_jobs(&tasks, personas.as_deref(), args.trials);
     anyhow::ensure!(
         !jobs.is_empty(),
         "no (task, persona) pairs: do the personas' task_id values match the selected tasks?"

@@ -236,6 +236,33 @@ fn usage_json(counts: &std::collections::BTreeMap<String, (u64, u64, u64, u64)>)
     )
 }
 
+/// The (task id, persona, trial) jobs of an episodes run, in order: every task with each of the
+/// personas meant for it (a persona without `task_id` fits every task; no personas: the plain
+/// simulator), `trials` times (at least once).
+pub fn plan_jobs(
+    task_ids: &[String],
+    personas: Option<&[Persona]>,
+    trials: u32,
+) -> Vec<(String, Option<Persona>, u32)> {
+    let mut jobs = Vec::new();
+    for t in task_ids {
+        let ps: Vec<Option<&Persona>> = match personas {
+            None => vec![None],
+            Some(all) => all
+                .iter()
+                .filter(|p| p.task_id.as_deref().is_none_or(|id| id == t))
+                .map(Some)
+                .collect(),
+        };
+        for p in ps {
+            for k in 0..trials.max(1) {
+                jobs.push((t.clone(), p.cloned(), k));
+            }
+        }
+    }
+    jobs
+}
+
 /// `<task>:<persona>:<trial>`.
 pub fn episode_id(task_id: &str, persona: Option<&Persona>, trial: u32) -> String {
     format!(
