@@ -342,16 +342,7 @@ pub struct RunConfig {
 impl RunConfig {
     /// Parse TOML text; errors name the file and the offending key.
     pub fn from_toml_str(text: &str, file: &Path) -> Result<Self> {
-        let cfg: RunConfig = toml::from_str(text).map_err(|e| {
-            let loc = e
-                .span()
-                .map(|s| {
-                    let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
-                    format!("line {line}")
-                })
-                .unwrap_or_else(|| "config".into());
-            Error::parse(file, loc, e.message().to_string())
-        })?;
+        let cfg: RunConfig = toml::from_str(text).map_err(|e| Error::toml(file, text, &e))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -424,7 +415,7 @@ mod tests {
             Path::new("c.toml"),
         )
         .unwrap_err();
-        assert!(e.to_string().contains("c.toml: line 3"), "{e}");
+        assert!(e.to_string().contains("c.toml: line 3, column 1"), "{e}");
         assert!(e.to_string().contains("itertions"), "{e}");
         let e = RunConfig::from_toml_str("[fitness]\nn_personas = 0\n", Path::new("c.toml"))
             .unwrap_err();

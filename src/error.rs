@@ -113,6 +113,21 @@ impl Error {
         }
     }
 
+    /// A TOML syntax or schema error in `text` (the contents of `path`), located by line and
+    /// column.
+    pub fn toml(path: &std::path::Path, text: &str, e: &toml::de::Error) -> Self {
+        let location = match e.span() {
+            Some(span) => {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {column}")
+            }
+            None => "document".to_string(),
+        };
+        Error::parse(path, location, e.message())
+    }
+
     /// Shorthand for [`Error::Config`].
     pub fn config(key: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Config {

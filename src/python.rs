@@ -678,7 +678,7 @@ fn run_config(
         Some(p) => {
             let text = crate::error::read_to_string(p).map_err(to_py)?;
             toml::from_str::<toml::Value>(&text)
-                .map_err(|e| ParseError::new_err(format!("{}: {e}", p.display())))?
+                .map_err(|e| to_py(crate::Error::toml(p, &text, &e)))?
         }
         None => {
             let mut d = toml::Value::try_from(crate::config::RunConfig::default()).expect("toml");

@@ -743,7 +743,7 @@ fn config_errors_name_the_key() {
     match LlmConfig::from_toml_str("max_retries = 2\nmax_concurrency = \"many\"\n", file)
         .unwrap_err()
     {
-        Error::Parse { location, .. } => assert!(location.starts_with("line 2"), "{location}"),
+        Error::Parse { location, .. } => assert_eq!(location, "line 2, column 19"),
         e => panic!("expected Error::Parse, got {e:?}"),
     }
     match LlmConfig::from_toml_str("[default]\nprovider = \"anthropic\"\n", file).unwrap_err() {

@@ -532,13 +532,6 @@ fn check_unknown_keys(root: &toml::Table, file: &Path) -> Result<()> {
     Ok(())
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
-    (line, col)
-}
-
 impl LlmConfig {
     /// Wrapper defaults with `spec` for every role.
     pub fn with_default(spec: ModelSpec) -> Self {
@@ -625,27 +618,10 @@ impl LlmConfig {
     /// Parse TOML text. `file` is used in error messages and relative `cache_dir` / `script`
     /// paths are resolved against its directory.
     pub fn from_toml_str(text: &str, file: &Path) -> Result<Self> {
-        let root: toml::Table = toml::from_str(text).map_err(|e| {
-            let loc = e
-                .span()
-                .map(|s| {
-                    let (l, c) = line_col(text, s.start);
-                    format!("line {l}, column {c}")
-                })
-                .unwrap_or_else(|| "?".to_string());
-            Error::parse(file, loc, e.message().to_string())
-        })?;
+        let toml_error = |e: toml::de::Error| Error::toml(file, text, &e);
+        let root: toml::Table = toml::from_str(text).map_err(toml_error)?;
         check_unknown_keys(&root, file)?;
-        let mut cfg: LlmConfig = toml::from_str(text).map_err(|e| {
-            let loc = e
-                .span()
-                .map(|s| {
-                    let (l, c) = line_col(text, s.start);
-                    format!("line {l}, column {c}")
-                })
-                .unwrap_or_else(|| "?".to_string());
-            Error::parse(file, loc, e.message().to_string())
-        })?;
+        let mut cfg: LlmConfig = toml::from_str(text).map_err(toml_error)?;
         let base = file
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
