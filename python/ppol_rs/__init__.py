@@ -80,6 +80,20 @@ __all__ = [
 ]
 
 
+def _pandas(as_frame: Optional[bool]) -> Any:
+    """The pandas module when a DataFrame is wanted: ``as_frame=None`` means "if pandas is
+    installed", ``True`` requires it (ImportError otherwise), ``False`` never uses it."""
+    if as_frame is False:
+        return None
+    try:
+        import pandas
+    except ImportError:
+        if as_frame:
+            raise
+        return None
+    return pandas
+
+
 def _norm(traces: Traces) -> Any:
     if isinstance(traces, tuple):
         return list(traces)
@@ -127,16 +141,11 @@ def fingerprint(
     3.0
     """
     values, ids, task_ids = _core.fingerprint_matrix(_norm(traces), feature_set, domain)
-    if as_frame is not False:
-        try:
-            import pandas as pd
-        except ImportError:
-            if as_frame:
-                raise
-        else:
-            df = pd.DataFrame(values, columns=FEATURE_NAMES, index=pd.Index(ids, name="id"))
-            df.insert(0, "task_id", task_ids)
-            return df
+    pd = _pandas(as_frame)
+    if pd is not None:
+        df = pd.DataFrame(values, columns=FEATURE_NAMES, index=pd.Index(ids, name="id"))
+        df.insert(0, "task_id", task_ids)
+        return df
     return Fingerprints(values, list(FEATURE_NAMES), list(ids), list(task_ids))
 
 
@@ -389,19 +398,14 @@ def evaluate(
     ['human', 'base', 'direct', 'seed', 'evolved']
     """
     table = json.loads(_core.evaluate_json(str(run_dir), split, None if human is None else [str(h) for h in human], n))
-    if as_frame is not False:
-        try:
-            import pandas as pd
-        except ImportError:
-            if as_frame:
-                raise
-        else:
-            rows = []
-            for r in table["rows"]:
-                flat = {k: v for k, v in r.items() if k != "dice"}
-                flat.update({f"dice_{k}": v for k, v in r["dice"].items()})
-                rows.append(flat)
-            return pd.DataFrame(rows).set_index("name")
+    pd = _pandas(as_frame)
+    if pd is not None:
+        rows = []
+        for r in table["rows"]:
+            flat = {k: v for k, v in r.items() if k != "dice"}
+            flat.update({f"dice_{k}": v for k, v in r["dice"].items()})
+            rows.append(flat)
+        return pd.DataFrame(rows).set_index("name")
     return table
 
 
