@@ -153,26 +153,3 @@ impl Error {
         }
     }
 }
-
-/// Read a whole file to a string with an error that names it.
-pub fn read_to_string(path: &std::path::Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))
-}
-
-/// Write a file atomically: write to a sibling temp file, fsync, rename over the target.
-pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .map_err(|e| Error::io("creating temp file in", dir, e))?;
-    tmp.write_all(bytes)
-        .and_then(|_| tmp.as_file().sync_all())
-        .map_err(|e| Error::io("writing", path, e))?;
-    tmp.persist(path)
-        .map_err(|e| Error::io("renaming temp file to", path, e.error))?;
-    Ok(())
-}

@@ -2,42 +2,42 @@
 //!
 //! Simulated users are too cooperative and all alike. ppol measures how human a simulator's
 //! dialogues are and evolves *generator programs* that write persona policies making them
-//! more human-like and more diverse. A run goes through these steps, each with its type:
+//! more human-like and more diverse. The crate is laid out as the data path, one folder per
+//! stage; each stage uses only the stages before it and the shared floor
+//! (see `ARCHITECTURE.md`, enforced by `tests/architecture.rs`):
 //!
-//! 1. **Traces** ([`dialogue::Dialogue`], loaded by [`traces`]): real human dialogues and simulator rollouts.
-//! 2. **Fingerprints** ([`features::Fingerprint`]): 19 behavioural features of the user turns (D1–D4).
-//! 3. **Human reference** ([`reference::HumanReference`]): the human fingerprint cloud and its mean/std.
-//! 4. **Discriminator** ([`discriminator::Discriminator`]): a random forest giving P(human) of a dialogue.
-//! 5. **Coverage** ([`coverage`]): two-sided Chamfer coverage of the human cloud and Dice D1–D4 alignment.
-//! 6. **Score** ([`score::Score`]): λh·P(human) + λb·coverage for any set of simulated dialogues.
+//! 1. [`fitness`] — traces ([`dialogue::Dialogue`], loaded by [`fitness::traces`]) →
+//!    fingerprints ([`fitness::features::Fingerprint`], 19 behavioural features D1–D4) → the
+//!    human reference ([`fitness::reference::HumanReference`]) → the discriminator
+//!    ([`fitness::discriminator::Discriminator`], P(human)) → Chamfer coverage and Dice
+//!    ([`fitness::coverage`]) → one score ([`fitness::score::Scorer`]).
+//! 2. [`simulate`] — episodes: a user simulator (scripted or LLM) with a persona talks to an
+//!    agent acting on a τ² environment ([`simulate::episode`], [`simulate::tau2`]).
+//! 3. [`generate`] — generator programs run in the [`generate::sandbox`] and write personas.
+//! 4. [`evolve`] — the search: archive, mutation, candidate evaluation, the run directory.
+//! 5. [`report`] — the self-contained HTML report, read from a run directory only.
+//! 6. [`front`] — the operations layer ([`front::ops`]) and its two adapters, the command line
+//!    and the Python binding.
 //!
+//! The floor every stage may use: [`error`], [`io`], [`seed`], [`shipped`], [`dialogue`],
+//! [`persona`] and [`llm`] (one client for every OpenAI-compatible endpoint).
 #![deny(missing_docs)]
 
-pub mod archive;
-pub mod cli;
-pub mod config;
-pub mod coverage;
 pub mod dialogue;
-pub mod discriminator;
-pub mod episode;
 pub mod error;
-pub mod evolution;
-pub mod export;
-pub mod features;
-pub mod generator;
-pub mod kmeans;
+pub mod io;
 pub mod llm;
-pub mod mutation;
 pub mod persona;
-pub mod program;
-#[cfg(feature = "python")]
-mod python;
-pub mod reference;
+pub mod seed;
+pub mod shipped;
+
+pub mod evolve;
+pub mod fitness;
+pub mod front;
+pub mod generate;
 pub mod report;
-pub mod runlog;
-pub mod sandbox;
-pub mod score;
-pub mod tau2;
-pub mod traces;
+pub mod simulate;
+
+pub mod testing;
 
 pub use error::{Error, Result};

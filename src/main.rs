@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    ppol::cli::main()
+    ppol::front::cli::main()
 }

@@ -1,7 +1,7 @@
 //! Program database: MAP-Elites cells, flags, cap, migration, sampling, determinism, checkpoints.
 
-use ppol::archive::{Archive, ArchiveConfig, InspirationKind, SampleMode};
-use ppol::program::{Program, ProgramId};
+use ppol::evolve::archive::{Archive, ArchiveConfig, InspirationKind, SampleMode};
+use ppol::evolve::program::{Program, ProgramId};
 
 fn prog(id: &str, combined: f64, human: f64, coverage: f64) -> Program {
     Program::seed(id, format!("# {id}\nDIVERSITY_AXES = []\n")).with_metrics([
@@ -377,7 +377,10 @@ fn script(a: &mut Archive, steps: usize, tag: &str) -> Vec<String> {
             format!("{tag}{step}"),
             format!("{}# step {step}\n", parent.program.code),
             step as u64,
-            ppol::program::MutationInfo::new(ppol::program::MutationKind::Diff, "x"),
+            ppol::evolve::program::MutationInfo::new(
+                ppol::evolve::program::MutationKind::Diff,
+                "x",
+            ),
         )
         .with_metrics([
             ("combined", f),
@@ -442,12 +445,15 @@ fn checkpoint_rejects_inconsistent_state() {
 
 #[test]
 fn failures_and_children_per_parent() {
-    use ppol::mutation::{ChildFailure, DiffError, FailureKind};
-    use ppol::program::{MutationInfo, MutationKind};
+    use ppol::evolve::mutation::{ChildFailure, DiffError, FailureKind};
+    use ppol::evolve::program::{MutationInfo, MutationKind};
     let mut a = Archive::new(small_cfg(), 2).unwrap();
     a.add(prog("p", 0.5, 0.5, 0.5), 0).unwrap();
     let pid = ProgramId::from("p");
-    a.record_failure(&pid, ChildFailure::from_diff_error(&DiffError::NoBlocks));
+    a.record_failure(
+        &pid,
+        ppol::evolve::mutation::failure_from_diff_error(&DiffError::NoBlocks),
+    );
     a.record_failure(
         &pid,
         ChildFailure::new(FailureKind::Syntax, "line 3: invalid syntax"),
@@ -486,7 +492,7 @@ fn failures_and_children_per_parent() {
     }
     assert_eq!(
         a.recent_failures(&pid).len(),
-        ppol::archive::MAX_FAILURES_PER_PARENT
+        ppol::evolve::archive::MAX_FAILURES_PER_PARENT
     );
     let kids: Vec<_> = a
         .recent_children(&pid, 2)
@@ -508,9 +514,11 @@ fn add_recomputes_code_hash() {
     a.add(p, 0).unwrap();
     assert_eq!(
         a.get(&"p".into()).unwrap().code_hash,
-        ppol::program::code_hash("changed after construction\n")
+        ppol::evolve::program::code_hash("changed after construction\n")
     );
     assert!(a
-        .find_code(&ppol::program::code_hash("changed after construction\n"))
+        .find_code(&ppol::evolve::program::code_hash(
+            "changed after construction\n"
+        ))
         .is_some());
 }

@@ -134,10 +134,10 @@ fn reference_json_ids_and_tasks_come_from_metadata() {
         err.contains("2 dialogues in mean/std, 1 in the coverage cloud"),
         "{err}"
     );
-    let r = ppol::reference::HumanReference::load(&out).unwrap();
+    let r = ppol::fitness::reference::HumanReference::load(&out).unwrap();
     assert_eq!(r.fingerprints[0].id, "ref_1");
     assert_eq!(r.fingerprints[0].task_id.as_deref(), Some("late_order"));
-    assert_eq!(r.feature_set, ppol::features::FeatureSet::Ppol011);
+    assert_eq!(r.feature_set, ppol::fitness::features::FeatureSet::Ppol011);
 }
 
 #[test]
@@ -148,7 +148,7 @@ fn readme_config_example_parses() {
         .expect("README has the [llm] example")
         + 8;
     let end = start + readme[start..].find("```").unwrap();
-    let cfg = ppol::config::RunConfig::from_toml_str(
+    let cfg = ppol::evolve::config::RunConfig::from_toml_str(
         &readme[start..end],
         std::path::Path::new("README.md"),
     )

@@ -1,6 +1,6 @@
 //! Discriminator (random forest, grouped AUC, persistence) and k-means behaviour.
 
-use ppol::discriminator::{
+use ppol::fitness::discriminator::{
     group_kfold, roc_auc, Discriminator, ForestParams, RandomForest, FORMAT_VERSION,
 };
 use ppol::Error;
@@ -349,7 +349,7 @@ fn invalid_inputs_are_rejected_with_clear_errors() {
     assert!(e.to_string().contains("group"), "{e}");
 
     let bad = ForestParams {
-        max_features: ppol::discriminator::MaxFeatures::Count(4),
+        max_features: ppol::fitness::discriminator::MaxFeatures::Count(4),
         ..p
     };
     let e = Discriminator::train(&ok, &g2, &ok, &g2, &n, "fs", &bad, 5).unwrap_err();
@@ -401,7 +401,7 @@ fn kmeans_finds_modes_of_a_fingerprint_like_cloud() {
                 .collect()
         })
         .collect();
-    let c = ppol::kmeans::kmeans(&points, 3, 10, 0).unwrap();
+    let c = ppol::fitness::kmeans::kmeans(&points, 3, 10, 0).unwrap();
     for m in &modes {
         let closest = c
             .iter()
@@ -414,7 +414,7 @@ fn kmeans_finds_modes_of_a_fingerprint_like_cloud() {
             .fold(f64::INFINITY, f64::min);
         assert!(closest < 0.05, "{closest}");
     }
-    assert_eq!(c, ppol::kmeans::kmeans(&points, 3, 10, 0).unwrap());
+    assert_eq!(c, ppol::fitness::kmeans::kmeans(&points, 3, 10, 0).unwrap());
 }
 
 /// Size of a realistic saved discriminator (500 vs 500, 19 features, reference settings),
@@ -560,7 +560,7 @@ fn behaves_like_sklearn_random_forest() {
             n_trees: 1,
             bootstrap: false,
             balanced,
-            max_features: ppol::discriminator::MaxFeatures::All,
+            max_features: ppol::fitness::discriminator::MaxFeatures::All,
             ..ForestParams::default()
         };
         let f = RandomForest::fit(&x, &y, &p).unwrap();

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use ppol::episode::record::EpisodeStatus;
-use ppol::episode::runner::{Backend, Tau2Runner};
-use ppol::evolution::evaluate::EpisodeRunner;
-use ppol::features::FeatureSet;
-use ppol::reference::HumanReference;
-use ppol::tau2::Domain;
+use ppol::fitness::features::FeatureSet;
+use ppol::fitness::reference::HumanReference;
+use ppol::simulate::episode::record::EpisodeStatus;
+use ppol::simulate::episode::runner::{Backend, Tau2Runner};
+use ppol::simulate::episode::EpisodeRunner;
+use ppol::simulate::tau2::Domain;
 
 use crate::util::{run_ppol, shared};
 
@@ -120,15 +120,20 @@ async fn shared_scripted_episodes_on_tau2_and_auc_against_real_humans() {
         eprintln!("{name}: {} tasks, scripted success {success:.3}", eps.len());
         assert!(success >= min_success, "{name}: success {success}");
         if name == "airline" {
-            let humans = ppol::traces::load(
+            let humans = ppol::fitness::traces::load(
                 &shared.join("human/tau_usi_airline_sample.jsonl"),
                 &Default::default(),
             )
             .unwrap();
             let reference = HumanReference::build(&humans, FeatureSet::Ppol011, vec![]).unwrap();
             let base: Vec<_> = eps.iter().map(|e| e.to_dialogue()).collect();
-            let d = ppol::score::train_discriminator(&reference, &base, &Default::default(), 5)
-                .unwrap();
+            let d = ppol::fitness::score::train_discriminator(
+                &reference,
+                &base,
+                &Default::default(),
+                5,
+            )
+            .unwrap();
             let auc = d.training.grouped_auc.as_ref().unwrap().mean;
             eprintln!("grouped held-out AUC, τ-USI humans vs scripted plain simulator: {auc:.3}");
             assert!(auc >= 0.9, "AUC {auc}");
@@ -148,8 +153,8 @@ fn llm_toml(dir: &std::path::Path, base_url: &str, extra: &str) -> std::path::Pa
 
 /// The mock plays both sides: the agent (requests with tools) answers and asks "anything else",
 /// the user simulator (no tools) states a request, then stops.
-fn two_sided_script(errors: bool) -> ppol::llm::mock_server::MockScript {
-    use ppol::llm::mock_server::{MockReply, MockRule, MockScript};
+fn two_sided_script(errors: bool) -> ppol::testing::mock_server::MockScript {
+    use ppol::testing::mock_server::{MockReply, MockRule, MockScript};
     let mut rules = Vec::new();
     if errors {
         rules.push(MockRule {
@@ -185,7 +190,7 @@ fn two_sided_script(errors: bool) -> ppol::llm::mock_server::MockScript {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hundred_concurrent_llm_episodes_against_the_mock() {
-    let server = ppol::llm::mock_server::serve(two_sided_script(true))
+    let server = ppol::testing::mock_server::serve(two_sided_script(true))
         .await
         .unwrap();
     let tmp = tempfile::tempdir().unwrap();
@@ -214,10 +219,10 @@ async fn two_hundred_concurrent_llm_episodes_against_the_mock() {
     assert!(err.contains("wrote 200 episodes"), "{err}");
     assert!(err.contains("(200 ok, 0 failed)"), "{err}");
     assert!(err.contains("retries"), "accounting printed: {err}");
-    let eps = ppol::episode::record::load_episodes(&out).unwrap();
+    let eps = ppol::simulate::episode::record::load_episodes(&out).unwrap();
     assert!(eps
         .iter()
-        .all(|e| e.termination == ppol::episode::Termination::UserStop));
+        .all(|e| e.termination == ppol::simulate::episode::Termination::UserStop));
     assert!(eps.iter().all(|e| e
         .conversation
         .iter()
@@ -231,7 +236,7 @@ async fn two_hundred_concurrent_llm_episodes_against_the_mock() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn llm_budget_stops_cleanly_and_cache_hits_skip_the_server() {
-    let server = ppol::llm::mock_server::serve(two_sided_script(false))
+    let server = ppol::testing::mock_server::serve(two_sided_script(false))
         .await
         .unwrap();
     let tmp = tempfile::tempdir().unwrap();
@@ -263,7 +268,7 @@ async fn llm_budget_stops_cleanly_and_cache_hits_skip_the_server() {
     .unwrap();
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("budget exhausted"), "{err}");
-    let eps = ppol::episode::record::load_episodes(&out).unwrap();
+    let eps = ppol::simulate::episode::record::load_episodes(&out).unwrap();
     assert_eq!(eps.len(), 40, "every planned episode is recorded");
     assert!(eps.iter().any(|e| e.status == EpisodeStatus::Ok));
     assert!(eps

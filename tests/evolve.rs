@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ppol::runlog::{read, Event};
+use ppol::evolve::runlog::{read, Event};
 
 use crate::util::{ppol, root, run_ppol};
 
@@ -229,7 +229,7 @@ fn llm_config(dir: &Path, base_url: &str) -> PathBuf {
 }
 
 async fn llm_run(diff: &str) -> (PathBuf, tempfile::TempDir, u64) {
-    use ppol::llm::mock_server::{serve, MockReply, MockRule, MockScript};
+    use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
     let script = MockScript {
         rules: vec![MockRule {
             contains: Some("<<<<<<< SEARCH".into()),
@@ -372,7 +372,7 @@ fn early_stop_and_wall_clock_stop_the_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn llm_budget_stops_the_run_cleanly() {
-    use ppol::llm::mock_server::{serve, MockReply, MockRule, MockScript};
+    use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
     let diff = "<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.7, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n>>>>>>> REPLACE\n";
     let script = MockScript {
         rules: vec![MockRule {

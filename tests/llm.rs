@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ppol::dialogue::{Role, ToolCall, Turn};
-use ppol::llm::mock_server::{serve, serve_with, MockOptions, MockReply, MockRule, MockScript};
 use ppol::llm::scripted::ScriptedReply;
 use ppol::llm::{
     CallRole, ChatModel, ChatModelProvider, ChatRequest, LlmClient, LlmConfig, ModelSpec,
     OpenAiProvider, Price, ProviderKind, ScriptedModel, ToolSpec,
 };
+use ppol::testing::mock_server::{serve, serve_with, MockOptions, MockReply, MockRule, MockScript};
 use ppol::Error;
 use serde_json::json;
 
@@ -971,7 +971,7 @@ async fn mock_server_run_prints_its_address() {
             Ok(())
         }
     }
-    let task = tokio::spawn(ppol::llm::mock_server::run(
+    let task = tokio::spawn(ppol::testing::mock_server::run(
         MockScript::always(MockReply::text("pong")),
         MockOptions {
             max_lifetime: Some(Duration::from_millis(500)),

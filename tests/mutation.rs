@@ -2,19 +2,19 @@
 
 use std::collections::BTreeSet;
 
-use ppol::archive::{Inspiration, InspirationKind};
 use ppol::dialogue::Role;
-use ppol::llm::CallRole;
-use ppol::mutation::prompt::{
+use ppol::evolve::archive::{Inspiration, InspirationKind};
+use ppol::evolve::mutation::prompt::{
     fill_template, DIFF_TEMPLATE, PLACEHOLDERS, REWRITE_TEMPLATE, SYSTEM_TEMPLATE,
 };
-use ppol::mutation::{
+use ppol::evolve::mutation::{
     apply_diff, check_python_syntax, crossover, crossover_batch, extract_full_program, parse_diff,
     structural_mutate, structural_mutate_batch, template_hashes, AxisVocab, ChildFailure,
     DiffError, FailureKind, MutationContext, PromptBuilder, PromptConfig, StructuralOptions,
     MUTATION_ANGLES,
 };
-use ppol::program::{MutationInfo, MutationKind, Program};
+use ppol::evolve::program::{MutationInfo, MutationKind, Program};
+use ppol::llm::CallRole;
 
 use crate::util::root;
 
@@ -145,10 +145,10 @@ fn diff_protocol_errors() {
     )
     .unwrap();
     assert!(out.code.starts_with("AXES"));
-    let f = ChildFailure::from_diff_error(&DiffError::NoBlocks);
+    let f = ppol::evolve::mutation::failure_from_diff_error(&DiffError::NoBlocks);
     assert_eq!(f.kind, FailureKind::DiffNotApplied);
     assert_eq!(
-        ChildFailure::from_diff_error(&DiffError::NoProgram).kind,
+        ppol::evolve::mutation::failure_from_diff_error(&DiffError::NoProgram).kind,
         FailureKind::NoProgram
     );
 }
@@ -218,7 +218,7 @@ fn inspiration(id: &str, kind: InspirationKind, code: String) -> Inspiration {
 
 fn failures() -> Vec<ChildFailure> {
     vec![
-        ChildFailure::from_diff_error(&DiffError::SearchNotFound {
+        ppol::evolve::mutation::failure_from_diff_error(&DiffError::SearchNotFound {
             block: 1,
             snippet: "FAILED_SNIPPET".into(),
         }),
@@ -454,7 +454,10 @@ fn template_hashes_cover_every_embedded_text() {
         assert_eq!(v.len(), 64);
         assert!(v.chars().all(|c| c.is_ascii_hexdigit()));
     }
-    assert_eq!(h["system.md"], ppol::program::code_hash(SYSTEM_TEMPLATE));
+    assert_eq!(
+        h["system.md"],
+        ppol::evolve::program::code_hash(SYSTEM_TEMPLATE)
+    );
 }
 
 // ---------------------------------------------------------------- structural
@@ -699,7 +702,7 @@ fn crossover_mixes_both_parents() {
 /// One evolution iteration the way the loop drives these APIs, with a scripted mutator.
 #[test]
 fn end_to_end_iteration_with_a_scripted_mutator() {
-    use ppol::archive::{Archive, ArchiveConfig};
+    use ppol::evolve::archive::{Archive, ArchiveConfig};
     let seed_code = sample();
     let metrics =
         |c: f64, h: f64, v: f64| [("combined", c), ("human_likeness", h), ("coverage", v)];
@@ -717,7 +720,7 @@ fn end_to_end_iteration_with_a_scripted_mutator() {
     let parent = archive.sample_parent(island).unwrap().program;
     let bad = "<<<<<<< SEARCH\nTEMPERATURE = 0.9\n=======\nTEMPERATURE = 1.0\n>>>>>>> REPLACE";
     let err = apply_diff(&parent.code, bad).unwrap_err();
-    let mut failure = ChildFailure::from_diff_error(&err);
+    let mut failure = ppol::evolve::mutation::failure_from_diff_error(&err);
     failure.angle = Some("axes".into());
     archive.record_failure(&parent.id, failure);
 

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use ppol::coverage::{dice, CoverageOptions, HumanCloud};
-use ppol::features::{fingerprint_many, FeatureSet, Fingerprint};
-use ppol::reference::HumanReference;
-use ppol::traces::{self, LoadOptions};
+use ppol::fitness::coverage::{dice, CoverageOptions, HumanCloud};
+use ppol::fitness::features::{fingerprint_many, FeatureSet, Fingerprint};
+use ppol::fitness::reference::HumanReference;
+use ppol::fitness::traces::{self, LoadOptions};
 
 use crate::util::shared;
 
@@ -37,7 +37,7 @@ fn check_features(dialogues: &Path, expected: &Path) -> usize {
                 (a - b).abs() <= TOL,
                 "{}: dialogue {id}: feature {} = {a}, reference {b}",
                 dialogues.display(),
-                ppol::features::FEATURE_NAMES[j]
+                ppol::fitness::features::FEATURE_NAMES[j]
             );
         }
     }

@@ -5,15 +5,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ppol::coverage::Dice;
 use ppol::dialogue::{Dialogue, Role, ToolCall, Turn};
-use ppol::episode::record::{Episode, EpisodeStatus};
-use ppol::episode::Termination;
-use ppol::features::FeatureSet;
+use ppol::evolve::runlog::{
+    EvalMetrics, EvalRow, EvalTable, Event, FailureInfo, PersonaOutcome, RunLog,
+};
+use ppol::fitness::coverage::Dice;
+use ppol::fitness::features::FeatureSet;
+use ppol::fitness::reference::HumanReference;
+use ppol::fitness::traces::{self, LoadOptions};
 use ppol::persona::Persona;
-use ppol::reference::HumanReference;
-use ppol::runlog::{EvalMetrics, EvalRow, EvalTable, Event, FailureInfo, PersonaOutcome, RunLog};
-use ppol::traces::{self, LoadOptions};
+use ppol::simulate::episode::record::{Episode, EpisodeStatus};
+use ppol::simulate::episode::Termination;
 use serde_json::{json, Map, Value};
 
 use crate::util::{root, run_ppol};
@@ -270,7 +272,7 @@ pub fn write_fixture_run(dir: &Path) {
         })
         .collect();
     log.append(Event::RunStarted {
-        schema_version: ppol::runlog::SCHEMA_VERSION,
+        schema_version: ppol::evolve::runlog::SCHEMA_VERSION,
         ppol_version: "0.1.0".into(),
         name: "fixture-run".into(),
         config: json!({"seed": 42}),
@@ -386,8 +388,8 @@ pub fn write_fixture_run(dir: &Path) {
     let timed: String = text
         .lines()
         .map(|l| {
-            let mut r: ppol::runlog::Record = serde_json::from_str(l).unwrap();
-            r.time = ppol::runlog::rfc3339(1_795_417_200 + (r.seq - 1) * 60);
+            let mut r: ppol::evolve::runlog::Record = serde_json::from_str(l).unwrap();
+            r.time = ppol::io::rfc3339(1_795_417_200 + (r.seq - 1) * 60);
             serde_json::to_string(&r).unwrap() + "\n"
         })
         .collect();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ppol::dialogue::{Role, Turn};
-use ppol::generator::{
+use ppol::generate::generator::{
     generate_in, validate, GenerationOutcome, Program, Sandbox, SandboxConfig, Stage,
 };
 use ppol::llm::{CallRole, ChatModel, ChatRequest, ChatResponse, Usage};
@@ -547,7 +547,7 @@ fn cli_generate_with_a_scripted_llm_writes_jsonl() {
     )
     .unwrap();
     let out = dir.path().join("out.jsonl");
-    let code = ppol::cli::main_from([
+    let code = ppol::front::cli::main_from([
         "ppol".to_string(),
         "generate".into(),
         "--program".into(),

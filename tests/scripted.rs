@@ -5,15 +5,15 @@ use std::collections::HashMap;
 
 use futures::executor::block_on;
 use ppol::dialogue::{Role, Turn};
-use ppol::episode::scripted::{ScriptedAgent, ScriptedUser, KNOWN_AXES};
-use ppol::episode::{
-    AgentSimulator, Plan, PlannedAction, Scenario, Termination, ToolEnv, ToolOutcome,
-    UserSimulator, STOP_TOKENS,
-};
-use ppol::features::{
+use ppol::fitness::features::{
     feature_index, fingerprint_user_texts, FeatureSet, FEATURE_NAMES, N_FEATURES,
 };
 use ppol::llm::ToolSpec;
+use ppol::simulate::episode::scripted::{ScriptedAgent, ScriptedUser, KNOWN_AXES};
+use ppol::simulate::episode::{
+    AgentSimulator, Plan, PlannedAction, Scenario, Termination, ToolEnv, ToolOutcome,
+    UserSimulator, STOP_TOKENS,
+};
 use serde_json::{json, Map, Value};
 
 // ---------------------------------------------------------------------------------------------
@@ -749,10 +749,11 @@ fn human_like_personas_are_closer_to_real_humans() {
         return;
     };
     let path = shared.join("human/tau_usi_airline_sample.jsonl");
-    let humans = ppol::traces::load(&path, &ppol::traces::LoadOptions::default()).unwrap();
-    let fps = ppol::features::fingerprint_many(&humans, FeatureSet::Ppol011);
+    let humans =
+        ppol::fitness::traces::load(&path, &ppol::fitness::traces::LoadOptions::default()).unwrap();
+    let fps = ppol::fitness::features::fingerprint_many(&humans, FeatureSet::Ppol011);
     let rows: Vec<&[f64]> = fps.iter().map(|f| f.values()).collect();
-    let (hm, hs) = ppol::reference::mean_std(&rows);
+    let (hm, hs) = ppol::fitness::reference::mean_std(&rows);
     let configs: Vec<(&str, Map<String, Value>)> = vec![
         ("no persona", Map::new()),
         (
@@ -1019,7 +1020,7 @@ fn scripted_tau2_dump() {
 fn first_id_turn(persona: &Map<String, Value>) -> f64 {
     let (mut sum, mut n) = (0.0, 0.0);
     for (s, plan) in tasks() {
-        let f = ppol::episode::scripted::Facts::from_scenario(&s);
+        let f = ppol::simulate::episode::scripted::Facts::from_scenario(&s);
         let ids: Vec<String> = f
             .object_ids()
             .iter()

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use ppol::dialogue::{Role, ToolCall, Turn};
-use ppol::tau2::{evaluate, evaluate_replay, Domain, Env, Task};
+use ppol::simulate::tau2::{evaluate, evaluate_replay, Domain, Env, Task};
 use serde_json::{json, Value};
 
 fn shared_dir() -> Option<PathBuf> {

@@ -1,5 +1,6 @@
 //! One integration-test binary (see Cargo.toml `[[test]] integration`).
 
+mod architecture;
 mod archive;
 mod cli;
 mod discriminator;

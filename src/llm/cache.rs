@@ -124,7 +124,7 @@ impl ResponseCache {
                 format!("cannot serialize response: {e}"),
             )
         })?;
-        crate::error::write_atomic(&self.path(key), &bytes)
+        crate::io::write_atomic(&self.path(key), &bytes)
     }
 
     /// Number of entries on disk.

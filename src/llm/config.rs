@@ -650,7 +650,7 @@ impl LlmConfig {
 
     /// Read a TOML file.
     pub fn from_toml_file(path: &Path) -> Result<Self> {
-        let text = crate::error::read_to_string(path)?;
+        let text = crate::io::read_to_string(path)?;
         LlmConfig::from_toml_str(&text, path)
     }
 

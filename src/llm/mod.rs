@@ -8,8 +8,6 @@
 //! * [`client`] — [`LlmClient`], the wrapper every caller should use: routing by role,
 //!   semaphore, timeouts, retries with backoff, on-disk cache, accounting and budget.
 //! * [`cache`] — [`ResponseCache`], the content-addressed response cache.
-//! * [`mock_server`] — an OpenAI-compatible HTTP server on 127.0.0.1 driven by a
-//!   [`mock_server::MockScript`], used by every test that needs an endpoint.
 //!
 //! Building a client:
 //!
@@ -37,7 +35,6 @@ use crate::Result;
 pub mod cache;
 pub mod client;
 pub mod config;
-pub mod mock_server;
 pub mod openai;
 pub mod scripted;
 
@@ -97,7 +94,7 @@ pub struct ToolSpec {
 }
 
 /// A canned tool call in a scripted answer: a line of a [`ScriptedModel`] script or a
-/// [`mock_server`] reply. The id defaults to `call_<request>_<index>`.
+/// mock-server reply (`crate::testing::mock_server`). The id defaults to `call_<request>_<index>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptToolCall {

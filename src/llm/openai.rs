@@ -1,6 +1,6 @@
 //! The `openai` provider: chat completions (with function calling) against any
 //! OpenAI-compatible base URL — OpenAI, vLLM, Ollama, llama.cpp's server, OpenRouter, the
-//! ppol [mock server](super::mock_server) — through `async-openai` in bring-your-own-types
+//! ppol mock server (`crate::testing`) — through `async-openai` in bring-your-own-types
 //! mode (`serde_json::Value` in and out).
 //!
 //! Newer OpenAI models reject `max_tokens` (they want `max_completion_tokens`) and non-default

@@ -149,7 +149,7 @@ impl ScriptedModel {
 
     /// Replay mode from a JSONL file.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = crate::error::read_to_string(path)?;
+        let text = crate::io::read_to_string(path)?;
         ScriptedModel::from_jsonl_str(&text, path)
     }
 

@@ -40,11 +40,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::dialogue::Role;
-use crate::episode::record::{load_episodes, Episode, EpisodeStatus};
-use crate::features::{fingerprint_many, FEATURE_NAMES};
+use crate::evolve::runlog::{self, EvalMetrics, EvalTable, Event, Record};
+use crate::fitness::features::{fingerprint_many, FEATURE_NAMES};
+use crate::fitness::reference::HumanReference;
 use crate::persona::Persona;
-use crate::reference::HumanReference;
-use crate::runlog::{self, EvalMetrics, EvalTable, Event, Record};
+use crate::simulate::episode::record::{load_episodes, Episode, EpisodeStatus};
 use crate::{Error, Result};
 
 use svg::{BarChart, Point, Series, Style, XyChart};
@@ -112,21 +112,21 @@ impl RunFiles {
         }
         let log = runlog::read(&log_path)?;
         let config_toml = optional(&dir.join("config.toml"), |p| {
-            let text = crate::error::read_to_string(p)?;
+            let text = crate::io::read_to_string(p)?;
             text.parse::<toml::Table>()
                 .map_err(|e| Error::parse(p, "TOML", format!("not valid TOML: {e}")))?;
             Ok(text)
         })?;
         let human = optional(&dir.join("human_ref.json"), HumanReference::load)?;
         let discriminator_bytes = optional(&dir.join("discriminator.json"), |p| {
-            let text = crate::error::read_to_string(p)?;
+            let text = crate::io::read_to_string(p)?;
             parse_json::<Value>(&text, p, "not valid JSON")?;
             Ok(text.len() as u64)
         })?;
         let baseline = optional(&dir.join("baseline/episodes.jsonl"), load_episodes)?;
-        let best_source = optional(&dir.join("best/program.py"), crate::error::read_to_string)?;
+        let best_source = optional(&dir.join("best/program.py"), crate::io::read_to_string)?;
         let best_program = optional(&dir.join("best/program.json"), |p| {
-            let text = crate::error::read_to_string(p)?;
+            let text = crate::io::read_to_string(p)?;
             parse_json(&text, p, "not a best-program record")
         })?;
         let best_personas = optional(&dir.join("best/personas.jsonl"), load_personas)?;
@@ -144,7 +144,7 @@ impl RunFiles {
             .collect();
         eval_paths.sort();
         for p in eval_paths {
-            let text = crate::error::read_to_string(&p)?;
+            let text = crate::io::read_to_string(&p)?;
             let table: EvalTable = parse_json(&text, &p, "not a ppol eval table")?;
             let name = p.file_name().unwrap_or_default().to_string_lossy().into();
             evals.push((name, table));
@@ -184,7 +184,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(text: &str, path: &Path, what: &st
 }
 
 fn load_personas(path: &Path) -> Result<Vec<Persona>> {
-    let text = crate::error::read_to_string(path)?;
+    let text = crate::io::read_to_string(path)?;
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
@@ -212,7 +212,7 @@ pub fn write(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let path = out
         .map(Path::to_path_buf)
         .unwrap_or_else(|| run_dir.join("report.html"));
-    crate::error::write_atomic(&path, html.as_bytes())?;
+    crate::io::write_atomic(&path, html.as_bytes())?;
     Ok(path)
 }
 
@@ -270,31 +270,6 @@ fn opt3(x: Option<f64>) -> String {
 
 fn notice(out: &mut String, text: &str) {
     let _ = write!(out, r#"<p class="notice">{}</p>"#, esc(text));
-}
-
-/// Seconds since the Unix epoch of an RFC3339 UTC time (`2026-11-23T07:15:02Z`, fractional
-/// seconds and `+00:00` accepted).
-fn parse_rfc3339(s: &str) -> Option<f64> {
-    let s = s.trim();
-    let (date, time) = s.split_once(['T', 't', ' '])?;
-    let mut d = date.split('-');
-    let (y, mo, da): (i64, i64, i64) = (
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-    );
-    let time = time.trim_end_matches(['Z', 'z']).trim_end_matches("+00:00");
-    let mut t = time.split(':');
-    let (h, mi): (f64, f64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
-    let sec: f64 = t.next().unwrap_or("0").parse().ok()?;
-    // days-from-civil (Howard Hinnant)
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + da - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days as f64 * 86_400.0 + h * 3600.0 + mi * 60.0 + sec)
 }
 
 fn duration(secs: f64) -> String {
@@ -969,7 +944,7 @@ fn section_scores(out: &mut String, view: &LogView) {
 
 fn episode_fingerprints(
     eps: &[Episode],
-    set: crate::features::FeatureSet,
+    set: crate::fitness::features::FeatureSet,
 ) -> Vec<(String, Vec<f64>)> {
     let ok: Vec<&Episode> = eps
         .iter()
@@ -993,7 +968,7 @@ fn section_map(out: &mut String, files: &RunFiles) {
         out.push_str("</section>");
         return;
     };
-    let rows: Vec<&crate::reference::ReferenceRow> = human
+    let rows: Vec<&crate::fitness::reference::ReferenceRow> = human
         .fingerprints
         .iter()
         .filter(|r| r.n_messages >= 1)
@@ -1107,7 +1082,7 @@ fn section_map(out: &mut String, files: &RunFiles) {
     out.push_str("</table></details></section>");
 }
 
-fn dice_values(d: &crate::coverage::Dice) -> Vec<f64> {
+fn dice_values(d: &crate::fitness::coverage::Dice) -> Vec<f64> {
     vec![d.D1, d.D2, d.D3, d.D4, d.overall]
 }
 
@@ -1642,12 +1617,12 @@ fn section_costs(out: &mut String, view: &LogView) {
             notice(out, &format!("Budget exhausted: {why}"));
         }
     }
-    let start = view.started.and_then(|r| parse_rfc3339(&r.time));
+    let start = view.started.and_then(|r| crate::io::parse_rfc3339(&r.time));
     let end = view
         .stopped
         .map(|r| r.time.as_str())
         .or(view.last_time)
-        .and_then(parse_rfc3339);
+        .and_then(crate::io::parse_rfc3339);
     let wall = match (start, end) {
         (Some(a), Some(b)) => duration(b - a),
         _ => "–".into(),
@@ -1691,13 +1666,6 @@ mod tests {
 
     #[test]
     fn parses_the_logs_times() {
-        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0.0));
-        assert_eq!(
-            parse_rfc3339(&runlog::rfc3339(1_795_417_200)),
-            Some(1_795_417_200.0)
-        );
-        assert_eq!(parse_rfc3339("2000-02-29T00:00:01.5Z"), Some(951_782_401.5));
-        assert_eq!(parse_rfc3339("yesterday"), None);
         assert_eq!(duration(3725.0), "1 h 02 min 05 s");
         assert_eq!(duration(12.34), "12.3 s");
         assert_eq!(grouped(1_234_567), "1,234,567");

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ppol::features::{fingerprint, fingerprint_many, FeatureSet};
-use ppol::traces::{load, LoadOptions};
+use ppol::fitness::features::{fingerprint, fingerprint_many, FeatureSet};
+use ppol::fitness::traces::{load, LoadOptions};
 
 fn bench(c: &mut Criterion) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

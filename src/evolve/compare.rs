@@ -1,0 +1,172 @@
+//! `ppol eval`: the paper's Table 1 on held-out tasks — humans, the base simulator (no
+//! persona), direct-prompt personas, the unevolved seed and the evolved best, each scored with
+//! the same discriminator, human cloud and tasks.
+
+use futures::future::join_all;
+
+use super::evaluate::{
+    evaluate_candidate, CandidateOutcome, PersonaGenerator, Scorer, TaskContext,
+};
+use crate::dialogue::Dialogue;
+use crate::evolve::runlog::{EvalRow, EvalTable};
+use crate::fitness::coverage::dice;
+use crate::fitness::features::{fingerprint_many, Fingerprint};
+use crate::seed::mix;
+use crate::simulate::episode::record::Episode;
+use crate::simulate::episode::EpisodeRunner;
+
+/// A generator program to compare, or why it is not available.
+pub enum Condition<'a> {
+    /// Program source.
+    Program(&'a str),
+    /// Not available (e.g. the direct-prompt baseline needs an LLM endpoint).
+    Skipped(String),
+}
+
+/// Fixed weights of the table's "score" column (the paper's 0.5/0.5).
+pub const TABLE_WEIGHTS: (f64, f64) = (0.5, 0.5);
+
+fn row_from(name: &str, episodes: &[Episode], scorer: &Scorer) -> EvalRow {
+    let s = scorer.score(episodes, TABLE_WEIGHTS.0, TABLE_WEIGHTS.1, 0);
+    EvalRow {
+        name: name.into(),
+        human_likeness: s.metrics.human_likeness,
+        coverage: s.metrics.coverage,
+        score: s.metrics.combined,
+        dice: s.metrics.dice,
+        success_rate: Some(s.metrics.success_rate),
+        n_dialogues: s.metrics.n_episodes,
+        skipped: None,
+    }
+}
+
+fn skipped(name: &str, why: String) -> EvalRow {
+    EvalRow {
+        name: name.into(),
+        // numbers are not meaningful here (JSON has no NaN); `skipped` says why
+        human_likeness: 0.0,
+        coverage: 0.0,
+        score: 0.0,
+        dice: Default::default(),
+        success_rate: None,
+        n_dialogues: 0,
+        skipped: Some(why),
+    }
+}
+
+/// The human row: held-out human dialogues scored like simulated ones (grouped by task).
+pub fn human_row(humans: &[Dialogue], scorer: &Scorer) -> EvalRow {
+    let fps = fingerprint_many(humans, scorer.reference.feature_set);
+    let rows: Vec<Vec<f64>> = fps.iter().map(|f| f.0.to_vec()).collect();
+    if rows.is_empty() {
+        return skipped("human", "no human dialogues".into());
+    }
+    let p = scorer.discriminator.p_human(&rows);
+    let hl = p.iter().sum::<f64>() / p.len() as f64;
+    let points: Vec<(String, Fingerprint)> = humans
+        .iter()
+        .zip(&fps)
+        .map(|(d, f)| (d.group_key().to_string(), *f))
+        .collect();
+    let cov = scorer.cloud.chamfer_by_group(&points).mean;
+    let rewards: Vec<f64> = humans
+        .iter()
+        .filter_map(|d| d.meta.get("reward").and_then(|v| v.as_f64()))
+        .collect();
+    EvalRow {
+        name: "human".into(),
+        human_likeness: hl,
+        coverage: cov,
+        score: TABLE_WEIGHTS.0 * hl + TABLE_WEIGHTS.1 * cov,
+        dice: dice(&scorer.reference.mean_fingerprint(), &fps),
+        success_rate: (!rewards.is_empty()).then(|| {
+            rewards.iter().filter(|r| **r >= 1.0 - 1e-9).count() as f64 / rewards.len() as f64
+        }),
+        n_dialogues: humans.len(),
+        skipped: None,
+    }
+}
+
+/// Build the table. `n` personas per task for every persona condition, and `n` persona-free
+/// episodes per task for the base row.
+#[allow(clippy::too_many_arguments)]
+pub async fn compare(
+    split: &str,
+    tasks: &[TaskContext],
+    n: usize,
+    humans: &[Dialogue],
+    human_source: Vec<String>,
+    conditions: &[(&str, Condition<'_>)],
+    generator: &dyn PersonaGenerator,
+    runner: &dyn EpisodeRunner,
+    scorer: &Scorer,
+    seed: u64,
+) -> EvalTable {
+    let mut rows = vec![human_row(humans, scorer)];
+    let base: Vec<Episode> = join_all(tasks.iter().enumerate().flat_map(|(i, t)| {
+        (0..n)
+            .map(move |k| runner.run(&t.task_id, None, k as u32, mix(seed, (i * 1000 + k) as u64)))
+    }))
+    .await;
+    rows.push(row_from("base", &base, scorer));
+    for (name, cond) in conditions {
+        let row = match cond {
+            Condition::Skipped(why) => skipped(name, why.clone()),
+            Condition::Program(code) => {
+                let (lh, lb) = TABLE_WEIGHTS;
+                match evaluate_candidate(code, tasks, n, lh, lb, generator, runner, scorer, seed)
+                    .await
+                {
+                    CandidateOutcome::Scored { episodes, .. } => row_from(name, &episodes, scorer),
+                    CandidateOutcome::Failed(f) => skipped(
+                        name,
+                        format!("generation failed ({}): {}", f.stage, f.reason),
+                    ),
+                    CandidateOutcome::Infrastructure(why) => {
+                        skipped(name, format!("infrastructure failure: {why}"))
+                    }
+                }
+            }
+        };
+        rows.push(row);
+    }
+    EvalTable {
+        split: split.into(),
+        tasks: tasks.iter().map(|t| t.task_id.clone()).collect(),
+        human_source,
+        rows,
+    }
+}
+
+/// The table as text.
+pub fn render_table(t: &EvalTable) -> String {
+    let mut s = format!(
+        "split: {} ({} tasks); humans: {}\n{:<9} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>5}\n",
+        t.split,
+        t.tasks.len(),
+        t.human_source.join(", "),
+        "condition", "HL", "Cov", "Score", "D1", "D2", "D3", "D4", "USI", "success", "n"
+    );
+    for r in &t.rows {
+        if let Some(why) = &r.skipped {
+            s.push_str(&format!("{:<9} skipped: {why}\n", r.name));
+            continue;
+        }
+        let f = |x: f64| format!("{:.3}", x);
+        s.push_str(&format!(
+            "{:<9} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>5}\n",
+            r.name,
+            f(r.human_likeness),
+            f(r.coverage),
+            f(r.score),
+            f(r.dice.D1),
+            f(r.dice.D2),
+            f(r.dice.D3),
+            f(r.dice.D4),
+            f(r.dice.overall),
+            r.success_rate.map_or("-".into(), f),
+            r.n_dialogues
+        ));
+    }
+    s
+}

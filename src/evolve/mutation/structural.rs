@@ -1,0 +1,229 @@
+//! Offline structural mutation and crossover of a program's literal data, without an LLM.
+//!
+//! The work is done by `generators/mutate_ast.py` (embedded as [`SCRIPT`]), run with
+//! `python3 -I -S -X utf8` in a scrubbed environment with a timeout. It parses the program
+//! with `ast` — the program is untrusted input and is **never executed** — finds the
+//! module-level assignments whose value is a literal, edits only the source segments of the
+//! chosen elements (comments and all other code stay byte for byte), re-parses and compiles
+//! the result, and answers with the new code and a one-line summary.
+//!
+//! # Operators ([`structural_mutate`], one to three per call)
+//!
+//! | operator | target | effect |
+//! |---|---|---|
+//! | add axis | `DIVERSITY_AXES` | append an axis from the vocabulary that the list lacks |
+//! | drop axis | `DIVERSITY_AXES` | remove one axis (at least one is kept) |
+//! | edit axis | `DIVERSITY_AXES` | swap in the vocabulary's phrasing of a definition or on/off playbook |
+//! | perturb | any number in a literal (dicts of weights, scalars) | multiply by `exp(N(0, 0.3))`, rounded to 3 decimals; clipped to [0, 1] when the number is a probability (a float in [0, 1] whose numeric siblings are all in [0, 1]); integers stay integers ≥ 1 |
+//! | fragments | any list of strings | duplicate, drop (≥ 1 kept), swap two, or recombine the head of one with the tail of another |
+//!
+//! [`crossover`] takes, for each literal defined in both parents, the second parent's value
+//! with probability ½ (key by key for dicts of numbers) and merges `DIVERSITY_AXES` by union
+//! or intersection of the axis names (½ each), each common axis coming from either parent.
+//!
+//! # JSON protocol of the script
+//!
+//! Request on stdin: `{"op": "mutate", "code", "vocabulary": [{"name", "definition", "on",
+//! "off"}], "seed"}` or `{"op": "crossover", "code", "code_b", "seed"}`. Answer on stdout:
+//! `{"ok": true, "code", "summary", "edits": [..]}` or `{"ok": false, "error"}`. The same
+//! request always gives the same answer (`random.Random(seed)`).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// One mutant: the new code and its summary, or why no mutant could be made.
+pub type Mutant = Result<(String, String), String>;
+
+/// Per-seed mutants, or a failure to run the script at all.
+pub type BatchResult = Result<Vec<Mutant>, String>;
+
+/// The embedded structural mutation script (`generators/mutate_ast.py`).
+pub const SCRIPT: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/generators/mutate_ast.py"
+));
+
+/// One known behaviour axis that structural mutation may add or rephrase (the offline
+/// simulator's axes, passed by the caller).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AxisVocab {
+    /// Axis name (`behavior` in `DIVERSITY_AXES`), e.g. `typos`.
+    pub name: String,
+    /// What the behaviour is.
+    pub definition: String,
+    /// Playbook when the axis is on (`presence.true`).
+    pub on: String,
+    /// Playbook when the axis is off (`presence.false`).
+    pub off: String,
+}
+
+/// How to run the script.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StructuralOptions {
+    /// Python interpreter. Default `python3`.
+    pub python: String,
+    /// Wall-clock limit per call. Default 20 s.
+    pub timeout: Duration,
+    /// Relative weights of the mutation operators by name (`add-axis`, `drop-axis`,
+    /// `edit-axis`, `perturb`, `fragment`); absent names keep their defaults, 0 disables one.
+    pub op_weights: std::collections::BTreeMap<String, f64>,
+}
+
+impl Default for StructuralOptions {
+    fn default() -> Self {
+        StructuralOptions {
+            python: super::PYTHON.to_string(),
+            timeout: Duration::from_secs(20),
+            op_weights: Default::default(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    #[serde(default)]
+    results: Option<Vec<Answer>>,
+    ok: bool,
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    summary: String,
+    #[serde(default)]
+    error: String,
+}
+
+fn call_raw(opts: &StructuralOptions, request: serde_json::Value) -> Result<Answer, String> {
+    let input = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+    let out =
+        super::run_python(&opts.python, SCRIPT, &input, opts.timeout).map_err(|e| e.to_string())?;
+    let answer: Answer = serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "structural mutation script failed ({}): {}; stderr: {}",
+            out.status,
+            e,
+            super::tail(&String::from_utf8_lossy(&out.stderr), 600)
+        )
+    })?;
+    Ok(answer)
+}
+
+impl Answer {
+    fn into_result(self) -> Result<(String, String), String> {
+        if self.ok {
+            Ok((self.code, self.summary))
+        } else {
+            Err(self.error)
+        }
+    }
+}
+
+fn call(opts: &StructuralOptions, request: serde_json::Value) -> Result<(String, String), String> {
+    call_raw(opts, request)?.into_result()
+}
+
+/// Mutate the literal data of `code` (see the [module docs](self)); deterministic per `seed`.
+/// Returns the new code and a summary such as `added axis 'typos'; weight
+/// PLACEMENT_WEIGHTS['terse'] 0.5→0.62`, or why nothing could be done.
+pub fn structural_mutate(
+    code: &str,
+    vocabulary: &[AxisVocab],
+    seed: u64,
+) -> Result<(String, String), String> {
+    structural_mutate_with(&StructuralOptions::default(), code, vocabulary, seed)
+}
+
+/// [`structural_mutate`] with explicit options.
+pub fn structural_mutate_with(
+    opts: &StructuralOptions,
+    code: &str,
+    vocabulary: &[AxisVocab],
+    seed: u64,
+) -> Result<(String, String), String> {
+    call(
+        opts,
+        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seed": seed, "op_weights": opts.op_weights}),
+    )
+}
+
+/// [`structural_mutate`] for several seeds in one Python process (much cheaper than one call
+/// per seed). Element `i` equals `structural_mutate(code, vocabulary, seeds[i])`; the outer
+/// error is a failure to run the script at all.
+pub fn structural_mutate_batch(
+    opts: &StructuralOptions,
+    code: &str,
+    vocabulary: &[AxisVocab],
+    seeds: &[u64],
+) -> BatchResult {
+    batch(
+        opts,
+        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seeds": seeds}),
+        seeds.len(),
+    )
+}
+
+/// [`crossover`] for several seeds in one Python process; element `i` equals
+/// `crossover(code_a, code_b, seeds[i])`.
+pub fn crossover_batch(
+    opts: &StructuralOptions,
+    code_a: &str,
+    code_b: &str,
+    seeds: &[u64],
+) -> BatchResult {
+    batch(
+        opts,
+        json!({"op": "crossover", "code": code_a, "code_b": code_b, "seeds": seeds}),
+        seeds.len(),
+    )
+}
+
+fn batch(opts: &StructuralOptions, request: serde_json::Value, n: usize) -> BatchResult {
+    let answer = call_raw(opts, request)?;
+    match answer.results {
+        Some(r) if r.len() == n => Ok(r.into_iter().map(Answer::into_result).collect()),
+        _ if !answer.ok => Err(answer.error),
+        _ => Err("structural mutation script returned no per-seed results".to_string()),
+    }
+}
+
+/// Cross `code_a` with `code_b`: the child is `code_a` with some of `code_b`'s literal values
+/// (see the [module docs](self)); deterministic per `seed`. Returns the child and a summary.
+pub fn crossover(code_a: &str, code_b: &str, seed: u64) -> Result<(String, String), String> {
+    crossover_with(&StructuralOptions::default(), code_a, code_b, seed)
+}
+
+/// [`crossover`] with explicit options.
+pub fn crossover_with(
+    opts: &StructuralOptions,
+    code_a: &str,
+    code_b: &str,
+    seed: u64,
+) -> Result<(String, String), String> {
+    call(
+        opts,
+        json!({"op": "crossover", "code": code_a, "code_b": code_b, "seed": seed}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_unparsable_and_literal_free_programs() {
+        let e = structural_mutate("def f(:\n", &[], 1).unwrap_err();
+        assert!(e.contains("does not parse"), "{e}");
+        let e = structural_mutate("def f():\n    return 1\n", &[], 1).unwrap_err();
+        assert!(e.contains("no mutable literal data"), "{e}");
+    }
+
+    #[test]
+    fn never_executes_the_program() {
+        let code = "import os\nos.system('touch /tmp/ppol_should_not_exist')\nX = 0.5\n";
+        let (new, summary) = structural_mutate(code, &[], 3).unwrap();
+        assert!(summary.starts_with("weight X 0.5→"), "{summary}");
+        assert!(new.starts_with("import os\nos.system("));
+        assert!(!std::path::Path::new("/tmp/ppol_should_not_exist").exists());
+    }
+}

@@ -1,0 +1,386 @@
+//! The run log: an append-only JSONL file of typed events (`runs/<name>/log.jsonl`). It is the
+//! source of truth for reports and evaluation tables; live state is never read by them.
+//!
+//! Every line is `{"seq": n, "time": "<RFC3339 UTC>", "event": "<kind>", ...fields}`. `seq` is
+//! strictly increasing. Writers append whole lines and fsync; readers ignore a torn last line.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Error, Result};
+
+/// Log format version, written in `run_started`.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Metrics of one evaluation of a candidate (train batch or validation set).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvalMetrics {
+    /// λh·human_likeness + λb·coverage: the score the archive ranks by (with `lambda_h`, `lambda_b`).
+    pub combined: f64,
+    /// The reference's ramped training score (λb grows with N/N_final), when it differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub combined_ramp: Option<f64>,
+    /// Mean P(human) over all episodes.
+    pub human_likeness: f64,
+    /// Mean over tasks of Chamfer coverage.
+    pub coverage: f64,
+    /// Weight of human-likeness used.
+    pub lambda_h: f64,
+    /// Weight of coverage used.
+    pub lambda_b: f64,
+    /// Share of episodes with reward ≥ 1.
+    pub success_rate: f64,
+    /// Episodes that ran to an end.
+    pub n_episodes: usize,
+    /// Episodes that failed (counted, never silently dropped).
+    pub n_failed_episodes: usize,
+    /// Tasks in the batch.
+    pub n_tasks: usize,
+    /// Personas per task.
+    pub n_personas: usize,
+    /// Dice D1–D4 and overall of the batch's mean fingerprint against the human mean.
+    pub dice: crate::fitness::coverage::Dice,
+}
+
+/// A persona generated during an evaluation, with its outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PersonaOutcome {
+    /// Task id.
+    pub task_id: String,
+    /// Persona id.
+    pub persona_id: String,
+    /// Active axes.
+    pub axes: Vec<String>,
+    /// P(human) of its episode (None when the episode failed).
+    pub p_human: Option<f64>,
+    /// Reward of its episode.
+    pub reward: Option<f64>,
+}
+
+/// A failed candidate or operation: what stage, why, and the tail of stderr when there is one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailureInfo {
+    /// mutation | syntax | sandbox:<stage> | validation | episodes | infrastructure
+    pub stage: String,
+    /// Human-readable reason.
+    pub reason: String,
+    /// Last lines of stderr, when relevant.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr_tail: String,
+}
+
+/// Token and cost use per role, plus totals.
+pub type CostSummary = BTreeMap<String, Value>;
+
+/// One event of the run log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// First line of a run.
+    RunStarted {
+        /// Log schema version.
+        schema_version: u32,
+        /// ppol version.
+        ppol_version: String,
+        /// Run name.
+        name: String,
+        /// The resolved configuration (TOML-equivalent JSON).
+        config: Value,
+        /// Root seed and the per-part seeds derived from it.
+        seeds: BTreeMap<String, u64>,
+        /// Whether the run is offline (scripted simulator, structural mutations).
+        offline: bool,
+        /// Model names per role (or "scripted").
+        models: BTreeMap<String, String>,
+        /// SHA-256 of prompt templates, the sandbox harness and the feature banks.
+        hashes: BTreeMap<String, String>,
+        /// Feature set.
+        feature_set: String,
+        /// Domain.
+        domain: String,
+        /// Task ids per split (train, val, test).
+        splits: BTreeMap<String, Vec<String>>,
+        /// Human trace sources and counts.
+        human: Value,
+    },
+    /// The run's discriminator, trained on human traces vs baseline episodes.
+    DiscriminatorTrained {
+        /// Human dialogues in the cloud.
+        n_human: usize,
+        /// Baseline episodes.
+        n_baseline: usize,
+        /// Grouped held-out AUC (mean over folds).
+        grouped_auc: Option<f64>,
+        /// Top feature importances.
+        top_features: Vec<(String, f64)>,
+        /// Score of the baseline (no persona) on the train tasks.
+        baseline: EvalMetrics,
+    },
+    /// A candidate was evaluated on a train batch.
+    CandidateEvaluated {
+        /// Iteration (1-based).
+        iteration: u64,
+        /// Program id.
+        program_id: String,
+        /// Parent program id.
+        parent_id: Option<String>,
+        /// Second parent (crossover).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        second_parent_id: Option<String>,
+        /// Island.
+        island: usize,
+        /// seed | diff | rewrite | structural | crossover
+        mutation: String,
+        /// One-line summary of the change.
+        mutation_summary: String,
+        /// Curriculum epoch.
+        epoch: u64,
+        /// Batch within the epoch.
+        batch_in_epoch: u64,
+        /// Task ids of the batch.
+        tasks: Vec<String>,
+        /// Metrics.
+        metrics: EvalMetrics,
+        /// Whether it became an elite of a cell.
+        new_elite: bool,
+        /// Whether it is the new global best.
+        new_best: bool,
+        /// Personas and their outcomes.
+        personas: Vec<PersonaOutcome>,
+        /// The reflection attached to the program.
+        reflection: String,
+        /// SHA-256 of the program.
+        code_hash: String,
+        /// The program source.
+        code: String,
+        /// Seconds spent.
+        seconds: f64,
+        /// Cost of this evaluation.
+        cost: CostSummary,
+    },
+    /// A candidate failed before it could be scored (never recorded as a score of 0).
+    CandidateFailed {
+        /// Iteration.
+        iteration: u64,
+        /// Program id (if a program was produced).
+        program_id: Option<String>,
+        /// Parent id.
+        parent_id: Option<String>,
+        /// Mutation kind.
+        mutation: String,
+        /// What failed.
+        failure: FailureInfo,
+        /// Whether the candidate was re-queued (infrastructure failure).
+        requeued: bool,
+    },
+    /// The best program evaluated on the validation tasks.
+    Validation {
+        /// Iteration at which it ran.
+        iteration: u64,
+        /// Program id.
+        program_id: String,
+        /// Metrics with the final N and fixed weights.
+        metrics: EvalMetrics,
+    },
+    /// A checkpoint was written.
+    Checkpoint {
+        /// Iteration.
+        iteration: u64,
+    },
+    /// The run was resumed from a checkpoint.
+    Resumed {
+        /// Iteration of the checkpoint resumed from.
+        from_iteration: u64,
+    },
+    /// The run stopped.
+    RunStopped {
+        /// iterations | budget | wall_clock | early_stop | interrupted | error
+        reason: String,
+        /// Iterations completed.
+        iterations: u64,
+        /// Best program id.
+        best_program_id: Option<String>,
+        /// Best train metrics.
+        best_metrics: Option<EvalMetrics>,
+        /// Total cost.
+        cost: CostSummary,
+    },
+}
+
+impl Event {
+    /// The event kind (`run_started`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::RunStarted { .. } => "run_started",
+            Event::DiscriminatorTrained { .. } => "discriminator_trained",
+            Event::CandidateEvaluated { .. } => "candidate_evaluated",
+            Event::CandidateFailed { .. } => "candidate_failed",
+            Event::Validation { .. } => "validation",
+            Event::Checkpoint { .. } => "checkpoint",
+            Event::Resumed { .. } => "resumed",
+            Event::RunStopped { .. } => "run_stopped",
+        }
+    }
+}
+
+/// One line of the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Sequence number (1-based, strictly increasing).
+    pub seq: u64,
+    /// RFC3339 UTC time.
+    pub time: String,
+    /// The event.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// An append-only writer of the run log.
+pub struct RunLog {
+    path: PathBuf,
+    file: std::fs::File,
+    next_seq: u64,
+}
+
+impl RunLog {
+    /// Open (creating if needed) the log at `path`; the next sequence number continues the file.
+    /// A torn last line (from a kill mid-write) is cut off first.
+    pub fn open(path: &Path) -> Result<Self> {
+        let records = if path.exists() {
+            read(path)?
+        } else {
+            Vec::new()
+        };
+        if path.exists() {
+            // rewrite without a torn tail, if any
+            let text = crate::io::read_to_string(path)?;
+            if !text.is_empty() && !text.ends_with('\n') {
+                let keep = text.rfind('\n').map(|i| &text[..=i]).unwrap_or("");
+                crate::io::write_atomic(path, keep.as_bytes())?;
+            }
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::io("opening", path, e))?;
+        let next_seq = records.last().map_or(1, |r| r.seq + 1);
+        Ok(RunLog {
+            path: path.to_path_buf(),
+            file,
+            next_seq,
+        })
+    }
+
+    /// Sequence number the next event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Append one event (whole line, flushed and synced).
+    pub fn append(&mut self, event: Event) -> Result<Record> {
+        let rec = Record {
+            seq: self.next_seq,
+            time: crate::io::now_rfc3339(),
+            event,
+        };
+        let mut line = serde_json::to_string(&rec).expect("serialisable");
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|_| self.file.sync_data())
+            .map_err(|e| Error::io("appending to", &self.path, e))?;
+        self.next_seq += 1;
+        Ok(rec)
+    }
+}
+
+/// Read every complete record of a log (a torn last line is ignored; any other bad line is an error).
+pub fn read(path: &Path) -> Result<Vec<Record>> {
+    let text = crate::io::read_to_string(path)?;
+    let n_lines = text.lines().count();
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Record>(line) {
+            Ok(r) => out.push(r),
+            Err(_) if i + 1 == n_lines && !text.ends_with('\n') => break,
+            Err(e) => {
+                return Err(Error::parse(
+                    path,
+                    format!("line {}", i + 1),
+                    format!("bad run-log record: {e}"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn append_read_and_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        let mut log = RunLog::open(&p).unwrap();
+        log.append(Event::Checkpoint { iteration: 1 }).unwrap();
+        log.append(Event::Resumed { from_iteration: 1 }).unwrap();
+        drop(log);
+        // simulate a kill mid-write
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"{\"seq\":3,\"time\":\"x\",\"ev").unwrap();
+        drop(f);
+        let recs = read(&p).unwrap();
+        assert_eq!(recs.len(), 2);
+        let mut log = RunLog::open(&p).unwrap();
+        assert_eq!(log.next_seq(), 3);
+        log.append(Event::Checkpoint { iteration: 2 }).unwrap();
+        let recs = read(&p).unwrap();
+        assert_eq!(recs.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(recs[2].event.kind(), "checkpoint");
+    }
+}
+
+/// One row of `ppol eval` (the paper's Table 1): a condition scored on held-out tasks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalRow {
+    /// human | base | direct | seed | evolved
+    pub name: String,
+    /// Mean P(human).
+    pub human_likeness: f64,
+    /// Mean over tasks of Chamfer coverage.
+    pub coverage: f64,
+    /// 0.5·human_likeness + 0.5·coverage (fixed weights, as the paper's "Score").
+    pub score: f64,
+    /// Dice D1–D4 and overall against the human mean.
+    pub dice: crate::fitness::coverage::Dice,
+    /// Share of episodes with reward ≥ 1 (humans: share with reward ≥ 1 in their traces, when known).
+    pub success_rate: Option<f64>,
+    /// Dialogues scored.
+    pub n_dialogues: usize,
+    /// Why the row could not be computed (e.g. "direct" needs an LLM endpoint), when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// The output of `ppol eval` (`RUN_DIR/eval-<split>.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalTable {
+    /// Split evaluated.
+    pub split: String,
+    /// Task ids.
+    pub tasks: Vec<String>,
+    /// Human traces used.
+    pub human_source: Vec<String>,
+    /// Rows in order human, base, direct, seed, evolved.
+    pub rows: Vec<EvalRow>,
+}

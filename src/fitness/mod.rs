@@ -1,0 +1,15 @@
+//! Stage 1 — **fitness**: what makes a dialogue human-like. Traces are loaded
+//! ([`traces`]), fingerprinted ([`features`]), summarised as the human reference
+//! ([`reference`]), covered by a persona set ([`coverage`], with [`kmeans`] centroids),
+//! separated from simulator dialogues by a [`discriminator`], and scored in one place
+//! ([`score::Scorer`]).
+//!
+//! Depends only on the shared floor (`dialogue`, `persona`, `error`, `io`, `seed`).
+
+pub mod coverage;
+pub mod discriminator;
+pub mod features;
+pub mod kmeans;
+pub mod reference;
+pub mod score;
+pub mod traces;

@@ -1,0 +1,171 @@
+//! The `ppol` command line. Each verb lives in its own file and calls the library; this module
+//! owns argument parsing, logging setup and the mapping from errors to exit codes.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod episodes;
+mod evolve;
+mod export;
+mod fingerprint;
+mod generate;
+mod mock_server;
+mod reference;
+mod report;
+mod score;
+mod traces;
+
+/// ppol: evolve persona policies for LLM user simulators.
+#[derive(Debug, Parser)]
+#[command(name = "ppol", version, about, long_about = None)]
+pub struct Cli {
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// All commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Evolve generator programs (the main job; offline by default).
+    Evolve(evolve::EvolveArgs),
+    /// Continue a run from its last checkpoint.
+    Resume(evolve::ResumeArgs),
+    /// Compare base, direct, seed and evolved personas on held-out tasks (Table 1).
+    Eval(evolve::EvalArgs),
+    /// Inspect trace files.
+    Traces(traces::TracesArgs),
+    /// Compute behavioural fingerprints (JSONL, one line per dialogue).
+    Fingerprint(fingerprint::FingerprintArgs),
+    /// Build the human reference (fingerprints, mean, std) from human traces.
+    Reference(reference::ReferenceArgs),
+    /// Train the human-vs-simulator discriminator.
+    Discriminator(score::DiscriminatorArgs),
+    /// Score simulated dialogues: P(human), coverage, combined, Dice D1–D4.
+    Score(score::ScoreArgs),
+    /// Play episodes (user simulator ↔ agent ↔ τ² environment) and write them as JSONL.
+    Episodes(episodes::EpisodesArgs),
+    /// Export episodes as agent-hardening training data.
+    Export(export::ExportArgs),
+    /// Measure speed.
+    Bench(bench::BenchArgs),
+    /// Write a self-contained HTML report of an evolution run from its run directory.
+    Report(report::ReportArgs),
+    /// Run a generator program in the sandbox and write persona policies.
+    Generate(generate::GenerateArgs),
+    /// Serve the mock OpenAI-compatible server on 127.0.0.1 (for tests of integrations).
+    #[command(hide = true)]
+    MockServer(mock_server::MockServerArgs),
+}
+
+/// Entry point of the binary (and of `python -m ppol_rs`).
+pub fn main() -> ExitCode {
+    main_from(std::env::args_os())
+}
+
+/// Run the CLI with explicit arguments (the first is the program name).
+pub fn main_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_logging(cli.verbose);
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Evolve(a) => evolve::run_evolve(a),
+        Command::Resume(a) => evolve::run_resume(a),
+        Command::Eval(a) => evolve::run_eval(a),
+        Command::Traces(a) => traces::run(a),
+        Command::Fingerprint(a) => fingerprint::run(a),
+        Command::Reference(a) => reference::run(a),
+        Command::Discriminator(a) => score::run_discriminator(a),
+        Command::Score(a) => score::run_score(a),
+        Command::Episodes(a) => episodes::run(a),
+        Command::Export(a) => export::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Report(a) => report::run(a),
+        Command::Generate(a) => generate::run(a),
+        Command::MockServer(a) => mock_server::run(a),
+    }
+}
+
+/// A multi-threaded tokio runtime for commands that do async work.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// A progress bar on stderr (hidden with `quiet` or when stderr is not a terminal).
+pub(crate) fn progress(len: u64, what: &str, quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Write to a file (atomically) or to stdout when `path` is `None` or `-`.
+pub(crate) fn write_output(path: Option<&std::path::Path>, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    match path {
+        Some(p) if p != std::path::Path::new("-") => crate::io::write_atomic(p, bytes)?,
+        _ => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(bytes).and_then(|_| out.flush()) {
+                Ok(()) => {}
+                // a closed pipe (`| head`) is a normal end
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! `ppol traces stats FILE...`
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use crate::fitness::traces::{self, LoadOptions};
+
+/// `ppol traces ...`
+#[derive(Debug, Args)]
+pub struct TracesArgs {
+    /// What to do with the traces.
+    #[command(subcommand)]
+    pub command: TracesCommand,
+}
+
+/// Trace subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TracesCommand {
+    /// Print counts per domain: dialogues, tasks, user turns, words per user turn.
+    Stats {
+        /// Trace files (τ-USI JSON, reference JSON, JSONL or text; `-` for stdin).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Keep only this domain.
+        #[arg(long)]
+        domain: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Run `ppol traces`.
+pub fn run(args: TracesArgs) -> anyhow::Result<()> {
+    match args.command {
+        TracesCommand::Stats {
+            files,
+            domain,
+            json,
+        } => {
+            let ds = traces::load_many(&files, &LoadOptions { domain })?;
+            let stats = traces::stats(&ds);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&stats)?);
+            } else {
+                println!(
+                    "{:<12} {:>9} {:>6} {:>10} {:>15} {:>14} {:>12}",
+                    "domain",
+                    "dialogues",
+                    "tasks",
+                    "user_turns",
+                    "words/user_turn",
+                    "turns/dialogue",
+                    "agent_turns"
+                );
+                for s in stats {
+                    println!(
+                        "{:<12} {:>9} {:>6} {:>10} {:>15.2} {:>14.2} {:>12}",
+                        s.domain,
+                        s.dialogues,
+                        s.tasks,
+                        s.user_turns,
+                        s.words_per_user_turn,
+                        s.user_turns_per_dialogue,
+                        s.assistant_turns
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! The operations layer (filled in next).

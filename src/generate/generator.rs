@@ -1,0 +1,373 @@
+//! The generator contract: run a generator program in the [`Sandbox`], validate what it
+//! returns and turn it into [`Persona`] records.
+//!
+//! A generator program defines `DIVERSITY_AXES` (a list of `{"behavior", "definition",
+//! "presence": {"true", "false"}}` dicts; empty allowed, `None` not) and
+//! `generate_personas_detailed(task_context, axes, n)` returning an iterable of `n` dicts with
+//! `persona_id`, `description`, `axis_placement` (a bool for exactly the program's axes),
+//! `reasoning`, and the roleplay text in `expanded_instruction` (or `instruction`, or `text`,
+//! first non-empty string in that order). See `seeds/README.md` for the one-page contract.
+//!
+//! Validation rules (a violation is a [`Failure`] at [`Stage::Validate`]):
+//! * exactly `n` rows (fewer or more is reported with both numbers);
+//! * every row a dict; `persona_id` a non-empty string, normalised to snake_case
+//!   (lowercase, runs of other characters become `_`); persona ids must be unique after
+//!   normalisation — duplicates fail the run rather than being silently dropped, because
+//!   dropping would change the count the program promised;
+//! * `description` and `reasoning` strings when present (missing → empty / absent);
+//! * `axis_placement` a dict whose keys are exactly the program's axes, every value a bool
+//!   (re-ordered to the axis order);
+//! * a non-empty roleplay text.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+pub use crate::generate::sandbox::{
+    Failure, Program, Sandbox, SandboxConfig, SandboxReport, Stage,
+};
+use crate::llm::ChatModel;
+use crate::persona::{persona_block, Persona};
+use crate::{Error, Result};
+
+/// Keys accepted for the roleplay text, in order of preference.
+pub const TEXT_KEYS: [&str; 3] = ["expanded_instruction", "instruction", "text"];
+
+/// The result of one generation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum GenerationOutcome {
+    /// The program produced `n` valid personas.
+    Ok {
+        /// The personas, in the program's order, `task_id` filled in.
+        personas: Vec<Persona>,
+        /// LLM requests forwarded to the model.
+        llm_calls: usize,
+        /// Wall time of the run.
+        #[serde(with = "secs")]
+        elapsed: Duration,
+    },
+    /// The program failed; the failure says where and why.
+    Failed(Failure),
+}
+
+mod secs {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+impl GenerationOutcome {
+    /// The personas, if the run succeeded.
+    pub fn personas(&self) -> Option<&[Persona]> {
+        match self {
+            GenerationOutcome::Ok { personas, .. } => Some(personas),
+            GenerationOutcome::Failed(_) => None,
+        }
+    }
+
+    /// The failure, if the run failed.
+    pub fn failure(&self) -> Option<&Failure> {
+        match self {
+            GenerationOutcome::Failed(f) => Some(f),
+            GenerationOutcome::Ok { .. } => None,
+        }
+    }
+}
+
+/// Run `program` in `sandbox` for one task and validate the result. Async; call it for many
+/// tasks concurrently — the sandbox's semaphore bounds how many processes run at once.
+/// `Err` only when the program file cannot be read; everything the program does wrong is
+/// `Ok(GenerationOutcome::Failed(..))`.
+pub async fn generate_in(
+    sandbox: &Sandbox,
+    program: &Program,
+    task_context: &str,
+    task_id: Option<&str>,
+    n: usize,
+    llm: Option<Arc<dyn ChatModel>>,
+    seed: u64,
+) -> Result<GenerationOutcome> {
+    if let Program::Path(p) = program {
+        if !p.is_file() {
+            return Err(Error::io(
+                "reading generator program",
+                p,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            ));
+        }
+    }
+    let run = sandbox.run(program, task_context, n, llm, seed).await;
+    let raw = match run.outcome {
+        Ok(r) => r,
+        Err(f) => return Ok(GenerationOutcome::Failed(f)),
+    };
+    match validate(&raw.axes, &raw.rows, raw.count, raw.truncated, n, task_id) {
+        Ok(personas) => Ok(GenerationOutcome::Ok {
+            personas,
+            llm_calls: run.llm_calls,
+            elapsed: run.elapsed,
+        }),
+        Err(reason) => Ok(GenerationOutcome::Failed(Failure {
+            stage: Stage::Validate,
+            reason,
+            stderr_tail: raw.stderr_tail,
+            program: program.name(),
+        })),
+    }
+}
+
+/// [`generate_in`] for a program file with a configuration: the sandbox for `cfg` is built
+/// (probed) once per process and shared by all calls with an equal configuration, so
+/// concurrent calls share its concurrency limit.
+pub async fn generate(
+    program: &Path,
+    task_context: &str,
+    task_id: Option<&str>,
+    n: usize,
+    llm: Option<Arc<dyn ChatModel>>,
+    cfg: &SandboxConfig,
+    seed: u64,
+) -> Result<GenerationOutcome> {
+    let sandbox = shared_sandbox(cfg).await?;
+    generate_in(
+        &sandbox,
+        &Program::Path(program.to_path_buf()),
+        task_context,
+        task_id,
+        n,
+        llm,
+        seed,
+    )
+    .await
+}
+
+/// Blocking [`generate`] (builds a small Tokio runtime; do not call from async code).
+pub fn generate_blocking(
+    program: &Path,
+    task_context: &str,
+    task_id: Option<&str>,
+    n: usize,
+    llm: Option<Arc<dyn ChatModel>>,
+    cfg: &SandboxConfig,
+    seed: u64,
+) -> Result<GenerationOutcome> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Sandbox(format!("tokio runtime: {e}")))?;
+    rt.block_on(generate(program, task_context, task_id, n, llm, cfg, seed))
+}
+
+type SandboxCache = tokio::sync::Mutex<Vec<(String, Arc<Sandbox>)>>;
+
+/// The process-wide sandbox for `cfg` (probed on first use).
+pub async fn shared_sandbox(cfg: &SandboxConfig) -> Result<Arc<Sandbox>> {
+    static CACHE: OnceLock<SandboxCache> = OnceLock::new();
+    let key = serde_json::to_string(cfg).unwrap_or_default();
+    let cache = CACHE.get_or_init(|| tokio::sync::Mutex::new(Vec::new()));
+    let mut guard = cache.lock().await;
+    if let Some((_, s)) = guard.iter().find(|(k, _)| *k == key) {
+        return Ok(s.clone());
+    }
+    let s = Arc::new(Sandbox::new(cfg.clone()).await?);
+    guard.push((key, s.clone()));
+    Ok(s)
+}
+
+/// Normalise a persona id to snake_case (`"Angry Bob!"` → `angry_bob`).
+pub fn snake_case(id: &str) -> String {
+    let mut out = String::new();
+    let mut gap = false;
+    for c in id.trim().chars() {
+        if c.is_alphanumeric() {
+            if gap && !out.is_empty() {
+                out.push('_');
+            }
+            gap = false;
+            out.extend(c.to_lowercase());
+        } else {
+            gap = true;
+        }
+    }
+    out
+}
+
+/// Validate the rows returned by a program against the contract (see the module docs).
+/// `count` is how many items the program yielded, `truncated` whether the harness stopped at
+/// its cap. Returns the personas or the reason of the violation.
+pub fn validate(
+    axes: &[String],
+    rows: &[Value],
+    count: usize,
+    truncated: bool,
+    n: usize,
+    task_id: Option<&str>,
+) -> std::result::Result<Vec<Persona>, String> {
+    if truncated {
+        return Err(format!(
+            "returned more than {} personas (stopped reading), expected {n}",
+            rows.len()
+        ));
+    }
+    if count != n || rows.len() != n {
+        let which = if count < n { "fewer" } else { "more" };
+        return Err(format!(
+            "returned {count} personas, expected {n} ({which} than asked)"
+        ));
+    }
+    let empty = Map::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(n);
+    for (i, row) in rows.iter().enumerate() {
+        let at = |msg: String| format!("persona {i}: {msg}");
+        let Some(obj) = row.as_object() else {
+            return Err(at(format!("is {}, not a dict", kind(row))));
+        };
+        if obj.contains_key("__nonjson__") {
+            return Err(at("is not a dict".into()));
+        }
+        let pid = match obj.get("persona_id") {
+            Some(Value::String(s)) if !snake_case(s).is_empty() => snake_case(s),
+            Some(Value::String(_)) | None | Some(Value::Null) => {
+                return Err(at("persona_id is missing or empty".into()))
+            }
+            Some(v) => return Err(at(format!("persona_id is {}, not a string", kind(v)))),
+        };
+        if !seen.insert(pid.clone()) {
+            return Err(at(format!("duplicate persona_id '{pid}'")));
+        }
+        let at = |msg: String| format!("persona {i} ('{pid}'): {msg}");
+        let description = match obj.get("description") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.trim().to_string(),
+            Some(v) => return Err(at(format!("description is {}, not a string", kind(v)))),
+        };
+        let reasoning = match obj.get("reasoning") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.trim().is_empty() => None,
+            Some(Value::String(s)) => Some(s.trim().to_string()),
+            Some(v) => return Err(at(format!("reasoning is {}, not a string", kind(v)))),
+        };
+        let placement = match obj.get("axis_placement") {
+            Some(Value::Object(m)) => m,
+            None | Some(Value::Null) if axes.is_empty() => &empty,
+            None | Some(Value::Null) => return Err(at("axis_placement is missing".into())),
+            Some(v) => return Err(at(format!("axis_placement is {}, not a dict", kind(v)))),
+        };
+        let mut axis_placement = Map::new();
+        for axis in axes {
+            match placement.get(axis) {
+                Some(Value::Bool(b)) => {
+                    axis_placement.insert(axis.clone(), Value::Bool(*b));
+                }
+                Some(v) => {
+                    return Err(at(format!(
+                        "axis_placement['{axis}'] is {}, not a bool",
+                        kind(v)
+                    )))
+                }
+                None => return Err(at(format!("axis_placement lacks axis '{axis}'"))),
+            }
+        }
+        if let Some(extra) = placement.keys().find(|k| !axes.contains(k)) {
+            return Err(at(format!(
+                "axis_placement has '{extra}', which is not in DIVERSITY_AXES"
+            )));
+        }
+        let mut text = None;
+        for key in TEXT_KEYS {
+            match obj.get(key) {
+                Some(Value::String(s)) if !s.trim().is_empty() => {
+                    text = Some(s.trim().to_string());
+                    break;
+                }
+                None | Some(Value::Null) | Some(Value::String(_)) => {}
+                Some(v) => return Err(at(format!("{key} is {}, not a string", kind(v)))),
+            }
+        }
+        let Some(text) = text else {
+            return Err(at(
+                "empty roleplay text (expanded_instruction / instruction / text)".into(),
+            ));
+        };
+        out.push(Persona {
+            task_id: task_id.map(String::from),
+            persona_id: pid,
+            description,
+            axis_placement,
+            text,
+            reasoning,
+        });
+    }
+    Ok(out)
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a bool",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(m) if m.contains_key("__nonjson__") => "a non-JSON object",
+        Value::Object(_) => "a dict",
+    }
+}
+
+/// Output formats of `ppol generate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// One [`Persona`] JSON record per line.
+    Jsonl,
+    /// One line per task: `{"task_id", "personas": [{"persona_id", "axis_placement",
+    /// "user_scenario": {"persona": TEXT}}]}` — each `user_scenario` merges into a τ²-bench
+    /// task's `user_scenario` (its `persona` string field).
+    Tau2,
+    /// The ready-to-paste injection block of each persona, separated by a `# task / persona` line.
+    Prompt,
+}
+
+/// Format the personas of one task.
+pub fn format_personas(personas: &[Persona], format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Jsonl => personas
+            .iter()
+            .map(|p| serde_json::to_string(p).unwrap_or_default() + "\n")
+            .collect(),
+        OutputFormat::Tau2 => {
+            let task_id = personas.first().and_then(|p| p.task_id.clone());
+            let rows: Vec<Value> = personas
+                .iter()
+                .map(|p| {
+                    json!({
+                        "persona_id": p.persona_id,
+                        "axis_placement": p.axis_placement,
+                        "user_scenario": {"persona": p.text},
+                    })
+                })
+                .collect();
+            serde_json::to_string(&json!({"task_id": task_id, "personas": rows}))
+                .unwrap_or_default()
+                + "\n"
+        }
+        OutputFormat::Prompt => personas
+            .iter()
+            .map(|p| {
+                format!(
+                    "# task {} / persona {}\n\n{}\n\n",
+                    p.task_id.as_deref().unwrap_or("-"),
+                    p.persona_id,
+                    persona_block(&p.text)
+                )
+            })
+            .collect(),
+    }
+}

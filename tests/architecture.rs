@@ -1,0 +1,373 @@
+//! The layout stays true: every `crate::` path in `src/` goes down the stage order of
+//! ARCHITECTURE.md (floor < fitness < simulate < generate < evolve < report < front), only the
+//! front ends use `testing`, and no two modules import each other in a cycle.
+//!
+//! The checker reads the source text (use statements, brace groups, inline paths and
+//! `super::` paths resolved against the file's module), so it needs no compiler support.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Rank of a top-level module; the floor is 0.
+fn rank(top: &str) -> Option<u8> {
+    Some(match top {
+        "dialogue" | "error" | "io" | "llm" | "persona" | "seed" | "shipped" | "testing" => 0,
+        "fitness" => 1,
+        "simulate" => 2,
+        "generate" => 3,
+        "evolve" => 4,
+        "report" => 5,
+        "front" => 6,
+        _ => return None,
+    })
+}
+
+/// One import that breaks a rule.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Violation {
+    file: String,
+    line: usize,
+    path: String,
+    why: String,
+}
+
+/// Module path of a source file relative to `src/` (`evolve/mutation/mod.rs` → evolve::mutation).
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().unwrap_or_default();
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" && stem != "lib" && stem != "main" {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// Strip `//` comments (doc comments included) and string literals, keeping line structure.
+fn code_only(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let mut in_str = false;
+        let mut prev = ' ';
+        let mut kept = String::new();
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            if !in_str && c == '/' && chars.get(i + 1) == Some(&'/') {
+                break;
+            }
+            if c == '"' && prev != '\\' {
+                in_str = !in_str;
+                kept.push(' ');
+            } else if !in_str {
+                kept.push(c);
+            }
+            prev = if prev == '\\' && c == '\\' { ' ' } else { c };
+            i += 1;
+        }
+        out.push_str(&kept);
+        out.push('\n');
+    }
+    out
+}
+
+/// Expand a use tree like `crate::{a::b, c::{d, e}}` into full paths.
+fn expand(tree: &str) -> Vec<String> {
+    let tree: String = tree
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(" as ", "@")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    fn go(prefix: &str, s: &str, out: &mut Vec<String>) {
+        if let Some(open) = s.find('{') {
+            let head = &s[..open];
+            let body = &s[open + 1..s.rfind('}').unwrap_or(s.len())];
+            // split body at top-level commas
+            let mut depth = 0;
+            let mut start = 0;
+            let bytes: Vec<char> = body.chars().collect();
+            let mut items = Vec::new();
+            for (i, c) in bytes.iter().enumerate() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        items.push(bytes[start..i].iter().collect::<String>());
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            items.push(bytes[start..].iter().collect::<String>());
+            for item in items.into_iter().filter(|i| !i.is_empty()) {
+                go(&format!("{prefix}{head}"), &item, out);
+            }
+        } else {
+            out.push(format!("{prefix}{s}"));
+        }
+    }
+    let mut out = Vec::new();
+    go("", &tree, &mut out);
+    out
+}
+
+/// Every module path a file refers to, with its line: `(line, [segments])`, resolved to start
+/// at the crate root.
+fn references(module: &[String], text: &str) -> Vec<(usize, Vec<String>)> {
+    let code = code_only(text);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    let resolve = |path: &str| -> Option<Vec<String>> {
+        let segs: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+        let mut base: Vec<String> = Vec::new();
+        let mut rest = &segs[..];
+        match segs.first() {
+            Some(&"crate") => rest = &segs[1..],
+            Some(&"super") => {
+                base = module.to_vec();
+                while rest.first() == Some(&"super") {
+                    base.pop();
+                    rest = &rest[1..];
+                }
+            }
+            Some(&"self") => {
+                base = module.to_vec();
+                rest = &segs[1..];
+            }
+            _ => return None,
+        }
+        base.extend(rest.iter().map(|s| s.to_string()));
+        Some(base)
+    };
+    // use statements (possibly over several lines, with brace groups)
+    let mut i = 0;
+    while i < lines.len() {
+        let t = lines[i].trim_start();
+        let t = t.strip_prefix("pub ").unwrap_or(t);
+        let t = t.strip_prefix("pub(crate) ").unwrap_or(t);
+        if let Some(rest) = t.strip_prefix("use ") {
+            let start = i;
+            let mut stmt = rest.to_string();
+            while !stmt.contains(';') && i + 1 < lines.len() {
+                i += 1;
+                stmt.push_str(lines[i]);
+            }
+            let stmt = stmt.split(';').next().unwrap_or("");
+            for p in expand(stmt) {
+                let p = p.split('@').next().unwrap_or(&p).to_string();
+                if let Some(r) = resolve(&p) {
+                    out.push((start + 1, r));
+                }
+            }
+        } else {
+            // inline paths: crate::a::b, super::a
+            for (idx, _) in lines[i].match_indices("crate::") {
+                let before = lines[i][..idx].chars().last();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+                    continue;
+                }
+                let tail: String = lines[i][idx..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                if let Some(r) = resolve(&tail) {
+                    out.push((i + 1, r));
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("read src") {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Check a source tree; returns every violation (stage order, `testing`, cycles).
+fn check(src: &Path) -> Vec<Violation> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut violations = Vec::new();
+    // module graph at the level "stage::module" (or the floor module itself)
+    let node = |m: &[String]| -> String {
+        match m {
+            [] => String::new(),
+            [a] => a.clone(),
+            [a, b, ..] if rank(a).is_some_and(|r| r > 0) => format!("{a}::{b}"),
+            [a, ..] => a.clone(),
+        }
+    };
+    let mut edges: BTreeMap<String, BTreeMap<String, (String, usize)>> = BTreeMap::new();
+    for f in &files {
+        let rel = f.strip_prefix(src).expect("under src");
+        let module = module_of(rel);
+        if module.is_empty() {
+            continue; // lib.rs / main.rs declare the modules
+        }
+        let text = std::fs::read_to_string(f).expect("read");
+        let from_top = &module[0];
+        let Some(from_rank) = rank(from_top) else {
+            violations.push(Violation {
+                file: rel.display().to_string(),
+                line: 0,
+                path: from_top.clone(),
+                why: "top-level module not in ARCHITECTURE.md's stage list".into(),
+            });
+            continue;
+        };
+        for (line, target) in references(&module, &text) {
+            let Some(to_top) = target.first() else {
+                continue;
+            };
+            let Some(to_rank) = rank(to_top) else {
+                continue; // Error, Result and other items at the crate root
+            };
+            let shown = format!("crate::{}", target.join("::"));
+            if to_rank > from_rank {
+                violations.push(Violation {
+                    file: rel.display().to_string(),
+                    line,
+                    path: shown.clone(),
+                    why: format!("upward import: {from_top} (stage {from_rank}) uses {to_top} (stage {to_rank})"),
+                });
+            }
+            if to_top == "testing" && from_top != "front" && from_top != "testing" {
+                violations.push(Violation {
+                    file: rel.display().to_string(),
+                    line,
+                    path: shown.clone(),
+                    why: "only the front ends may use the test support module".into(),
+                });
+            }
+            let (a, b) = (node(&module), node(&target));
+            if a != b && !b.is_empty() {
+                edges
+                    .entry(a)
+                    .or_default()
+                    .entry(b)
+                    .or_insert((rel.display().to_string(), line));
+            }
+        }
+    }
+    // cycles between modules
+    let nodes: Vec<String> = edges.keys().cloned().collect();
+    let mut reported = BTreeSet::new();
+    for start in &nodes {
+        // DFS for a path back to start
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        let mut seen = BTreeSet::new();
+        while let Some((n, path)) = stack.pop() {
+            for next in edges
+                .get(&n)
+                .map(|m| m.keys().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+            {
+                if &next == start {
+                    let mut cyc = path.clone();
+                    cyc.sort();
+                    if reported.insert(cyc) {
+                        let (file, line) = edges[&n][&next].clone();
+                        violations.push(Violation {
+                            file,
+                            line,
+                            path: next.clone(),
+                            why: format!("import cycle: {} -> {}", path.join(" -> "), start),
+                        });
+                    }
+                } else if seen.insert(next.clone()) {
+                    let mut p = path.clone();
+                    p.push(next.clone());
+                    stack.push((next, p));
+                }
+            }
+        }
+    }
+    violations.sort();
+    violations
+}
+
+fn render(v: &[Violation]) -> String {
+    v.iter()
+        .map(|v| format!("src/{}:{}: {} ({})", v.file, v.line, v.path, v.why))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn imports_follow_the_stage_order() {
+    let src = super::util::root().join("src");
+    let v = check(&src);
+    assert!(v.is_empty(), "layout violations:\n{}", render(&v));
+}
+
+#[test]
+fn the_checker_catches_an_upward_import_a_cycle_and_testing_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    let write = |rel: &str, text: &str| {
+        let p = src.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write("lib.rs", "pub mod fitness;\n");
+    // fitness (stage 1) reaching up into evolve (stage 4), in a brace group over two lines
+    write(
+        "fitness/score.rs",
+        "use crate::{dialogue::Dialogue,\n    evolve::archive::Archive};\n",
+    );
+    // an inline upward path and a use of the test support outside the front ends
+    write(
+        "simulate/episode/runner.rs",
+        "fn f() { let _ = crate::report::write; }\nuse crate::testing::mock_server::MockServer;\n",
+    );
+    // a cycle inside one stage, one side through super::
+    write("evolve/archive.rs", "use crate::evolve::mutation::X;\n");
+    write(
+        "evolve/mutation/prompt.rs",
+        "use super::super::archive::Inspiration;\n",
+    );
+    // comments and strings are not imports
+    write(
+        "fitness/features.rs",
+        "// use crate::front::ops;\nconst S: &str = \"crate::front::ops\";\n",
+    );
+    let v = check(src);
+    let text = render(&v);
+    assert!(
+        text.contains("src/fitness/score.rs:1: crate::evolve::archive::Archive (upward import"),
+        "{text}"
+    );
+    assert!(
+        text.contains("src/simulate/episode/runner.rs:1: crate::report::write (upward import"),
+        "{text}"
+    );
+    assert!(
+        text.contains("crate::testing::mock_server::MockServer (only the front ends"),
+        "{text}"
+    );
+    assert!(text.contains("import cycle"), "{text}");
+    assert!(
+        text.contains("evolve::archive") && text.contains("evolve::mutation"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("features.rs"),
+        "comments or strings counted: {text}"
+    );
+    assert_eq!(v.len(), 4, "{text}");
+}
