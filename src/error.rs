@@ -13,14 +13,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// A file could not be read or written.
-    #[error("{action} '{}': {source}", path.display())]
+    #[error("{action} '{}': {error}", path.display())]
     Io {
         /// What we were doing ("reading", "writing", "creating directory").
         action: &'static str,
         /// The file or directory.
         path: PathBuf,
-        /// The underlying I/O error.
-        source: std::io::Error,
+        /// The underlying I/O error (in the message, not a separate `source()`, so that a
+        /// printed error chain says it once).
+        error: std::io::Error,
     },
     /// Input data does not have the expected shape. `location` is "line 3", "$[2].conversation[0].content", ...
     #[error("{}: {location}: {message}", path.display())]
@@ -92,11 +93,63 @@ pub enum Error {
 
 impl Error {
     /// Shorthand for [`Error::Io`].
-    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Error::Io {
             action,
             path: path.into(),
-            source,
+            error,
+        }
+    }
+
+    /// A copy of this error (`std::io::Error` is not `Clone`: the copy keeps its kind and
+    /// message).
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Error::Io {
+                action,
+                path,
+                error,
+            } => Error::Io {
+                action,
+                path: path.clone(),
+                error: std::io::Error::new(error.kind(), error.to_string()),
+            },
+            Error::Parse {
+                path,
+                location,
+                message,
+            } => Error::parse(path.clone(), location.clone(), message.clone()),
+            Error::Config { key, message } => Error::config(key.clone(), message.clone()),
+            Error::FeatureSetMismatch {
+                what,
+                found,
+                expected,
+            } => Error::FeatureSetMismatch {
+                what: what.clone(),
+                found: found.clone(),
+                expected: expected.clone(),
+            },
+            Error::Insufficient(m) => Error::Insufficient(m.clone()),
+            Error::Llm {
+                endpoint,
+                role,
+                message,
+            } => Error::Llm {
+                endpoint: endpoint.clone(),
+                role: role.clone(),
+                message: message.clone(),
+            },
+            Error::BudgetExhausted(m) => Error::BudgetExhausted(m.clone()),
+            Error::Environment { domain, message } => Error::Environment {
+                domain: domain.clone(),
+                message: message.clone(),
+            },
+            Error::Sandbox(m) => Error::Sandbox(m.clone()),
+            Error::Run { path, message } => Error::Run {
+                path: path.clone(),
+                message: message.clone(),
+            },
+            Error::Cancelled(m) => Error::Cancelled(m.clone()),
         }
     }
 

@@ -75,6 +75,27 @@ pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<Vec<T>
     parse_jsonl(&read_to_string(path)?, path, what)
 }
 
+/// Text safe to print on a terminal: control characters (escape sequences included) other
+/// than newline and tab are shown as `\u{..}` escapes. For anything an untrusted program or a
+/// model wrote (stderr tails, generated text) before it reaches stderr.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Now, as RFC 3339 UTC with seconds (`2026-11-24T07:00:00Z`).
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
@@ -111,6 +132,12 @@ mod tests {
             Some(1_795_417_200.0)
         );
         assert_eq!(parse_rfc3339("yesterday"), None);
+    }
+
+    #[test]
+    fn printable_neutralises_escape_sequences() {
+        assert_eq!(printable("ok\n\tline"), "ok\n\tline");
+        assert_eq!(printable("\u{1b}[2Jgone\r"), "\\u{1b}[2Jgone\\u{d}");
     }
 
     #[test]

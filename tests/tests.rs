@@ -9,6 +9,7 @@ mod evolve;
 mod llm;
 mod mutation;
 mod parity;
+mod regression;
 mod report;
 mod sandbox;
 mod scripted;

@@ -16,7 +16,6 @@ Errors raise subclasses of :class:`ppol_rs.Error` (``ParseError``, ``ConfigError
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Union
 
@@ -71,12 +70,14 @@ __all__ = [
     "evaluate",
     "evolve",
     "evolve_async",
+    "export_sft",
     "fingerprint",
     "generate",
     "load_traces",
     "report",
     "resume",
     "score",
+    "traces_stats",
 ]
 
 
@@ -111,7 +112,18 @@ def load_traces(traces: Traces, domain: Optional[str] = None) -> List[Dict[str, 
     >>> ds[0]["task_id"], ds[0]["conversation"][0]["content"]
     ('3', 'hi')
     """
-    return json.loads(_core.load_traces_json(_norm(traces), domain))
+    return _core.load_traces(_norm(traces), domain)
+
+
+def traces_stats(traces: Traces, domain: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Per-domain counts of dialogues, tasks, turns and words (as ``ppol traces stats``).
+
+    >>> import ppol_rs
+    >>> s = ppol_rs.traces_stats(ppol_rs.demo_traces("human"))
+    >>> s[0]["dialogues"], sorted(s[0])[:3]
+    (25, ['assistant_turns', 'dialogues', 'domain'])
+    """
+    return _core.traces_stats(_norm(traces), domain)
 
 
 class Fingerprints(NamedTuple):
@@ -125,11 +137,12 @@ class Fingerprints(NamedTuple):
 
 def fingerprint(
     traces: Traces,
-    feature_set: str = "ppol-0.1.1",
+    feature_set: Optional[str] = None,
     domain: Optional[str] = None,
     as_frame: Optional[bool] = None,
 ) -> Any:
-    """Behavioural fingerprints (19 features of the user turns) of each dialogue.
+    """Behavioural fingerprints (19 features of the user turns) of each dialogue, with the
+    ``ppol-0.1.1`` feature set unless ``feature_set="v2"``.
 
     Returns a pandas DataFrame indexed by dialogue id (with a ``task_id`` column) when pandas is
     installed and ``as_frame`` is not False; otherwise a :class:`Fingerprints` tuple.
@@ -153,12 +166,13 @@ def score(
     human: HumanReference,
     candidates: Traces,
     discriminator: Discriminator,
-    lambda_h: float = 0.5,
-    lambda_b: float = 0.5,
+    lambda_h: Optional[float] = None,
+    lambda_b: Optional[float] = None,
     raw: bool = False,
     clusters: int = 0,
 ) -> Dict[str, Any]:
-    """Score simulated dialogues against humans, as ``ppol score`` does.
+    """Score simulated dialogues against humans, as ``ppol score`` does (λh and λb default to
+    the configuration's ``fitness.lambda_h`` / ``fitness.lambda_b``, 0.5 each).
 
     Returns ``{"human_likeness", "coverage", "combined", "dice": {D1..D4, overall}, "counts", ...}``.
 
@@ -175,9 +189,7 @@ def score(
     >>> s["human_likeness"] < 0.5 and 0.0 <= s["coverage"] <= 1.0
     True
     """
-    return json.loads(
-        _core.score_json(human, _norm(candidates), discriminator, lambda_h, lambda_b, raw, clusters)
-    )
+    return _core.score(human, _norm(candidates), discriminator, lambda_h, lambda_b, raw, clusters)
 
 
 SEEDS = ("offline_templates", "two_stage_llm", "direct_prompt")
@@ -220,7 +232,14 @@ def demo_traces(kind: str = "human") -> List[Dict[str, Any]]:
     """
     if kind not in ("human", "baseline", "candidates"):
         raise ConfigError(f"unknown demo traces '{kind}' (expected human, baseline or candidates)")
-    return [json.loads(line) for line in _core.shipped(f"demo/{kind}.jsonl").splitlines() if line.strip()]
+    return _jsonl_records(_core.shipped(f"demo/{kind}.jsonl"))
+
+
+def _jsonl_records(jsonl: str) -> List[Dict[str, Any]]:
+    """The records of JSON Lines text as dicts, exactly as written (no normalisation)."""
+    import json
+
+    return [json.loads(line) for line in jsonl.splitlines() if line.strip()]
 
 
 def generate(
@@ -229,27 +248,50 @@ def generate(
     *,
     domain: Optional[str] = None,
     split: Optional[str] = None,
-    n: int = 10,
+    n: Optional[int] = None,
     llm: Optional[str] = None,
     seed: int = 0,
     tau2_data: Optional[Union[str, "os.PathLike[str]"]] = None,
-    timeout_s: float = 120.0,
+    timeout_s: Optional[float] = None,
+    config: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> List[Dict[str, Any]]:
     """Run a generator program in the sandbox (as ``ppol generate``) and return persona records.
 
-    ``task`` is free text, or task ids when ``domain`` is given (or use ``split``). ``llm`` is
-    ``None`` (the program may not call ``ppol_llm``), ``"openai:MODEL@URL"`` or a TOML config.
+    ``task`` is free text, or task ids when ``domain`` is given (or use ``split``). ``llm`` uses
+    the ``--llm`` grammar: ``None`` / ``"offline"`` (the program's ``ppol_llm`` calls raise),
+    ``"openai:MODEL@URL"``, a TOML LLM config, or ``"scripted[:FILE]"``; ``config`` is a run
+    configuration whose ``[sandbox]`` limits and ``[llm]`` apply. ``n`` defaults to
+    ``fitness.n_personas`` (10).
+
+    If any task fails, :class:`SandboxError` is raised; it carries ``personas`` (what the other
+    tasks produced) and ``failures`` (``[{"task_id", "stage", "reason", "stderr_tail", ...}]``).
 
     >>> import ppol_rs
     >>> ps = ppol_rs.generate(ppol_rs.seed_program("offline_templates"), domain="demo", task="0", n=3)
     >>> len(ps), sorted(ps[0]) == ["axis_placement", "description", "persona_id", "reasoning", "task_id", "text"]
     (3, True)
     """
-    return json.loads(
-        _core.generate_json(
-            program, task, domain, split, n, llm, seed, None if tau2_data is None else str(tau2_data), timeout_s
-        )
+    report = _core.generate(
+        program, task, domain, split, n, llm, seed, tau2_data, timeout_s, config
     )
+    personas: List[Dict[str, Any]] = []
+    failures: List[Dict[str, Any]] = []
+    for t in report["tasks"]:
+        outcome = dict(t["outcome"])
+        if outcome.pop("status") == "ok":
+            personas.extend(outcome["personas"])
+        else:
+            failures.append({"task_id": t["task_id"], **outcome})
+    if failures:
+        first = failures[0]
+        err = SandboxError(
+            f"{len(failures)} of {len(report['tasks'])} task(s) failed; task {first['task_id']}: "
+            f"{first['program']} failed at stage {first['stage']}: {first['reason']}\n{first['stderr_tail']}"
+        )
+        err.personas = personas  # type: ignore[attr-defined]
+        err.failures = failures  # type: ignore[attr-defined]
+        raise err
+    return personas
 
 
 def episodes(
@@ -258,16 +300,23 @@ def episodes(
     *,
     personas: Optional[Union[str, "os.PathLike[str]", Sequence[Dict[str, Any]]]] = None,
     trials: int = 1,
-    llm: str = "scripted",
-    max_turns: int = 30,
+    llm: Optional[str] = None,
+    max_turns: Optional[int] = None,
     seed: int = 0,
     tau2_data: Optional[Union[str, "os.PathLike[str]"]] = None,
+    concurrency: int = 256,
+    output: Optional[Union[str, "os.PathLike[str]"]] = None,
+    config: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> List[Dict[str, Any]]:
     """Play user-simulator ↔ agent ↔ τ² environment episodes (as ``ppol episodes``).
 
     ``personas`` is a persona JSONL file or a list of persona dicts (from :func:`generate`);
-    without personas each task is played by the plain simulator. ``llm="scripted"`` is the
-    offline simulator; otherwise ``"openai:MODEL@URL"`` or a TOML LLM config.
+    without personas each task is played by the plain simulator. ``llm=None`` (or
+    ``"offline"``) is the offline scripted simulator; otherwise the ``--llm`` grammar. At most
+    ``concurrency`` episodes run at once and the LLM budget is checked before each; with
+    ``output`` the episodes are written to that JSONL file as they finish (a rerun after an
+    interruption plays only what is missing). Failed episodes are in the list with
+    ``status == "failed"`` and their ``error``.
 
     >>> import ppol_rs
     >>> eps = ppol_rs.episodes("demo", "0,1", trials=2)
@@ -275,14 +324,46 @@ def episodes(
     (4, 'user_stop', 1.0)
     """
     if personas is not None and not isinstance(personas, (list, tuple)):
-        with open(personas, encoding="utf-8") as f:
+        with open(personas, encoding="utf-8-sig") as f:
+            import json
+
             personas = [json.loads(line) for line in f if line.strip()]
-    text = None if personas is None else json.dumps(list(personas))
-    return json.loads(
-        _core.episodes_json(
-            domain, tasks, text, trials, llm, max_turns, seed, None if tau2_data is None else str(tau2_data)
-        )
+    report = _core.episodes(
+        domain,
+        tasks,
+        None if personas is None else list(personas),
+        trials,
+        llm,
+        max_turns,
+        seed,
+        tau2_data,
+        concurrency,
+        output,
+        config,
     )
+    return list(report["episodes"])
+
+
+def export_sft(
+    episodes: Sequence[Union[str, "os.PathLike[str]"]],
+    *,
+    all: bool = False,
+    tau2_data: Optional[Union[str, "os.PathLike[str]"]] = None,
+    heldout_fraction: float = 0.0,
+    seed: int = 0,
+) -> Dict[str, Any]:
+    """Agent-hardening training records from episode files (as ``ppol export sft``):
+    ``{"train": [...], "heldout": [...], "heldout_personas", "n_episodes", "clusters"}``.
+
+    >>> import ppol_rs, tempfile, os, json
+    >>> out = os.path.join(tempfile.mkdtemp(), "eps.jsonl")
+    >>> with open(out, "w") as f:
+    ...     f.writelines(json.dumps(e) + chr(10) for e in ppol_rs.episodes("demo", "0,1"))
+    >>> r = ppol_rs.export_sft([out])
+    >>> len(r["train"]), r["train"][0]["messages"][0]["role"]
+    (2, 'system')
+    """
+    return _core.export_sft([os.fspath(e) for e in episodes], all, tau2_data, heldout_fraction, seed)
 
 
 class EvolveRun:
@@ -309,8 +390,7 @@ class EvolveRun:
 
     def result(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
         """Wait for the run's summary (None if ``timeout`` seconds pass first)."""
-        text = self._handle.wait_json(timeout)
-        return None if text is None else json.loads(text)
+        return self._handle.wait(timeout)
 
     def __await__(self):  # type: ignore[no-untyped-def]
         import asyncio
@@ -337,8 +417,7 @@ def evolve_async(
     >>> run.result()["iterations"], seen[-1]["iteration"]
     (2, 2)
     """
-    cfg = None if config is None else str(config)
-    return EvolveRun(_core.evolve_start(cfg, overrides, progress, None, None))
+    return EvolveRun(_core.evolve_start(config, overrides, progress, None, None))
 
 
 def evolve(
@@ -376,7 +455,7 @@ def resume(
     >>> ppol_rs.resume(out, iterations=3)["iterations"]
     3
     """
-    return EvolveRun(_core.evolve_start(None, None, progress, str(run_dir), iterations)).result()  # type: ignore[return-value]
+    return EvolveRun(_core.evolve_start(None, None, progress, run_dir, iterations)).result()  # type: ignore[return-value]
 
 
 def evaluate(
@@ -397,7 +476,7 @@ def evaluate(
     >>> [r["name"] for r in t["rows"]]
     ['human', 'base', 'direct', 'seed', 'evolved']
     """
-    table = json.loads(_core.evaluate_json(str(run_dir), split, None if human is None else [str(h) for h in human], n))
+    table = _core.evaluate(run_dir, split, None if human is None else [os.fspath(h) for h in human], n)
     pd = _pandas(as_frame)
     if pd is not None:
         rows = []
@@ -418,4 +497,4 @@ def report(run_dir: Union[str, "os.PathLike[str]"], out: Optional[Union[str, "os
     >>> ppol_rs.report(out).endswith("report.html")
     True
     """
-    return str(_core.report(str(run_dir), None if out is None else str(out)))
+    return str(_core.report(run_dir, out))

@@ -1,13 +1,19 @@
-"""Stubs for the compiled module ppol_rs._core (kept in sync by python/tests/test_stub_sync.py)."""
+"""Stubs for the compiled module ppol_rs._core (kept in sync by python/tests/test_stub_sync.py).
+
+Every function returns Python objects (dicts, lists, numpy arrays, classes); none returns JSON
+text. Each is a thin adapter over the Rust operations layer (`src/front/ops.rs`), the same
+function its CLI verb calls.
+"""
 
 import os
 import pathlib
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
 
-_Traces = Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]], Sequence[dict]]
+_Traces = Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]], Sequence[Dict[str, Any]]]
+_Path = Union[str, os.PathLike[str]]
 
 __version__: str
 
@@ -24,73 +30,85 @@ class SandboxError(Error): ...
 class RunError(Error): ...
 class Cancelled(Error): ...
 
-def load_traces_json(traces: _Traces, domain: Optional[str] = None) -> str: ...
+def load_traces(traces: _Traces, domain: Optional[str] = None) -> List[Dict[str, Any]]: ...
+def traces_stats(traces: _Traces, domain: Optional[str] = None) -> List[Dict[str, Any]]: ...
 def feature_names() -> List[str]: ...
 def fingerprint_matrix(
-    traces: _Traces, feature_set: str = "ppol-0.1.1", domain: Optional[str] = None
+    traces: _Traces, feature_set: Optional[str] = None, domain: Optional[str] = None
 ) -> Tuple[npt.NDArray[np.float64], List[str], List[Optional[str]]]: ...
-def score_json(
+def score(
     human: HumanReference,
     candidates: _Traces,
     discriminator: Discriminator,
-    lambda_h: float = 0.5,
-    lambda_b: float = 0.5,
+    lambda_h: Optional[float] = None,
+    lambda_b: Optional[float] = None,
     raw: bool = False,
     clusters: int = 0,
-) -> str: ...
+) -> Dict[str, Any]: ...
 def cli(argv: List[str]) -> int: ...
 def shipped(name: str) -> str: ...
-def generate_json(
-    program: Union[str, os.PathLike[str]],
+def generate(
+    program: _Path,
     task: Optional[str] = None,
     domain: Optional[str] = None,
     split: Optional[str] = None,
-    n: int = 10,
+    n: Optional[int] = None,
     llm: Optional[str] = None,
     seed: int = 0,
-    tau2_data: Optional[Union[str, os.PathLike[str]]] = None,
-    timeout_s: float = 120.0,
-) -> str: ...
-def episodes_json(
+    tau2_data: Optional[_Path] = None,
+    timeout_s: Optional[float] = None,
+    config: Optional[_Path] = None,
+) -> Dict[str, Any]: ...
+def episodes(
     domain: str = "demo",
     tasks: str = "all",
-    personas: Optional[str] = None,
+    personas: Optional[List[Dict[str, Any]]] = None,
     trials: int = 1,
-    llm: str = "scripted",
-    max_turns: int = 30,
+    llm: Optional[str] = None,
+    max_turns: Optional[int] = None,
     seed: int = 0,
-    tau2_data: Optional[Union[str, os.PathLike[str]]] = None,
-) -> str: ...
+    tau2_data: Optional[_Path] = None,
+    concurrency: int = 256,
+    output: Optional[_Path] = None,
+    config: Optional[_Path] = None,
+) -> Dict[str, Any]: ...
+def export_sft(
+    episodes: List[_Path],
+    all: bool = False,
+    tau2_data: Optional[_Path] = None,
+    heldout_fraction: float = 0.0,
+    seed: int = 0,
+) -> Dict[str, Any]: ...
 def evolve_start(
-    config: Optional[Union[str, os.PathLike[str]]] = None,
-    overrides: Optional[dict] = None,
-    progress: Optional[Callable[[dict], None]] = None,
-    resume_dir: Optional[Union[str, os.PathLike[str]]] = None,
+    config: Optional[_Path] = None,
+    overrides: Optional[Dict[str, Any]] = None,
+    progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+    resume_dir: Optional[_Path] = None,
     iterations: Optional[int] = None,
 ) -> EvolveHandle: ...
-def evaluate_json(
-    run_dir: Union[str, os.PathLike[str]],
+def evaluate(
+    run_dir: _Path,
     split: Optional[str] = None,
-    human: Optional[List[Union[str, os.PathLike[str]]]] = None,
+    human: Optional[List[_Path]] = None,
     n: Optional[int] = None,
-) -> str: ...
-def report(run_dir: Union[str, os.PathLike[str]], out: Optional[Union[str, os.PathLike[str]]] = None) -> pathlib.Path: ...
+) -> Dict[str, Any]: ...
+def report(run_dir: _Path, out: Optional[_Path] = None) -> pathlib.Path: ...
 
 class EvolveHandle:
     def stop(self) -> None: ...
     def done(self) -> bool: ...
-    def wait_json(self, timeout: Optional[float] = None) -> Optional[str]: ...
+    def wait(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]: ...
 
 def persona_block(text: str) -> str: ...
 
 class HumanReference:
     @staticmethod
     def from_traces(
-        traces: _Traces, feature_set: str = "ppol-0.1.1", domain: Optional[str] = None
+        traces: _Traces, feature_set: Optional[str] = None, domain: Optional[str] = None
     ) -> HumanReference: ...
     @staticmethod
-    def load(path: Union[str, os.PathLike[str]]) -> HumanReference: ...
-    def save(self, path: Union[str, os.PathLike[str]]) -> None: ...
+    def load(path: _Path) -> HumanReference: ...
+    def save(self, path: _Path) -> None: ...
     @property
     def feature_set(self) -> str: ...
     @property
@@ -105,25 +123,25 @@ class HumanReference:
     def fingerprints(self) -> npt.NDArray[np.float64]: ...
     @property
     def ids(self) -> List[str]: ...
-    def to_json(self) -> str: ...
+    def to_dict(self) -> Dict[str, Any]: ...
 
 class Discriminator:
     @staticmethod
     def train(
         human: HumanReference,
         baseline: _Traces,
-        trees: int = 200,
-        max_depth: Optional[int] = 12,
-        max_features: str = "sqrt",
-        seed: int = 42,
-        folds: int = 5,
+        trees: Optional[int] = None,
+        max_depth: Optional[int] = None,
+        max_features: Optional[str] = None,
+        seed: Optional[int] = None,
+        folds: Optional[int] = None,
     ) -> Discriminator: ...
     @staticmethod
-    def load(path: Union[str, os.PathLike[str]]) -> Discriminator: ...
-    def save(self, path: Union[str, os.PathLike[str]]) -> None: ...
+    def load(path: _Path) -> Discriminator: ...
+    def save(self, path: _Path) -> None: ...
     def p_human(self, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]: ...
     @property
     def feature_set(self) -> str: ...
     @property
     def grouped_auc(self) -> Optional[float]: ...
-    def training_json(self) -> str: ...
+    def training(self) -> Dict[str, Any]: ...

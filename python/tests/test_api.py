@@ -46,7 +46,7 @@ def test_evolve_async_is_awaitable_and_errors_are_specific(tmp_path):
         return await ppol_rs.evolve_async(overrides={"search.iterations": 1, "run.out": str(tmp_path / "a")})
 
     assert asyncio.run(main())["iterations"] == 1
-    with pytest.raises(ppol_rs.ParseError, match="itrations"):
+    with pytest.raises(ppol_rs.ConfigError, match="search.itrations"):
         ppol_rs.evolve(overrides={"search.itrations": 2})
     with pytest.raises(ppol_rs.ConfigError, match="fitness.n_personas"):
         ppol_rs.evolve(overrides={"fitness.n_personas": 0})

@@ -352,33 +352,141 @@ impl RunConfig {
         Self::from_toml_str(&crate::io::read_to_string(path)?, path)
     }
 
-    /// Check values that serde cannot.
+    /// Check values that serde cannot: every number is finite and in its range, every count
+    /// that must be positive is, and the error names the key.
     pub fn validate(&self) -> Result<()> {
-        let f = &self.fitness;
-        if f.n_personas == 0 {
-            return Err(Error::config("fitness.n_personas", "must be at least 1"));
-        }
-        if f.batch_size == 0 {
-            return Err(Error::config("fitness.batch_size", "must be at least 1"));
-        }
-        if !(0.0..=1.0).contains(&f.lambda_b) || !(0.0..=1.0).contains(&f.lambda_h) {
+        let r = &self.run;
+        fraction("run.human_holdout", r.human_holdout, false)?;
+        fraction("run.val_fraction", r.val_fraction, false)?;
+        if r.name.trim().is_empty() || r.name.contains(['/', '\\']) {
             return Err(Error::config(
-                "fitness.lambda_b",
-                "weights must be in [0, 1]",
+                "run.name",
+                format!(
+                    "must be a non-empty name without path separators, got '{}'",
+                    r.name
+                ),
             ));
         }
-        if !(0.0..1.0).contains(&self.run.human_holdout) {
-            return Err(Error::config("run.human_holdout", "must be in [0, 1)"));
+        if crate::simulate::tau2::Domain::known(&r.domain).is_none() {
+            return Err(Error::config(
+                "run.domain",
+                format!(
+                    "unknown domain '{}' (expected one of: {})",
+                    r.domain,
+                    crate::simulate::tau2::DOMAINS.join(", ")
+                ),
+            ));
         }
-        if !(0.0..1.0).contains(&self.run.val_fraction) {
-            return Err(Error::config("run.val_fraction", "must be in [0, 1)"));
+        let s = &self.search;
+        at_least("search.iterations", s.iterations, 1)?;
+        if let Some(w) = s.max_wall_clock_s {
+            positive("search.max_wall_clock_s", w)?;
         }
-        if self.search.iterations == 0 {
-            return Err(Error::config("search.iterations", "must be at least 1"));
+        let m = &self.mutation;
+        fraction("mutation.crossover_rate", m.crossover_rate, true)?;
+        if !(m.temperature.is_finite() && (0.0..=2.0).contains(&m.temperature)) {
+            return Err(Error::config(
+                "mutation.temperature",
+                format!("must be in [0, 2], got {}", m.temperature),
+            ));
+        }
+        at_least("mutation.max_tokens", m.max_tokens, 1)?;
+        seconds("sandbox.timeout_s", self.sandbox.timeout_s)?;
+        at_least("sandbox.memory_mb", self.sandbox.memory_mb, 64)?;
+        let e = &self.episodes;
+        at_least("episodes.max_turns", e.max_turns, 1)?;
+        at_least("episodes.val_max_turns", e.val_max_turns, 1)?;
+        at_least("episodes.baseline_trials", e.baseline_trials, 1)?;
+        if !(e.user_temperature.is_finite() && (0.0..=2.0).contains(&e.user_temperature)) {
+            return Err(Error::config(
+                "episodes.user_temperature",
+                format!("must be in [0, 2], got {}", e.user_temperature),
+            ));
+        }
+        let f = &self.fitness;
+        at_least("fitness.n_personas", f.n_personas, 1)?;
+        at_least("fitness.batch_size", f.batch_size, 1)?;
+        for (i, (threshold, n)) in f.n_personas_schedule.iter().enumerate() {
+            if *n == 0 {
+                return Err(Error::config(
+                    format!("fitness.n_personas_schedule[{i}]"),
+                    format!("({threshold}, {n}): the number of personas must be at least 1"),
+                ));
+            }
+        }
+        fraction("fitness.lambda_h", f.lambda_h, true)?;
+        fraction("fitness.lambda_b", f.lambda_b, true)?;
+        if f.lambda_h + f.lambda_b <= 0.0 {
+            return Err(Error::config(
+                "fitness.lambda_h",
+                "fitness.lambda_h and fitness.lambda_b are both 0: every score would be 0",
+            ));
+        }
+        at_least("fitness.discriminator.n_trees", f.discriminator.n_trees, 1)?;
+        if f.discriminator.max_depth == Some(0) {
+            return Err(Error::config(
+                "fitness.discriminator.max_depth",
+                "must be at least 1 (leave it out for unlimited depth)",
+            ));
+        }
+        at_least(
+            "fitness.discriminator.min_samples_split",
+            f.discriminator.min_samples_split,
+            2,
+        )?;
+        at_least(
+            "fitness.discriminator.min_samples_leaf",
+            f.discriminator.min_samples_leaf,
+            1,
+        )?;
+        at_least("fitness.folds", f.folds, 2)?;
+        if let Some(usd) = self.budget.max_usd {
+            positive("budget.max_usd", usd)?;
+        }
+        if let Some(t) = self.budget.max_tokens {
+            at_least("budget.max_tokens", t, 1)?;
         }
         self.archive.validate()?;
         if let Some(llm) = &self.llm {
             llm.validate()?;
+        }
+        Ok(())
+    }
+
+    /// The defaults of a quick run (what `ppol evolve` and `ppol_rs.evolve()` use without a
+    /// configuration file): [`QUICK_RUN_ITERATIONS`] iterations, everything else default.
+    pub fn quick() -> Self {
+        let mut c = RunConfig::default();
+        c.search.iterations = QUICK_RUN_ITERATIONS;
+        c
+    }
+
+    /// Check, before anything is written, that the files and directories the run reads exist:
+    /// human traces, the τ² data directory, the seed program.
+    pub fn check_inputs(&self) -> Result<()> {
+        for (i, h) in self.run.human.iter().enumerate() {
+            if !h.is_file() {
+                return Err(Error::config(
+                    format!("run.human[{i}]"),
+                    format!("'{}' is not a file", h.display()),
+                ));
+            }
+        }
+        if let Some(d) = &self.run.tau2_data {
+            if !d.is_dir() {
+                return Err(Error::config(
+                    "run.tau2_data",
+                    format!("'{}' is not a directory", d.display()),
+                ));
+            }
+        }
+        if let Some(p) = &self.search.seed_program {
+            if !p.is_file() {
+                return Err(Error::config(
+                    "search.seed_program",
+                    format!("'{}' is not a file", p.display()),
+                ));
+            }
         }
         Ok(())
     }
@@ -392,6 +500,53 @@ impl RunConfig {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self)
             .unwrap_or_else(|e| format!("# could not render the configuration: {e}\n"))
+    }
+}
+
+/// Iterations of a run started without a configuration file (the reference's 70 is for real
+/// runs; a first offline run should take seconds).
+pub const QUICK_RUN_ITERATIONS: u64 = 10;
+
+/// A duration in seconds from a configuration value: finite and positive, else an error
+/// naming `key` (`Duration::from_secs_f64` would panic on NaN or a negative value).
+pub fn seconds(key: &str, value: f64) -> Result<std::time::Duration> {
+    positive(key, value)?;
+    std::time::Duration::try_from_secs_f64(value)
+        .map_err(|e| Error::config(key, format!("{value} seconds: {e}")))
+}
+
+fn positive(key: &str, value: f64) -> Result<()> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(Error::config(
+            key,
+            format!("must be a positive number, got {value}"),
+        ))
+    }
+}
+
+fn fraction(key: &str, value: f64, closed: bool) -> Result<()> {
+    let ok = value.is_finite() && value >= 0.0 && if closed { value <= 1.0 } else { value < 1.0 };
+    if ok {
+        Ok(())
+    } else {
+        let range = if closed { "[0, 1]" } else { "[0, 1)" };
+        Err(Error::config(
+            key,
+            format!("must be in {range}, got {value}"),
+        ))
+    }
+}
+
+fn at_least<T: PartialOrd + std::fmt::Display>(key: &str, value: T, min: T) -> Result<()> {
+    if value >= min {
+        Ok(())
+    } else {
+        Err(Error::config(
+            key,
+            format!("must be at least {min}, got {value}"),
+        ))
     }
 }
 

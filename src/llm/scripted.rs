@@ -5,7 +5,7 @@
 //! offline user/agent engine (a separate component that actually plays a τ² dialogue); it only
 //! produces canned text.
 //!
-//! Two modes:
+//! Three modes:
 //!
 //! * **Replay** — a JSONL script, one reply per line:
 //!   ```text
@@ -20,6 +20,10 @@
 //!   is an empty answer, which [`super::LlmClient`] retries like any empty answer (taking the
 //!   next line). Under concurrency the order in which
 //!   requests take lines is the order in which they arrive.
+//! * **Rules** — a JSON file holding one object `{"rules": [{"contains": "refund", "reply":
+//!   "..."}], "default": "..."}` ([`ScriptedRules`]): the first rule whose `contains` occurs in
+//!   the request's last message answers, else `default`. Good for generator programs, whose
+//!   prompts are known.
 //! * **Hash** (no script) — the answer is a short fixed-form text derived from the SHA-256 of
 //!   the request (role, messages, tools): `"Okay. (scripted user-sim 1a2b3c4d)"`. Same request,
 //!   same answer, on every machine.
@@ -77,9 +81,44 @@ struct Queues {
     served: u64,
 }
 
+/// Substring rules (a script file holding one JSON object
+/// `{"rules": [{"contains": "...", "reply": "..."}], "default": "..."}`): the first rule whose
+/// `contains` occurs in the last message of the request answers; otherwise `default`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedRules {
+    /// Rules, in order.
+    #[serde(default)]
+    pub rules: Vec<ScriptedRule>,
+    /// Reply when no rule matches.
+    #[serde(default)]
+    pub default: String,
+}
+
+/// One rule of [`ScriptedRules`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedRule {
+    /// Substring of the request's last message.
+    pub contains: String,
+    /// Reply text.
+    pub reply: String,
+}
+
+impl ScriptedRules {
+    fn reply_to(&self, request: &ChatRequest) -> &str {
+        let last = request.messages.last().map_or("", |t| t.content.as_str());
+        self.rules
+            .iter()
+            .find(|r| last.contains(&r.contains))
+            .map_or(self.default.as_str(), |r| r.reply.as_str())
+    }
+}
+
 /// The deterministic offline provider. See the [module docs](self).
 #[derive(Debug)]
 pub struct ScriptedModel {
+    rules: Option<ScriptedRules>,
     queues: Option<Mutex<Queues>>,
     source: Option<PathBuf>,
     served: Mutex<u64>,
@@ -99,6 +138,7 @@ impl ScriptedModel {
     /// Hash mode: answers derived from the request.
     pub fn new() -> Self {
         ScriptedModel {
+            rules: None,
             queues: None,
             source: None,
             served: Mutex::new(0),
@@ -115,6 +155,7 @@ impl ScriptedModel {
             }
         }
         ScriptedModel {
+            rules: None,
             queues: Some(Mutex::new(q)),
             source: None,
             served: Mutex::new(0),
@@ -147,9 +188,28 @@ impl ScriptedModel {
         Ok(model)
     }
 
-    /// Replay mode from a JSONL file.
+    /// Rule mode (see [`ScriptedRules`]).
+    pub fn from_rules(rules: ScriptedRules) -> Self {
+        ScriptedModel {
+            rules: Some(rules),
+            ..ScriptedModel::new()
+        }
+    }
+
+    /// Replay mode from a JSONL file, or rule mode from a JSON file holding one object with
+    /// `rules` and/or `default`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = crate::io::read_to_string(path)?;
+        if let Ok(serde_json::Value::Object(obj)) = serde_json::from_str(&text) {
+            if obj.contains_key("rules") || obj.contains_key("default") {
+                let rules: ScriptedRules =
+                    serde_json::from_value(serde_json::Value::Object(obj))
+                        .map_err(|e| Error::parse(path, "$", format!("not a rules script: {e}")))?;
+                let mut model = ScriptedModel::from_rules(rules);
+                model.source = Some(path.to_path_buf());
+                return Ok(model);
+            }
+        }
         ScriptedModel::from_jsonl_str(&text, path)
     }
 
@@ -216,7 +276,11 @@ impl ScriptedModel {
             .iter()
             .map(|t| estimate_tokens(&t.content) + 1)
             .sum();
-        let message = match self.next_reply(request.role)? {
+        let scripted = match &self.rules {
+            Some(rules) => Some((ScriptedReply::text(rules.reply_to(request)), 0)),
+            None => self.next_reply(request.role)?,
+        };
+        let message = match scripted {
             Some((reply, n)) => {
                 let tool_calls = reply
                     .tool_calls

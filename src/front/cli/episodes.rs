@@ -1,17 +1,12 @@
-//! `ppol episodes`: play user-simulator ↔ agent ↔ environment episodes and write them as JSONL.
+//! `ppol episodes`: play user-simulator ↔ agent ↔ environment episodes and write them as JSONL
+//! (an adapter over [`ops::episodes`]).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Args;
-use futures::StreamExt;
 
-use crate::llm::client::LlmClient;
-use crate::persona::Persona;
-use crate::seed::mix;
-use crate::simulate::episode::record::{pass_hat_k, Episode, EpisodeStatus};
-use crate::simulate::episode::runner::{load_domain, Backend, Tau2Runner};
-use crate::simulate::episode::EpisodeRunner;
+use super::Outcome;
+use crate::front::ops::{self, EpisodesRequest};
 
 /// Arguments of `ppol episodes`.
 #[derive(Debug, Args)]
@@ -32,19 +27,21 @@ pub struct EpisodesArgs {
     /// Trials per (task, persona); pass^k is reported for k ≤ trials.
     #[arg(long, default_value_t = 1)]
     pub trials: u32,
-    /// `scripted` (offline, default), `openai:MODEL[@BASE_URL]`, or a TOML LLM config file.
-    #[arg(long, default_value = "scripted")]
+    /// `offline` (the scripted user and agent, no LLM; the default), `openai:MODEL[@BASE_URL]`,
+    /// a TOML LLM config (bare or with an `[llm]` section), or `scripted[:FILE]` (test double).
+    #[arg(long, default_value = "offline")]
     pub llm: String,
-    /// User turns before an episode is cut.
-    #[arg(long, default_value_t = 30)]
-    pub max_turns: usize,
+    /// User turns before an episode is cut (default: the configuration's episodes.val_max_turns).
+    #[arg(long)]
+    pub max_turns: Option<usize>,
     /// Root seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Episodes in flight at once (the LLM layer also limits concurrent requests).
     #[arg(long, default_value_t = 256)]
     pub concurrency: usize,
-    /// Output JSONL.
+    /// Output JSONL. Episodes are appended to OUTPUT.partial as they finish; rerunning the same
+    /// command after an interruption plays only what is missing.
     #[arg(short, long)]
     pub output: PathBuf,
     /// No progress bar.
@@ -53,125 +50,74 @@ pub struct EpisodesArgs {
 }
 
 /// Read persona records (JSONL), naming file and line on errors.
-pub fn read_personas(path: &std::path::Path) -> anyhow::Result<Vec<Persona>> {
-    let text = crate::io::read_to_string(path)?;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let p: Persona = serde_json::from_str(line).map_err(|e| {
-            crate::Error::parse(
-                path,
-                format!("line {}", i + 1),
-                format!("not a persona record {{\"persona_id\", \"text\", ...}}: {e}"),
-            )
-        })?;
-        out.push(p);
+pub fn read_personas(path: &std::path::Path) -> crate::Result<Vec<crate::persona::Persona>> {
+    let ps: Vec<crate::persona::Persona> =
+        crate::io::read_jsonl(path, "a persona record {\"persona_id\", \"text\", ...}")?;
+    if ps.is_empty() {
+        return Err(crate::Error::parse(path, "file", "no persona records"));
     }
-    anyhow::ensure!(!out.is_empty(), "{}: no personas", path.display());
-    Ok(out)
-}
-
-/// Build the backend named by `--llm`; returns the client too (for accounting), if any.
-pub fn backend_from_arg(value: &str) -> anyhow::Result<(Backend, Option<LlmClient>)> {
-    if value == "scripted" {
-        return Ok((Backend::Scripted, None));
-    }
-    let client = LlmClient::from_cli_value(value)?;
-    let model: Arc<dyn crate::llm::ChatModel> = Arc::new(client.clone());
-    Ok((
-        Backend::Llm {
-            user: model.clone(),
-            agent: model,
-            user_temperature: Some(0.0),
-            agent_temperature: None,
-        },
-        Some(client),
-    ))
+    Ok(ps)
 }
 
 /// Run `ppol episodes`.
-pub fn run(args: EpisodesArgs) -> anyhow::Result<()> {
-    let domain = load_domain(&args.domain, args.tau2_data.as_deref())?;
-    let tasks: Vec<String> = domain
+pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
+    let domain = ops::load_domain(&args.domain, args.tau2_data.as_deref())?;
+    let task_ids: Vec<String> = domain
         .select_tasks(&args.tasks)?
         .iter()
         .map(|t| t.id.clone())
         .collect();
     anyhow::ensure!(
-        !tasks.is_empty(),
+        !task_ids.is_empty(),
         "no tasks selected by --tasks {}",
         args.tasks
     );
     let personas = args.personas.as_deref().map(read_personas).transpose()?;
-    let (backend, client) = backend_from_arg(&args.llm)?;
-    let runner = Tau2Runner::new(domain.clone(), backend, args.max_turns);
-
-    let jobs =
-        crate::simulate::episode::runner::plan_jobs(&tasks, personas.as_deref(), args.trials);
-    anyhow::ensure!(
-        !jobs.is_empty(),
-        "no (task, persona) pairs: do the personas' task_id values match the selected tasks?"
-    );
-    let bar = super::progress(jobs.len() as u64, "episodes", args.quiet);
-    let rt = super::runtime()?;
-    let episodes: Vec<Episode> = rt.block_on(async {
-        let mut results: Vec<(usize, Episode)> = futures::stream::iter(jobs.iter().enumerate())
-            .map(|(i, (task, p, k))| {
-                let runner = &runner;
-                let client = client.as_ref();
-                let bar = &bar;
-                async move {
-                    let seed = mix(args.seed, i as u64);
-                    let ep = match client.and_then(|c| c.budget_exhausted()) {
-                        Some(why) => {
-                            let mut e = runner.run("", None, *k, seed).await;
-                            e.id =
-                                crate::simulate::episode::runner::episode_id(task, p.as_ref(), *k);
-                            e.task_id = task.clone();
-                            e.error = Some(format!("not run: budget exhausted ({why})"));
-                            e
-                        }
-                        None => runner.run(task, p.as_ref(), *k, seed).await,
-                    };
-                    bar.inc(1);
-                    (i, ep)
-                }
-            })
-            .buffer_unordered(args.concurrency.max(1))
-            .collect()
-            .await;
-        results.sort_by_key(|(i, _)| *i);
-        results.into_iter().map(|(_, e)| e).collect()
-    });
+    let llm = ops::parse_llm(&args.llm)?;
+    let n_planned =
+        crate::simulate::episode::runner::plan_jobs(&task_ids, personas.as_deref(), args.trials)
+            .len();
+    let bar = super::progress(n_planned as u64, "episodes", args.quiet);
+    let request = EpisodesRequest {
+        domain: domain.clone(),
+        task_ids: task_ids.clone(),
+        personas,
+        trials: args.trials,
+        llm,
+        max_turns: args.max_turns,
+        user_temperature: None,
+        seed: args.seed,
+        concurrency: args.concurrency,
+        output: Some(args.output.clone()),
+    };
+    let progress = |done: usize, _total: usize| bar.set_position(done as u64);
+    let report = ops::block_on(ops::episodes(request, &progress))??;
     bar.finish_and_clear();
-    let mut out = String::new();
-    for e in &episodes {
-        out.push_str(&serde_json::to_string(e)?);
-        out.push('\n');
-    }
-    crate::io::write_atomic(&args.output, out.as_bytes())?;
 
-    let failed = episodes
-        .iter()
-        .filter(|e| e.status == EpisodeStatus::Failed)
-        .count();
-    let ok = episodes.len() - failed;
-    let success = episodes.iter().filter(|e| e.success()).count();
+    let n = report.episodes.len();
+    let failed = report.failed();
+    let success = report.successes();
+    if report.resumed > 0 {
+        eprintln!(
+            "resumed: {} episodes were taken from {}.partial (an interrupted earlier run)",
+            report.resumed,
+            args.output.display()
+        );
+    }
     eprintln!(
-        "wrote {} episodes to {} ({} ok, {} failed); domain {}, {} tasks, backend {}",
-        episodes.len(),
+        "wrote {n} episodes to {} ({} ok, {failed} failed); domain {}, {} tasks, backend {}",
         args.output.display(),
-        ok,
-        failed,
+        n - failed,
         domain.name,
-        tasks.len(),
-        runner.backend().describe()
+        task_ids.len(),
+        report.backend
     );
-    eprintln!("success rate: {:.3} ({} of {} episodes with reward 1; failed episodes count as unsuccessful)", success as f64 / episodes.len() as f64, success, episodes.len());
+    eprintln!(
+        "success rate: {:.3} ({success} of {n} episodes with reward 1; failed episodes count as unsuccessful)",
+        success as f64 / n as f64
+    );
     if args.trials > 1 {
-        let p = pass_hat_k(&episodes, args.trials as usize);
+        let p = report.pass_hat_k(args.trials);
         eprintln!(
             "pass^k: {}",
             p.iter()
@@ -180,14 +126,21 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<()> {
                 .join("  ")
         );
     }
-    if let Some(c) = &client {
-        eprintln!("LLM use: {}", c.accounting());
-        if let Some(why) = c.budget_exhausted() {
-            eprintln!("budget exhausted: {why}; episodes not started were recorded as failed with that reason");
-        }
+    if let Some(acc) = &report.llm {
+        eprintln!("LLM use:\n{acc}");
     }
-    if let Some(first) = episodes.iter().find_map(|e| e.error.as_ref()) {
-        eprintln!("first failure: {first}");
+    if let Some(why) = &report.budget_exhausted {
+        eprintln!("budget exhausted: {why}; episodes not started were recorded as failed with that reason");
     }
-    Ok(())
+    if failed == 0 {
+        return Ok(Outcome::Done);
+    }
+    let first = report
+        .episodes
+        .iter()
+        .find_map(|e| e.error.as_deref())
+        .unwrap_or("no reason recorded");
+    Ok(Outcome::Partial(format!(
+        "{failed} of {n} episodes failed (all are in the output with their reason); first: {first}"
+    )))
 }

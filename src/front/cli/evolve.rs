@@ -6,11 +6,10 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::Outcome;
 use crate::evolve::config::RunConfig;
-use crate::evolve::run::{
-    evaluate_run, evolve, resume, table_text, Progress, RunControl, RunSummary,
-};
-use crate::llm::config::LlmConfig;
+use crate::evolve::run::{table_text, Progress, RunControl, RunSummary};
+use crate::front::ops::{self, Overrides};
 
 /// Arguments of `ppol evolve` (flags override the config file).
 #[derive(Debug, Args)]
@@ -42,7 +41,8 @@ pub struct EvolveArgs {
     /// Run name.
     #[arg(long)]
     pub name: Option<String>,
-    /// LLM for every role: `openai:MODEL[@BASE_URL]`, `scripted[:FILE]`, or a TOML LLM config.
+    /// LLM for every role: `openai:MODEL[@BASE_URL]`, a TOML LLM config, `scripted[:FILE]`
+    /// (test double), or `offline` (ignore the configuration's [llm] section).
     #[arg(long)]
     pub llm: Option<String>,
     /// Print the resolved configuration and exit.
@@ -91,43 +91,28 @@ pub struct EvalArgs {
     pub quiet: bool,
 }
 
+/// The configuration of `ppol evolve`: the file (or the quick-run defaults) with the flags as
+/// overrides, through [`ops::load_config`].
 fn resolve(args: &EvolveArgs) -> anyhow::Result<RunConfig> {
-    let mut cfg = match &args.config {
-        Some(p) => RunConfig::load(p)?,
-        None => RunConfig::default(),
-    };
-    if args.config.is_none() {
-        // the default offline run is short
-        cfg.search.iterations = 10;
-    }
+    let mut o = Overrides::new();
     if !args.human.is_empty() {
-        cfg.run.human = args.human.clone();
+        o.set("run.human", &args.human)?;
     }
-    if let Some(v) = &args.human_domain {
-        cfg.run.human_domain = Some(v.clone());
+    o.set_opt("run.human_domain", args.human_domain.as_ref())?
+        .set_opt("run.domain", args.domain.as_ref())?
+        .set_opt("run.tau2_data", args.tau2_data.as_ref())?
+        .set_opt("search.iterations", args.iterations)?
+        .set_opt("search.seed", args.seed)?
+        .set_opt("run.out", args.out.as_ref())?
+        .set_opt("run.name", args.name.as_ref())?;
+    let llm = args.llm.as_deref().map(ops::parse_llm).transpose()?;
+    if let Some(Some(l)) = &llm {
+        o.set("llm", l)?;
     }
-    if let Some(v) = &args.domain {
-        cfg.run.domain = v.clone();
+    let mut cfg = ops::load_config(args.config.as_deref(), &o)?;
+    if let Some(None) = llm {
+        cfg.llm = None; // `--llm offline` overrides a config file's [llm]
     }
-    if let Some(v) = &args.tau2_data {
-        cfg.run.tau2_data = Some(v.clone());
-    }
-    if let Some(v) = args.iterations {
-        cfg.search.iterations = v;
-    }
-    if let Some(v) = args.seed {
-        cfg.search.seed = v;
-    }
-    if let Some(v) = &args.out {
-        cfg.run.out = Some(v.clone());
-    }
-    if let Some(v) = &args.name {
-        cfg.run.name = v.clone();
-    }
-    if let Some(v) = &args.llm {
-        cfg.llm = Some(LlmConfig::from_cli_value(v)?);
-    }
-    cfg.validate()?;
     Ok(cfg)
 }
 
@@ -147,33 +132,29 @@ fn control(quiet: bool, iterations: u64) -> (RunControl, indicatif::ProgressBar)
         progress: Some(progress),
         ..Default::default()
     };
-    let stop = c.stop.clone();
-    let _ = ctrlc_flag(stop);
     (c, bar)
 }
 
-fn ctrlc_flag(stop: Arc<std::sync::atomic::AtomicBool>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("ppol-ctrl-c".into())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(rt) = rt {
-                rt.block_on(async {
-                    if tokio::signal::ctrl_c().await.is_ok() {
-                        eprintln!(
-                            "\nstopping after the current evaluation (Ctrl-C again to abort)..."
-                        );
-                        stop.store(true, Ordering::SeqCst);
-                        if tokio::signal::ctrl_c().await.is_ok() {
-                            std::process::exit(130);
-                        }
-                    }
-                });
+/// Run `future` (an evolution) with Ctrl-C handling: the first Ctrl-C asks the run to stop
+/// after the current evaluation, a second one aborts (exit 130).
+fn run_with_ctrl_c<F: std::future::Future>(
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    future: F,
+) -> anyhow::Result<F::Output> {
+    Ok(ops::block_on(async move {
+        let watcher = tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nstopping after the current evaluation (Ctrl-C again to abort)...");
+                stop.store(true, Ordering::SeqCst);
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
             }
-        })?;
-    Ok(())
+        });
+        let out = future.await;
+        watcher.abort();
+        out
+    })?)
 }
 
 fn print_summary(s: &RunSummary) {
@@ -197,13 +178,30 @@ fn print_summary(s: &RunSummary) {
     );
 }
 
+/// The exit status of a finished run: a stop the user asked for (iterations, early stop, wall
+/// clock, budget) is success; an interrupted run exits 130; an infrastructure stop is a failure.
+fn run_outcome(s: &RunSummary) -> Outcome {
+    if s.reason == "interrupted" {
+        Outcome::Interrupted
+    } else if s.reason.starts_with("infrastructure") {
+        Outcome::Partial(format!(
+            "the run stopped early: {} (resume it with `ppol resume {}` once the cause is fixed)",
+            s.reason,
+            s.run_dir.display()
+        ))
+    } else {
+        Outcome::Done
+    }
+}
+
 /// Run `ppol evolve`.
-pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<()> {
+pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
     let cfg = resolve(&args)?;
     if args.print_config {
         print!("{}", cfg.to_toml());
-        return Ok(());
+        return Ok(Outcome::Done);
     }
+    cfg.check_inputs()?;
     if cfg.offline() {
         eprintln!("ppol evolve: OFFLINE run — scripted user simulator and agent, offline seed program, structural mutations (no LLM, no network).");
         eprintln!(
@@ -228,34 +226,39 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<()> {
         );
     }
     let (ctl, bar) = control(args.quiet, cfg.search.iterations);
-    let summary = super::runtime()?.block_on(evolve(cfg, ctl));
+    let summary = run_with_ctrl_c(ctl.stop.clone(), ops::evolve(cfg, ctl))?;
     bar.finish_and_clear();
-    print_summary(&summary?);
-    Ok(())
+    let summary = summary?;
+    print_summary(&summary);
+    Ok(run_outcome(&summary))
 }
 
 /// Run `ppol resume`.
-pub fn run_resume(args: ResumeArgs) -> anyhow::Result<()> {
+pub fn run_resume(args: ResumeArgs) -> anyhow::Result<Outcome> {
     let (mut ctl, bar) = control(args.quiet, args.iterations.unwrap_or(0));
     ctl.halt_after = args.halt_after;
-    let summary = super::runtime()?.block_on(resume(&args.run_dir, ctl, args.iterations));
+    let summary = run_with_ctrl_c(
+        ctl.stop.clone(),
+        ops::resume(&args.run_dir, ctl, args.iterations),
+    )?;
     bar.finish_and_clear();
-    print_summary(&summary?);
-    Ok(())
+    let summary = summary?;
+    print_summary(&summary);
+    Ok(run_outcome(&summary))
 }
 
 /// Run `ppol eval`.
-pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
-    let table = super::runtime()?.block_on(evaluate_run(
+pub fn run_eval(args: EvalArgs) -> anyhow::Result<Outcome> {
+    let table = ops::block_on(ops::evaluate(
         &args.run_dir,
         args.split.as_deref(),
         &args.human,
         args.n,
-    ))?;
+    ))??;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&table)?);
     } else {
         print!("{}", table_text(&table));
     }
-    Ok(())
+    Ok(Outcome::Done)
 }

@@ -4,9 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::simulate::episode::llm::agent_system_prompt;
-use crate::simulate::episode::record::load_episodes;
-use crate::simulate::export::{selected, sft_record, Selection};
+use super::Outcome;
+use crate::front::ops::{self, ExportRequest};
 
 /// `ppol export ...`
 #[derive(Debug, Args)]
@@ -47,7 +46,8 @@ pub enum ExportCommand {
 }
 
 /// Run `ppol export`.
-pub fn run(args: ExportArgs) -> anyhow::Result<()> {
+/// Run `ppol export sft`.
+pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
     let ExportCommand::Sft {
         episodes,
         all,
@@ -57,49 +57,30 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         heldout_output,
         seed,
     } = args.command;
-    anyhow::ensure!(
-        (0.0..1.0).contains(&heldout_fraction),
-        "--heldout-fraction must be in [0, 1)"
-    );
-    let sel = if all {
-        Selection::All
-    } else {
-        Selection::Successful
-    };
-    let mut loaded = Vec::new();
-    for path in &episodes {
-        loaded.extend(load_episodes(path)?);
+    let report = ops::export_sft(&ExportRequest {
+        episodes,
+        all,
+        tau2_data,
+        heldout_fraction,
+        seed,
+    })?;
+    if report.train.is_empty() {
+        anyhow::bail!(
+            "none of the {} episodes was selected ({}); '{}' was not written",
+            report.n_episodes,
+            if all {
+                "none ran to an end"
+            } else {
+                "none was successful; --all exports every episode that ran"
+            },
+            output.display()
+        );
     }
-    let mut domains: std::collections::HashMap<String, (String, Vec<crate::llm::ToolSpec>)> =
-        Default::default();
-    let (mut train, mut held) = (String::new(), String::new());
-    let mut held_personas: std::collections::BTreeSet<&str> = Default::default();
-    let (mut n_train, mut n_held) = (0usize, 0usize);
-    for e in loaded.iter().filter(|e| selected(e, sel)) {
-        if !domains.contains_key(&e.domain) {
-            let d = crate::simulate::tau2::Domain::load(&e.domain, tau2_data.as_deref())?;
-            domains.insert(
-                e.domain.clone(),
-                (agent_system_prompt(&d.policy), d.env().tools()),
-            );
-        }
-        let (system, tools) = &domains[&e.domain];
-        let line = sft_record(e, system, tools).to_string();
-        if crate::simulate::export::held_out(&e.persona_id, heldout_fraction, seed) {
-            held.push_str(&line);
-            held.push('\n');
-            held_personas.insert(&e.persona_id);
-            n_held += 1;
-        } else {
-            train.push_str(&line);
-            train.push('\n');
-            n_train += 1;
-        }
-    }
-    crate::io::write_atomic(&output, train.as_bytes())?;
+    crate::io::write_jsonl(&output, &report.train)?;
     eprintln!(
-        "wrote {n_train} of {} episodes to {} ({})",
-        loaded.len(),
+        "wrote {} of {} episodes to {} ({})",
+        report.train.len(),
+        report.n_episodes,
         output.display(),
         if all {
             "all that ran"
@@ -109,10 +90,11 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     );
     if heldout_fraction > 0.0 {
         let path = heldout_output.unwrap_or_else(|| output.with_extension("heldout.jsonl"));
-        crate::io::write_atomic(&path, held.as_bytes())?;
+        crate::io::write_jsonl(&path, &report.heldout)?;
         eprintln!(
-            "wrote {n_held} episodes of {} held-out personas to {}",
-            held_personas.len(),
+            "wrote {} episodes of {} held-out personas to {}",
+            report.heldout.len(),
+            report.heldout_personas.len(),
             path.display()
         );
     }
@@ -120,7 +102,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         "{:<36} {:>8} {:>8} {:>8}  pass^k",
         "persona cluster", "personas", "episodes", "success"
     );
-    for s in crate::simulate::export::cluster_summaries(&loaded) {
+    for s in &report.clusters {
         let pk = s
             .pass_hat_k
             .iter()
@@ -132,5 +114,5 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
             s.cluster, s.personas, s.episodes, s.success_rate
         );
     }
-    Ok(())
+    Ok(Outcome::Done)
 }

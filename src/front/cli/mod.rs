@@ -1,5 +1,13 @@
-//! The `ppol` command line. Each verb lives in its own file and calls the library; this module
-//! owns argument parsing, logging setup and the mapping from errors to exit codes.
+//! The `ppol` command line. Each verb lives in its own file and is a thin adapter over one
+//! function of the operations layer ([`crate::front::ops`]); this module owns argument
+//! parsing, logging setup and the exit codes:
+//!
+//! * **0** — the work succeeded;
+//! * **1** — the work ran and its output was written, but part of it failed (some episodes or
+//!   tasks failed, a run stopped for infrastructure reasons); the message says what;
+//! * **2** — an error: bad input or configuration (the message names the file, line or key),
+//!   or nothing could be done;
+//! * **130** — interrupted (Ctrl-C); what was finished is kept.
 
 use std::process::ExitCode;
 
@@ -74,24 +82,51 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    ExitCode::from(run_from(args))
+}
+
+/// Run the CLI with explicit arguments; returns the exit code (see the module docs).
+pub fn run_from<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
+            return if e.use_stderr() { 2 } else { 0 };
         }
     };
     init_logging(cli.verbose);
     match run(cli.command) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
+        Ok(Outcome::Done) => 0,
+        Ok(Outcome::Partial(why)) => {
+            eprintln!("ppol: {}", crate::io::printable(&why));
+            1
         }
+        Ok(Outcome::Interrupted) => 130,
+        Err(e) => {
+            eprintln!("error: {}", crate::io::printable(&format!("{e:#}")));
+            2
+        }
+    }
+}
+
+/// How a verb ended (see the module docs for the exit codes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The work succeeded (exit 0).
+    Done,
+    /// The work ran and its output was written, but part of it failed (exit 1).
+    Partial(String),
+    /// Stopped by the user (exit 130).
+    Interrupted,
+}
+
+impl From<()> for Outcome {
+    fn from(_: ()) -> Self {
+        Outcome::Done
     }
 }
 
@@ -109,30 +144,28 @@ fn init_logging(verbose: u8) {
         .try_init();
 }
 
-fn run(command: Command) -> anyhow::Result<()> {
-    match command {
-        Command::Evolve(a) => evolve::run_evolve(a),
-        Command::Resume(a) => evolve::run_resume(a),
-        Command::Eval(a) => evolve::run_eval(a),
-        Command::Traces(a) => traces::run(a),
-        Command::Fingerprint(a) => fingerprint::run(a),
-        Command::Reference(a) => reference::run(a),
-        Command::Discriminator(a) => score::run_discriminator(a),
-        Command::Score(a) => score::run_score(a),
-        Command::Episodes(a) => episodes::run(a),
-        Command::Export(a) => export::run(a),
-        Command::Bench(a) => bench::run(a),
-        Command::Report(a) => report::run(a),
-        Command::Generate(a) => generate::run(a),
-        Command::MockServer(a) => mock_server::run(a),
-    }
+fn run(command: Command) -> anyhow::Result<Outcome> {
+    Ok(match command {
+        Command::Evolve(a) => evolve::run_evolve(a)?,
+        Command::Resume(a) => evolve::run_resume(a)?,
+        Command::Eval(a) => evolve::run_eval(a)?,
+        Command::Traces(a) => traces::run(a)?.into(),
+        Command::Fingerprint(a) => fingerprint::run(a)?.into(),
+        Command::Reference(a) => reference::run(a)?.into(),
+        Command::Discriminator(a) => score::run_discriminator(a)?.into(),
+        Command::Score(a) => score::run_score(a)?.into(),
+        Command::Episodes(a) => episodes::run(a)?,
+        Command::Export(a) => export::run(a)?,
+        Command::Bench(a) => bench::run(a)?.into(),
+        Command::Report(a) => report::run(a)?.into(),
+        Command::Generate(a) => generate::run(a)?,
+        Command::MockServer(a) => mock_server::run(a)?.into(),
+    })
 }
 
-/// A multi-threaded tokio runtime for commands that do async work.
+/// The runtime for commands that do async work ([`crate::front::ops::runtime`]).
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
+    Ok(crate::front::ops::runtime()?)
 }
 
 /// A progress bar on stderr (hidden with `quiet` or when stderr is not a terminal).

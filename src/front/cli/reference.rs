@@ -5,8 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::fitness::features::FeatureSet;
-use crate::fitness::reference::HumanReference;
-use crate::fitness::traces::{self, LoadOptions};
+use crate::front::ops::{self, TraceSource};
 
 /// Arguments of `ppol reference`.
 #[derive(Debug, Args)]
@@ -15,8 +14,8 @@ pub struct ReferenceArgs {
     #[arg(required = true)]
     pub traces: Vec<PathBuf>,
     /// Feature set.
-    #[arg(long, default_value = "ppol-0.1.1")]
-    pub feature_set: FeatureSet,
+    #[arg(long)]
+    pub feature_set: Option<FeatureSet>,
     /// Keep only this domain.
     #[arg(long)]
     pub domain: Option<String>,
@@ -27,18 +26,11 @@ pub struct ReferenceArgs {
 
 /// Run `ppol reference`.
 pub fn run(args: ReferenceArgs) -> anyhow::Result<()> {
-    let ds = traces::load_many(
-        &args.traces,
-        &LoadOptions {
-            domain: args.domain,
-        },
+    let r = ops::build_reference(
+        &TraceSource::Files(args.traces.clone()),
+        args.feature_set.unwrap_or_default(),
+        args.domain.as_deref(),
     )?;
-    let source = args
-        .traces
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
-    let r = HumanReference::build(&ds, args.feature_set, source)?;
     r.save(&args.output)?;
     eprintln!(
         "wrote {}: {} dialogues in mean/std, {} in the coverage cloud, feature set {}",

@@ -16,7 +16,7 @@ pub struct ReportArgs {
 
 /// Run `ppol report`: write the self-contained HTML report and print its path.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
-    let path = crate::report::write(&args.run_dir, args.output.as_deref())?;
+    let path = crate::front::ops::report(&args.run_dir, args.output.as_deref())?;
     println!("{}", path.display());
     Ok(())
 }

@@ -4,46 +4,51 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::fitness::coverage::CoverageOptions;
 use crate::fitness::discriminator::{Discriminator, ForestParams, MaxFeatures};
 use crate::fitness::features::FeatureSet;
-use crate::fitness::score::{load_reference, score, train_discriminator, ScoreOptions};
-use crate::fitness::traces::{self, LoadOptions};
+use crate::front::ops::{self, Overrides, ScoreRequest, TraceSource};
 
-/// Random-forest settings shared by the commands that train one.
+/// Random-forest settings shared by the commands that train one. Unset flags take the
+/// configuration's defaults (`[fitness.discriminator]`, `fitness.folds`; see
+/// `ppol evolve --print-config`).
 #[derive(Debug, Clone, Args)]
 pub struct ForestFlags {
-    /// Number of trees.
-    #[arg(long, default_value_t = 200)]
-    pub trees: usize,
-    /// Maximum tree depth (0 = unlimited).
-    #[arg(long, default_value_t = 12)]
-    pub max_depth: usize,
-    /// Features tried per split: sqrt, all, an integer or a fraction.
-    #[arg(long, default_value = "sqrt")]
-    pub max_features: String,
-    /// Random seed.
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
-    /// Folds of the grouped (by task) held-out AUC.
-    #[arg(long, default_value_t = 5)]
-    pub folds: usize,
+    /// Number of trees (default 200).
+    #[arg(long)]
+    pub trees: Option<usize>,
+    /// Maximum tree depth, 0 = unlimited (default 12).
+    #[arg(long)]
+    pub max_depth: Option<usize>,
+    /// Features tried per split: sqrt, all, an integer or a fraction (default sqrt).
+    #[arg(long)]
+    pub max_features: Option<String>,
+    /// Random seed (default 42).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Folds of the grouped (by task) held-out AUC (default 5).
+    #[arg(long)]
+    pub folds: Option<usize>,
 }
 
 impl ForestFlags {
-    /// The forest parameters these flags describe.
-    pub fn params(&self) -> anyhow::Result<ForestParams> {
-        let max_features: MaxFeatures = self
-            .max_features
-            .parse()
-            .map_err(|e| anyhow::anyhow!("invalid --max-features '{}': {e}", self.max_features))?;
-        Ok(ForestParams {
-            n_trees: self.trees,
-            max_depth: (self.max_depth > 0).then_some(self.max_depth),
-            max_features,
-            seed: self.seed,
-            ..ForestParams::default()
-        })
+    /// The forest parameters and the number of folds: the configuration's defaults with these
+    /// flags applied, validated like the configuration.
+    pub fn params(&self) -> anyhow::Result<(ForestParams, usize)> {
+        let mut o = Overrides::new();
+        o.set_opt("fitness.discriminator.n_trees", self.trees)?
+            .set_opt("fitness.discriminator.seed", self.seed)?
+            .set_opt("fitness.folds", self.folds)?;
+        if let Some(mf) = &self.max_features {
+            let parsed: MaxFeatures = mf
+                .parse()
+                .map_err(|e| anyhow::anyhow!("invalid --max-features '{mf}': {e}"))?;
+            o.set("fitness.discriminator.max_features", parsed)?;
+        }
+        let mut f = ops::load_config(None, &o)?.fitness;
+        if let Some(d) = self.max_depth {
+            f.discriminator.max_depth = (d > 0).then_some(d);
+        }
+        Ok((f.discriminator, f.folds))
     }
 }
 
@@ -67,8 +72,8 @@ pub enum DiscriminatorCommand {
         #[arg(long, required = true)]
         baseline: Vec<PathBuf>,
         /// Feature set.
-        #[arg(long, default_value = "ppol-0.1.1")]
-        feature_set: FeatureSet,
+        #[arg(long)]
+        feature_set: Option<FeatureSet>,
         /// Output JSON file.
         #[arg(short, long)]
         output: PathBuf,
@@ -94,11 +99,11 @@ pub struct ScoreArgs {
     #[arg(long)]
     pub baseline: Vec<PathBuf>,
     /// Weight of human-likeness.
-    #[arg(long, default_value_t = 0.5)]
-    pub lambda_h: f64,
+    #[arg(long)]
+    pub lambda_h: Option<f64>,
     /// Weight of coverage.
-    #[arg(long, default_value_t = 0.5)]
-    pub lambda_b: f64,
+    #[arg(long)]
+    pub lambda_b: Option<f64>,
     /// Coverage in raw feature space (default: standardised by the human mean/std).
     #[arg(long)]
     pub raw: bool,
@@ -106,8 +111,8 @@ pub struct ScoreArgs {
     #[arg(long, default_value_t = 0)]
     pub clusters: usize,
     /// Feature set.
-    #[arg(long, default_value = "ppol-0.1.1")]
-    pub feature_set: FeatureSet,
+    #[arg(long)]
+    pub feature_set: Option<FeatureSet>,
     /// Include coverage per task group in the output.
     #[arg(long)]
     pub groups: bool,
@@ -125,9 +130,14 @@ pub fn run_discriminator(args: DiscriminatorArgs) -> anyhow::Result<()> {
         output,
         forest,
     } = args.command;
-    let reference = load_reference(&human, feature_set)?;
-    let base = traces::load_many(&baseline, &LoadOptions::default())?;
-    let disc = train_discriminator(&reference, &base, &forest.params()?, forest.folds)?;
+    let reference = ops::build_reference(
+        &TraceSource::Files(human),
+        feature_set.unwrap_or_default(),
+        None,
+    )?;
+    let base = ops::load_traces(&TraceSource::Files(baseline), None)?;
+    let (params, folds) = forest.params()?;
+    let disc = ops::train_discriminator(&reference, &base, &params, folds)?;
     disc.save(&output)?;
     let auc = match &disc.training.grouped_auc {
         Some(a) => format!(
@@ -162,28 +172,32 @@ pub fn run_discriminator(args: DiscriminatorArgs) -> anyhow::Result<()> {
 
 /// Run `ppol score`: prints one JSON object.
 pub fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
-    let reference = load_reference(&args.human, args.feature_set)?;
+    let reference = ops::build_reference(
+        &TraceSource::Files(args.human.clone()),
+        args.feature_set.unwrap_or_default(),
+        None,
+    )?;
     let disc = match (&args.discriminator, args.baseline.is_empty()) {
         (Some(p), _) => Discriminator::load(p)?,
         (None, false) => {
-            let base = traces::load_many(&args.baseline, &LoadOptions::default())?;
-            train_discriminator(&reference, &base, &args.forest.params()?, args.forest.folds)?
+            let base = ops::load_traces(&TraceSource::Files(args.baseline.clone()), None)?;
+            let (params, folds) = args.forest.params()?;
+            ops::train_discriminator(&reference, &base, &params, folds)?
         }
         (None, true) => {
             anyhow::bail!("give --discriminator FILE or --baseline TRACES (to train one)")
         }
     };
-    let candidates = traces::load_many(&args.candidates, &LoadOptions::default())?;
-    let opts = ScoreOptions {
+    let candidates = ops::load_traces(&TraceSource::Files(args.candidates.clone()), None)?;
+    let s = ops::score(&ScoreRequest {
+        human: &reference,
+        discriminator: &disc,
+        candidates: &candidates,
         lambda_h: args.lambda_h,
         lambda_b: args.lambda_b,
-        coverage: CoverageOptions {
-            standardize: !args.raw,
-            n_clusters: args.clusters,
-            seed: 0,
-        },
-    };
-    let s = score(&reference, &disc, &candidates, &opts)?;
+        raw: args.raw,
+        clusters: args.clusters,
+    })?;
     let mut v = serde_json::json!({
         "human_likeness": s.human_likeness,
         "coverage": s.coverage,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::fitness::traces::{self, LoadOptions};
+use crate::front::ops::{self, TraceSource};
 
 /// `ppol traces ...`
 #[derive(Debug, Args)]
@@ -39,8 +39,7 @@ pub fn run(args: TracesArgs) -> anyhow::Result<()> {
             domain,
             json,
         } => {
-            let ds = traces::load_many(&files, &LoadOptions { domain })?;
-            let stats = traces::stats(&ds);
+            let stats = ops::traces_stats(&TraceSource::Files(files), domain.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&stats)?);
             } else {

@@ -164,6 +164,19 @@ impl Tau2Runner {
         &self.backend
     }
 
+    /// The record of an episode that was planned but not played (e.g. the budget ran out),
+    /// with the reason.
+    pub fn not_run(
+        &self,
+        task_id: &str,
+        persona: Option<&Persona>,
+        trial: u32,
+        seed: u64,
+        why: String,
+    ) -> Episode {
+        self.failed(task_id, persona, trial, seed, why)
+    }
+
     fn failed(
         &self,
         task_id: &str,

@@ -443,7 +443,15 @@ fn read(path: &Path) -> Result<String> {
     crate::io::read_to_string(path)
 }
 
+/// The domains ppol can load: `demo` (built in), and τ²'s `retail` and `airline`.
+pub const DOMAINS: [&str; 3] = ["demo", "retail", "airline"];
+
 impl Domain {
+    /// The canonical name of a known domain, `None` if `name` is not one of [`DOMAINS`].
+    pub fn known(name: &str) -> Option<&'static str> {
+        DOMAINS.iter().copied().find(|d| *d == name)
+    }
+
     /// Load a domain. `demo` is built in. For `retail`/`airline` the data directory is, in
     /// order: `data_dir` (the `--tau2-data` flag: either the directory holding `retail/` and
     /// `airline/`, or a domain directory itself), `$PPOL_TAU2_DATA`, then the data shipped in an
@@ -452,10 +460,10 @@ impl Domain {
         if name == "demo" {
             return super::demo::domain();
         }
-        if !matches!(name, "retail" | "airline") {
+        if Domain::known(name).is_none() {
             return Err(Error::Environment {
                 domain: name.to_string(),
-                message: "unknown domain (known: retail, airline, demo)".into(),
+                message: format!("unknown domain (known: {})", DOMAINS.join(", ")),
             });
         }
         let mut tried = Vec::new();

@@ -44,7 +44,7 @@ use crate::llm::ToolSpec;
 pub use data::{
     Action, Description, Domain, EnvFunctionCall, EvaluationCriteria, InitialState,
     InitializationData, RewardType, StructuredUserInstructions, Task, UserInstructions,
-    UserScenario, DATA_ENV_VAR,
+    UserScenario, DATA_ENV_VAR, DOMAINS,
 };
 pub use reward::{
     evaluate, evaluate_replay, evaluate_with, ActionCheck, CommunicateCheck, EvalOptions,

@@ -1,0 +1,790 @@
+//! PyO3 bindings: the compiled module `ppol_rs._core`. Every function is a thin adapter over
+//! one function of [`crate::front::ops`] (the same one its CLI verb calls) and returns Python
+//! objects — dicts, lists, numpy arrays, classes — never JSON text. The Python package `ppol_rs`
+//! (python/ppol_rs/__init__.py) adds pandas conversion and documentation.
+
+use std::path::PathBuf;
+
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+
+use crate::dialogue::Dialogue;
+use crate::fitness::discriminator::{Discriminator, MaxFeatures};
+use crate::fitness::features::{fingerprint_many, FeatureSet, FEATURE_NAMES, N_FEATURES};
+use crate::fitness::reference::HumanReference;
+use crate::front::ops::{self, Overrides, TraceSource};
+
+mod convert;
+use convert::{from_py, to_py, value_from_py};
+
+create_exception!(_core, Error, PyException, "Base class of every ppol error.");
+create_exception!(
+    _core,
+    IoError,
+    Error,
+    "A file could not be read or written."
+);
+create_exception!(
+    _core,
+    ParseError,
+    Error,
+    "Input data does not have the expected shape (names file and line or JSON path)."
+);
+create_exception!(
+    _core,
+    ConfigError,
+    Error,
+    "An invalid configuration key or argument."
+);
+create_exception!(
+    _core,
+    FeatureSetMismatch,
+    Error,
+    "An artefact was built with another feature set."
+);
+create_exception!(
+    _core,
+    InsufficientData,
+    Error,
+    "Not enough data for the requested operation."
+);
+create_exception!(
+    _core,
+    LlmError,
+    Error,
+    "An LLM endpoint failed after retries."
+);
+create_exception!(
+    _core,
+    BudgetExhausted,
+    Error,
+    "The run's token or cost budget is spent."
+);
+create_exception!(
+    _core,
+    DomainError,
+    Error,
+    "A τ² environment problem (domain, data, task id)."
+);
+create_exception!(
+    _core,
+    SandboxError,
+    Error,
+    "The generator sandbox could not run."
+);
+create_exception!(
+    _core,
+    RunError,
+    Error,
+    "A run directory is unusable for the operation."
+);
+create_exception!(_core, Cancelled, Error, "The operation was cancelled.");
+
+/// Map a library error to its Python exception class.
+pub(crate) fn to_py_err(e: crate::Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        crate::Error::Io { .. } => IoError::new_err(msg),
+        crate::Error::Parse { .. } => ParseError::new_err(msg),
+        crate::Error::Config { .. } => ConfigError::new_err(msg),
+        crate::Error::FeatureSetMismatch { .. } => FeatureSetMismatch::new_err(msg),
+        crate::Error::Insufficient(_) => InsufficientData::new_err(msg),
+        crate::Error::Llm { .. } => LlmError::new_err(msg),
+        crate::Error::BudgetExhausted(_) => BudgetExhausted::new_err(msg),
+        crate::Error::Environment { .. } => DomainError::new_err(msg),
+        crate::Error::Sandbox(_) => SandboxError::new_err(msg),
+        crate::Error::Run { .. } => RunError::new_err(msg),
+        crate::Error::Cancelled(_) => Cancelled::new_err(msg),
+    }
+}
+
+fn feature_set(s: Option<&str>) -> PyResult<FeatureSet> {
+    match s {
+        None => Ok(FeatureSet::default()),
+        Some(s) => FeatureSet::parse(s).map_err(to_py_err),
+    }
+}
+
+/// A Python `traces` argument as a [`TraceSource`]: a path (str / os.PathLike), a list of
+/// paths, or a list of dialogue dicts (`{"id", "conversation": [{"role", "content"}], ...}`).
+fn trace_source(traces: &Bound<'_, PyAny>) -> PyResult<TraceSource> {
+    let is_path = |o: &Bound<'_, PyAny>| -> PyResult<bool> {
+        Ok(o.is_instance_of::<PyString>() || o.hasattr("__fspath__")?)
+    };
+    if is_path(traces)? {
+        return Ok(TraceSource::Files(vec![traces.extract::<PathBuf>()?]));
+    }
+    let list = traces.cast::<PyList>().map_err(|_| {
+        ConfigError::new_err("traces must be a path, a list of paths, or a list of dialogue dicts")
+    })?;
+    if !list.is_empty() && is_path(&list.get_item(0)?)? {
+        return Ok(TraceSource::Files(
+            list.iter()
+                .map(|o| o.extract::<PathBuf>())
+                .collect::<PyResult<_>>()?,
+        ));
+    }
+    let mut values = Vec::with_capacity(list.len());
+    for (i, item) in list.iter().enumerate() {
+        if !item.is_instance_of::<PyDict>() {
+            return Err(ParseError::new_err(format!(
+                "<python>: traces[{i}]: expected a dialogue dict, found {}",
+                item.get_type().name()?
+            )));
+        }
+        values.push(value_from_py(&item, &format!("traces[{i}]"))?);
+    }
+    Ok(TraceSource::Values(values))
+}
+
+fn dialogues(
+    py: Python<'_>,
+    traces: &Bound<'_, PyAny>,
+    domain: Option<&str>,
+) -> PyResult<Vec<Dialogue>> {
+    let source = trace_source(traces)?;
+    py.detach(|| ops::load_traces(&source, domain))
+        .map_err(to_py_err)
+}
+
+fn matrix<'py>(
+    py: Python<'py>,
+    rows: impl Iterator<Item = Vec<f64>>,
+    n: usize,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let mut flat = Vec::with_capacity(n * N_FEATURES);
+    for r in rows {
+        flat.extend(r);
+    }
+    PyArray1::from_vec(py, flat).reshape([n, N_FEATURES])
+}
+
+/// Blocking: run `future` on the operations layer's runtime with the GIL released.
+fn block_on<F>(py: Python<'_>, future: F) -> PyResult<F::Output>
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    py.detach(|| ops::block_on(future)).map_err(to_py_err)
+}
+
+/// Load trace files or dialogue dicts; returns normalised dialogue dicts.
+#[pyfunction]
+#[pyo3(signature = (traces, domain=None))]
+fn load_traces<'py>(
+    py: Python<'py>,
+    traces: &Bound<'py, PyAny>,
+    domain: Option<String>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let ds = dialogues(py, traces, domain.as_deref())?;
+    to_py(py, &ds)
+}
+
+/// Per-domain counts (dialogues, tasks, user turns, words per user turn), as `ppol traces stats`.
+#[pyfunction]
+#[pyo3(signature = (traces, domain=None))]
+fn traces_stats<'py>(
+    py: Python<'py>,
+    traces: &Bound<'py, PyAny>,
+    domain: Option<String>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let source = trace_source(traces)?;
+    let stats = py
+        .detach(|| ops::traces_stats(&source, domain.as_deref()))
+        .map_err(to_py_err)?;
+    to_py(py, &stats)
+}
+
+/// The 19 feature names in column order.
+#[pyfunction]
+fn feature_names() -> Vec<&'static str> {
+    FEATURE_NAMES.to_vec()
+}
+
+/// Fingerprint dialogues: (matrix n×19, ids, task ids).
+#[pyfunction]
+#[pyo3(signature = (traces, feature_set=None, domain=None))]
+#[allow(clippy::type_complexity)]
+fn fingerprint_matrix<'py>(
+    py: Python<'py>,
+    traces: &Bound<'py, PyAny>,
+    feature_set: Option<&str>,
+    domain: Option<String>,
+) -> PyResult<(Bound<'py, PyArray2<f64>>, Vec<String>, Vec<Option<String>>)> {
+    let set = self::feature_set(feature_set)?;
+    let ds = dialogues(py, traces, domain.as_deref())?;
+    let fps = py.detach(|| fingerprint_many(&ds, set));
+    let m = matrix(py, fps.iter().map(|f| f.0.to_vec()), fps.len())?;
+    Ok((
+        m,
+        ds.iter().map(|d| d.id.clone()).collect(),
+        ds.iter().map(|d| d.task_id.clone()).collect(),
+    ))
+}
+
+/// Human fingerprints and their per-feature mean and population std.
+#[pyclass(name = "HumanReference", module = "ppol_rs._core")]
+#[derive(Clone)]
+pub struct PyHumanReference {
+    pub(crate) inner: HumanReference,
+}
+
+#[pymethods]
+impl PyHumanReference {
+    /// Build from human traces (path, list of paths, or list of dialogue dicts).
+    #[staticmethod]
+    #[pyo3(signature = (traces, feature_set=None, domain=None))]
+    fn from_traces(
+        py: Python<'_>,
+        traces: &Bound<'_, PyAny>,
+        feature_set: Option<&str>,
+        domain: Option<String>,
+    ) -> PyResult<Self> {
+        let set = self::feature_set(feature_set)?;
+        let source = trace_source(traces)?;
+        let inner = py
+            .detach(|| ops::build_reference(&source, set, domain.as_deref()))
+            .map_err(to_py_err)?;
+        Ok(PyHumanReference { inner })
+    }
+
+    /// Load a saved reference JSON.
+    #[staticmethod]
+    fn load(path: PathBuf) -> PyResult<Self> {
+        Ok(PyHumanReference {
+            inner: HumanReference::load(&path).map_err(to_py_err)?,
+        })
+    }
+
+    /// Save as JSON.
+    fn save(&self, path: PathBuf) -> PyResult<()> {
+        self.inner.save(&path).map_err(to_py_err)
+    }
+
+    /// Feature-set version.
+    #[getter]
+    fn feature_set(&self) -> &'static str {
+        self.inner.feature_set.name()
+    }
+
+    /// Number of dialogues in the mean/std.
+    #[getter]
+    fn n_dialogues(&self) -> usize {
+        self.inner.n_dialogues
+    }
+
+    /// Per-feature mean (numpy, 19).
+    #[getter]
+    fn mean<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f64>> {
+        PyArray1::from_vec(py, self.inner.mean.clone())
+    }
+
+    /// Per-feature population std (numpy, 19).
+    #[getter]
+    fn std<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f64>> {
+        PyArray1::from_vec(py, self.inner.std.clone())
+    }
+
+    /// Every individual fingerprint (numpy, n×19).
+    #[getter]
+    fn fingerprints<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f64>>> {
+        let rows = &self.inner.fingerprints;
+        matrix(py, rows.iter().map(|r| r.features.clone()), rows.len())
+    }
+
+    /// Dialogue ids of the fingerprints.
+    #[getter]
+    fn ids(&self) -> Vec<String> {
+        self.inner
+            .fingerprints
+            .iter()
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
+    /// Number of fingerprints in the coverage cloud (dialogues with ≥ 2 messages).
+    #[getter]
+    fn n_cloud(&self) -> usize {
+        self.inner.cloud_rows().count()
+    }
+
+    /// The reference as a dict (the saved file's fields).
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "HumanReference(feature_set='{}', n_dialogues={}, n_cloud={})",
+            self.inner.feature_set,
+            self.inner.n_dialogues,
+            self.n_cloud()
+        )
+    }
+}
+
+/// Random-forest discriminator: P(human) of a dialogue's fingerprint.
+#[pyclass(name = "Discriminator", module = "ppol_rs._core")]
+#[derive(Clone)]
+pub struct PyDiscriminator {
+    pub(crate) inner: Discriminator,
+}
+
+#[pymethods]
+impl PyDiscriminator {
+    /// Train human (the reference's cloud) vs baseline simulator dialogues.
+    #[staticmethod]
+    #[pyo3(signature = (human, baseline, trees=None, max_depth=None, max_features=None, seed=None, folds=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn train(
+        py: Python<'_>,
+        human: &PyHumanReference,
+        baseline: &Bound<'_, PyAny>,
+        trees: Option<usize>,
+        max_depth: Option<usize>,
+        max_features: Option<&str>,
+        seed: Option<u64>,
+        folds: Option<usize>,
+    ) -> PyResult<Self> {
+        let base = dialogues(py, baseline, None)?;
+        let mut o = Overrides::new();
+        let set = |o: &mut Overrides, k: &str, v: Option<usize>| -> PyResult<()> {
+            o.set_opt(k, v).map(|_| ()).map_err(to_py_err)
+        };
+        set(&mut o, "fitness.discriminator.n_trees", trees)?;
+        set(&mut o, "fitness.folds", folds)?;
+        o.set_opt("fitness.discriminator.seed", seed)
+            .map_err(to_py_err)?;
+        if let Some(mf) = max_features {
+            let parsed: MaxFeatures = mf.parse().map_err(|e| {
+                ConfigError::new_err(format!("invalid configuration 'max_features': {e}"))
+            })?;
+            o.set("fitness.discriminator.max_features", parsed)
+                .map_err(to_py_err)?;
+        }
+        let mut fitness = ops::load_config(None, &o).map_err(to_py_err)?.fitness;
+        if let Some(d) = max_depth {
+            fitness.discriminator.max_depth = (d > 0).then_some(d);
+        }
+        let reference = human.inner.clone();
+        let inner = py
+            .detach(|| {
+                ops::train_discriminator(&reference, &base, &fitness.discriminator, fitness.folds)
+            })
+            .map_err(to_py_err)?;
+        Ok(PyDiscriminator { inner })
+    }
+
+    /// Load a saved discriminator JSON.
+    #[staticmethod]
+    fn load(path: PathBuf) -> PyResult<Self> {
+        Ok(PyDiscriminator {
+            inner: Discriminator::load(&path).map_err(to_py_err)?,
+        })
+    }
+
+    /// Save as JSON.
+    fn save(&self, path: PathBuf) -> PyResult<()> {
+        self.inner.save(&path).map_err(to_py_err)
+    }
+
+    /// P(human) for each row of an n×19 fingerprint matrix.
+    fn p_human<'py>(
+        &self,
+        py: Python<'py>,
+        x: PyReadonlyArray2<'py, f64>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let shape = x.shape();
+        if shape[1] != N_FEATURES {
+            return Err(ParseError::new_err(format!(
+                "<python>: x: expected {N_FEATURES} columns, found {}",
+                shape[1]
+            )));
+        }
+        let arr = x.as_array();
+        let rows: Vec<Vec<f64>> = arr.rows().into_iter().map(|r| r.to_vec()).collect();
+        let p = py.detach(|| self.inner.p_human(&rows));
+        Ok(PyArray1::from_vec(py, p))
+    }
+
+    /// Feature-set version.
+    #[getter]
+    fn feature_set(&self) -> String {
+        self.inner.feature_set.clone()
+    }
+
+    /// Mean grouped (by task) held-out AUC, if it could be computed.
+    #[getter]
+    fn grouped_auc(&self) -> Option<f64> {
+        self.inner.training.grouped_auc.as_ref().map(|a| a.mean)
+    }
+
+    /// Training metadata (class counts, grouped AUC per fold, top features) as a dict.
+    fn training<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner.training)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Discriminator(feature_set='{}', n_human={}, n_simulator={}, grouped_auc={:?})",
+            self.inner.feature_set,
+            self.inner.training.n_human,
+            self.inner.training.n_simulator,
+            self.grouped_auc()
+        )
+    }
+}
+
+/// Score simulated dialogues; returns the dict of `ppol score`.
+#[pyfunction]
+#[pyo3(signature = (human, candidates, discriminator, lambda_h=None, lambda_b=None, raw=false, clusters=0))]
+#[allow(clippy::too_many_arguments)]
+fn score<'py>(
+    py: Python<'py>,
+    human: &PyHumanReference,
+    candidates: &Bound<'py, PyAny>,
+    discriminator: &PyDiscriminator,
+    lambda_h: Option<f64>,
+    lambda_b: Option<f64>,
+    raw: bool,
+    clusters: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let ds = dialogues(py, candidates, None)?;
+    let s = py
+        .detach(|| {
+            ops::score(&ops::ScoreRequest {
+                human: &human.inner,
+                discriminator: &discriminator.inner,
+                candidates: &ds,
+                lambda_h,
+                lambda_b,
+                raw,
+                clusters,
+            })
+        })
+        .map_err(to_py_err)?;
+    let out = to_py(py, &s)?;
+    if let Ok(d) = out.cast::<PyDict>() {
+        d.set_item(
+            "discriminator_grouped_auc",
+            discriminator
+                .inner
+                .training
+                .grouped_auc
+                .as_ref()
+                .map(|a| a.mean),
+        )?;
+    }
+    Ok(out)
+}
+
+/// Run the `ppol` command line with `argv` (first item = program name); returns its exit code
+/// (0 done, 1 partly failed, 2 error, 130 interrupted).
+#[pyfunction]
+fn cli(py: Python<'_>, argv: Vec<String>) -> i32 {
+    i32::from(py.detach(|| crate::front::cli::run_from(argv)))
+}
+
+/// The persona block ppol appends to a user simulator's system prompt (after a blank line,
+/// only for a non-empty persona): `ppol::persona::persona_block`.
+#[pyfunction]
+fn persona_block(text: &str) -> String {
+    crate::persona::persona_block(text)
+}
+
+/// Data shipped inside ppol (seed programs, demo traces), by name.
+#[pyfunction]
+fn shipped(name: &str) -> PyResult<&'static str> {
+    crate::shipped::get(name).map_err(to_py_err)
+}
+
+/// The LLM configuration named by `llm` (same grammar as `--llm`), else the configuration's.
+fn llm_of(
+    llm: Option<&str>,
+    config: &crate::evolve::config::RunConfig,
+) -> PyResult<Option<crate::llm::LlmConfig>> {
+    match llm {
+        Some(spec) => ops::parse_llm(spec).map_err(to_py_err),
+        None => Ok(config.llm.clone()),
+    }
+}
+
+/// Run a generator program in the sandbox for tasks (as `ppol generate`); returns the report:
+/// `{"tasks": [{"task_id", "outcome": {"status": "ok", "personas", ...} | {"status": "failed",
+/// "stage", "reason", ...}}], "sandbox", "llm"}`.
+#[pyfunction]
+#[pyo3(signature = (program, task=None, domain=None, split=None, n=None, llm=None, seed=0, tau2_data=None, timeout_s=None, config=None))]
+#[allow(clippy::too_many_arguments)]
+fn generate<'py>(
+    py: Python<'py>,
+    program: PathBuf,
+    task: Option<String>,
+    domain: Option<String>,
+    split: Option<String>,
+    n: Option<usize>,
+    llm: Option<String>,
+    seed: u64,
+    tau2_data: Option<PathBuf>,
+    timeout_s: Option<f64>,
+    config: Option<PathBuf>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if !program.is_file() {
+        return Err(IoError::new_err(format!(
+            "generator program '{}' does not exist",
+            program.display()
+        )));
+    }
+    if split.is_some() && domain.is_none() {
+        return Err(ConfigError::new_err("split= needs domain="));
+    }
+    let mut o = Overrides::new();
+    o.set_opt("sandbox.timeout_s", timeout_s)
+        .map_err(to_py_err)?;
+    let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
+    let tasks = ops::resolve_tasks(&ops::TaskSelection {
+        domain,
+        tau2_data,
+        tasks: task.or(split),
+        task_file: None,
+    })
+    .map_err(to_py_err)?;
+    let request = ops::GenerateRequest {
+        program: crate::generate::generator::Program::Path(program),
+        tasks,
+        n: n.or(Some(cfg.fitness.n_personas)),
+        llm: llm_of(llm.as_deref(), &cfg)?,
+        seed,
+        sandbox: cfg.sandbox.clone(),
+    };
+    let report = block_on(py, ops::generate(request))?.map_err(to_py_err)?;
+    to_py(py, &report)
+}
+
+/// Play episodes (as `ppol episodes`); returns `{"episodes": [...], "resumed", "backend",
+/// "llm", "budget_exhausted"}`.
+#[pyfunction]
+#[pyo3(signature = (domain="demo", tasks="all", personas=None, trials=1, llm=None, max_turns=None, seed=0, tau2_data=None, concurrency=256, output=None, config=None))]
+#[allow(clippy::too_many_arguments)]
+fn episodes<'py>(
+    py: Python<'py>,
+    domain: &str,
+    tasks: &str,
+    personas: Option<&Bound<'py, PyAny>>,
+    trials: u32,
+    llm: Option<String>,
+    max_turns: Option<usize>,
+    seed: u64,
+    tau2_data: Option<PathBuf>,
+    concurrency: usize,
+    output: Option<PathBuf>,
+    config: Option<PathBuf>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let cfg = ops::load_config(config.as_deref(), &Overrides::new()).map_err(to_py_err)?;
+    let dom = ops::load_domain(domain, tau2_data.as_deref()).map_err(to_py_err)?;
+    let task_ids: Vec<String> = dom
+        .select_tasks(tasks)
+        .map_err(to_py_err)?
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    let personas: Option<Vec<crate::persona::Persona>> =
+        personas.map(|p| from_py(p, "personas")).transpose()?;
+    let request = ops::EpisodesRequest {
+        domain: dom,
+        task_ids,
+        personas,
+        trials,
+        llm: llm_of(llm.as_deref(), &cfg)?,
+        max_turns: max_turns.or(Some(cfg.episodes.val_max_turns)),
+        user_temperature: Some(cfg.episodes.user_temperature),
+        seed,
+        concurrency,
+        output,
+    };
+    let report = block_on(py, ops::episodes(request, &|_, _| {}))?.map_err(to_py_err)?;
+    to_py(py, &report)
+}
+
+/// Export episodes as chat fine-tuning records (as `ppol export sft`); returns `{"train",
+/// "heldout", "heldout_personas", "n_episodes", "clusters"}`.
+#[pyfunction]
+#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0))]
+fn export_sft<'py>(
+    py: Python<'py>,
+    episodes: Vec<PathBuf>,
+    all: bool,
+    tau2_data: Option<PathBuf>,
+    heldout_fraction: f64,
+    seed: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let req = ops::ExportRequest {
+        episodes,
+        all,
+        tau2_data,
+        heldout_fraction,
+        seed,
+    };
+    let report = py.detach(|| ops::export_sft(&req)).map_err(to_py_err)?;
+    to_py(py, &report)
+}
+
+/// A handle on a running evolution: stop it, ask whether it is done, wait for its summary.
+#[pyclass(name = "EvolveHandle", module = "ppol_rs._core")]
+pub struct PyEvolveHandle {
+    inner: ops::EvolutionHandle,
+}
+
+#[pymethods]
+impl PyEvolveHandle {
+    /// Ask the run to stop after the current evaluation (it then writes its summary).
+    fn stop(&self) {
+        self.inner.stop();
+    }
+
+    /// Whether the run has finished.
+    fn done(&self) -> bool {
+        self.inner.done()
+    }
+
+    /// Wait (releasing the GIL) up to `timeout` seconds; returns the summary dict, or None if
+    /// the run is still going. Raises the run's error if it failed.
+    #[pyo3(signature = (timeout=None))]
+    fn wait<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let t = match timeout {
+            Some(s) if !(s.is_finite() && s >= 0.0) => {
+                return Err(ConfigError::new_err(format!(
+                    "timeout must be a non-negative number of seconds, got {s}"
+                )))
+            }
+            Some(s) => Some(std::time::Duration::from_secs_f64(s)),
+            None => None,
+        };
+        match py.detach(|| self.inner.wait(t)) {
+            None => Ok(None),
+            Some(Ok(summary)) => Ok(Some(to_py(py, &summary)?)),
+            Some(Err(e)) => Err(to_py_err(e)),
+        }
+    }
+}
+
+/// Start an evolution (new run, or `resume_dir`) in a background thread. `overrides` sets
+/// configuration keys by dotted name over `config` (or the quick-run defaults).
+#[pyfunction]
+#[pyo3(signature = (config=None, overrides=None, progress=None, resume_dir=None, iterations=None))]
+fn evolve_start(
+    config: Option<PathBuf>,
+    overrides: Option<&Bound<'_, PyDict>>,
+    progress: Option<Py<PyAny>>,
+    resume_dir: Option<PathBuf>,
+    iterations: Option<u64>,
+) -> PyResult<PyEvolveHandle> {
+    let start = match resume_dir {
+        Some(dir) => ops::EvolveStart::Resume { dir, iterations },
+        None => {
+            let mut o = Overrides::new();
+            if let Some(d) = overrides {
+                for (k, v) in d.iter() {
+                    let key: String = k.extract().map_err(|_| {
+                        ConfigError::new_err(format!("overrides: keys must be strings, found {k}"))
+                    })?;
+                    let value = value_from_py(&v, &format!("overrides[{key:?}]"))?;
+                    o.set_json(&key, &value).map_err(to_py_err)?;
+                }
+            }
+            let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
+            cfg.check_inputs().map_err(to_py_err)?;
+            ops::EvolveStart::New(Box::new(cfg))
+        }
+    };
+    let control = crate::evolve::run::RunControl {
+        progress: progress.map(|cb| {
+            let f: crate::evolve::run::ProgressFn =
+                std::sync::Arc::new(move |p: &crate::evolve::run::Progress| {
+                    Python::attach(|py| match to_py(py, p) {
+                        Ok(v) => {
+                            if let Err(e) = cb.call1(py, (v,)) {
+                                e.print(py);
+                            }
+                        }
+                        Err(e) => e.print(py),
+                    });
+                });
+            f
+        }),
+        ..Default::default()
+    };
+    let inner = ops::spawn_evolution(start, control).map_err(to_py_err)?;
+    Ok(PyEvolveHandle { inner })
+}
+
+/// The Table-1 comparison of a run on held-out tasks (as `ppol eval`).
+#[pyfunction]
+#[pyo3(signature = (run_dir, split=None, human=None, n=None))]
+fn evaluate<'py>(
+    py: Python<'py>,
+    run_dir: PathBuf,
+    split: Option<String>,
+    human: Option<Vec<PathBuf>>,
+    n: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let human = human.unwrap_or_default();
+    let table =
+        block_on(py, ops::evaluate(&run_dir, split.as_deref(), &human, n))?.map_err(to_py_err)?;
+    to_py(py, &table)
+}
+
+/// Write the run's HTML report; returns its path.
+#[pyfunction]
+#[pyo3(signature = (run_dir, out=None))]
+fn report(py: Python<'_>, run_dir: PathBuf, out: Option<PathBuf>) -> PyResult<PathBuf> {
+    py.detach(|| ops::report(&run_dir, out.as_deref()))
+        .map_err(to_py_err)
+}
+
+/// The compiled module.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(load_traces, m)?)?;
+    m.add_function(wrap_pyfunction!(traces_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(feature_names, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint_matrix, m)?)?;
+    m.add_function(wrap_pyfunction!(score, m)?)?;
+    m.add_function(wrap_pyfunction!(cli, m)?)?;
+    m.add_function(wrap_pyfunction!(generate, m)?)?;
+    m.add_function(wrap_pyfunction!(shipped, m)?)?;
+    m.add_function(wrap_pyfunction!(episodes, m)?)?;
+    m.add_function(wrap_pyfunction!(export_sft, m)?)?;
+    m.add_function(wrap_pyfunction!(evolve_start, m)?)?;
+    m.add_function(wrap_pyfunction!(evaluate, m)?)?;
+    m.add_function(wrap_pyfunction!(report, m)?)?;
+    m.add_class::<PyEvolveHandle>()?;
+    m.add_function(wrap_pyfunction!(persona_block, m)?)?;
+    m.add_class::<PyHumanReference>()?;
+    m.add_class::<PyDiscriminator>()?;
+    for (name, ty) in [
+        ("Error", py.get_type::<Error>()),
+        ("IoError", py.get_type::<IoError>()),
+        ("ParseError", py.get_type::<ParseError>()),
+        ("ConfigError", py.get_type::<ConfigError>()),
+        ("FeatureSetMismatch", py.get_type::<FeatureSetMismatch>()),
+        ("InsufficientData", py.get_type::<InsufficientData>()),
+        ("LlmError", py.get_type::<LlmError>()),
+        ("BudgetExhausted", py.get_type::<BudgetExhausted>()),
+        ("DomainError", py.get_type::<DomainError>()),
+        ("SandboxError", py.get_type::<SandboxError>()),
+        ("RunError", py.get_type::<RunError>()),
+        ("Cancelled", py.get_type::<Cancelled>()),
+    ] {
+        m.add(name, ty)?;
+    }
+    Ok(())
+}
