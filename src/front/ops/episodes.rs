@@ -1,0 +1,275 @@
+//! `episodes`: the episode loop with its concurrency bound, budget check and incremental output.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use serde::Serialize;
+
+use super::llm_client;
+use crate::evolve::config::RunConfig;
+use crate::llm::{Accounting, ChatModel, LlmClient, LlmConfig};
+use crate::persona::Persona;
+use crate::simulate::episode::record::{pass_hat_k, Episode, EpisodeStatus};
+use crate::simulate::episode::runner::{self, Backend, Tau2Runner};
+use crate::simulate::episode::EpisodeRunner;
+use crate::simulate::tau2::Domain;
+use crate::{Error, Result};
+
+/// What `ppol episodes` needs.
+pub struct EpisodesRequest {
+    /// The domain.
+    pub domain: Arc<Domain>,
+    /// Task ids, in order.
+    pub task_ids: Vec<String>,
+    /// Personas (a persona without `task_id` fits every task); None: the plain simulator.
+    pub personas: Option<Vec<Persona>>,
+    /// Trials per (task, persona).
+    pub trials: u32,
+    /// The LLM user simulator and agent (None: the offline scripted simulator).
+    pub llm: Option<LlmConfig>,
+    /// User turns before an episode is cut (default: `episodes.val_max_turns`).
+    pub max_turns: Option<usize>,
+    /// User-simulator temperature (default: `episodes.user_temperature`).
+    pub user_temperature: Option<f32>,
+    /// Root seed.
+    pub seed: u64,
+    /// Episodes in flight at once (the LLM client also bounds requests).
+    pub concurrency: usize,
+    /// Write episodes to this JSONL file as they finish (see [`EpisodeSink`]); None: keep them
+    /// in memory only.
+    pub output: Option<PathBuf>,
+}
+
+/// Episodes played, with what was spent.
+#[derive(Debug, Clone, Serialize)]
+pub struct EpisodesReport {
+    /// Every planned episode in plan order (failed ones included, with their reason).
+    pub episodes: Vec<Episode>,
+    /// Episodes taken from an interrupted earlier run of the same request.
+    pub resumed: usize,
+    /// The backend (`scripted` or the models per role).
+    pub backend: String,
+    /// LLM use (None offline).
+    pub llm: Option<Accounting>,
+    /// Why new episodes were not started, if the budget ran out.
+    pub budget_exhausted: Option<String>,
+}
+
+impl EpisodesReport {
+    /// Episodes that failed (infrastructure, budget), with a reason each.
+    pub fn failed(&self) -> usize {
+        self.episodes
+            .iter()
+            .filter(|e| e.status == EpisodeStatus::Failed)
+            .count()
+    }
+
+    /// Episodes with reward 1.
+    pub fn successes(&self) -> usize {
+        self.episodes.iter().filter(|e| e.success()).count()
+    }
+
+    /// pass^k for k = 1..=trials (τ²'s unbiased estimator per task, averaged).
+    pub fn pass_hat_k(&self, trials: u32) -> std::collections::BTreeMap<usize, f64> {
+        pass_hat_k(&self.episodes, trials as usize)
+    }
+}
+
+/// Incremental episode output: every finished episode is appended to `<OUT>.partial` (flushed),
+/// so a killed run keeps what it paid for; a rerun of the same request takes the episodes
+/// already there instead of playing them again; at the end the whole set is written to `OUT`
+/// atomically (in plan order) and the partial file is removed.
+pub struct EpisodeSink {
+    output: PathBuf,
+    partial: PathBuf,
+    file: Mutex<std::fs::File>,
+}
+
+impl EpisodeSink {
+    /// Open the sink for `output`; returns it with the episodes an earlier, interrupted run left
+    /// in the partial file (a torn last line is dropped).
+    pub fn open(output: &Path) -> Result<(Self, Vec<Episode>)> {
+        let mut name = output.file_name().unwrap_or_default().to_os_string();
+        name.push(".partial");
+        let partial = output.with_file_name(name);
+        let mut done = Vec::new();
+        if partial.exists() {
+            let text = crate::io::read_to_string(&partial)?;
+            let complete = match text.rfind('\n') {
+                Some(i) => &text[..=i],
+                None => "",
+            };
+            done = crate::io::parse_jsonl(complete, &partial, "an episode record")?;
+        }
+        if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
+        }
+        // Rewrite the partial file without a torn tail before appending to it.
+        crate::io::write_jsonl(&partial, &done)?;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&partial)
+            .map_err(|e| Error::io("opening", &partial, e))?;
+        Ok((
+            EpisodeSink {
+                output: output.to_path_buf(),
+                partial,
+                file: Mutex::new(file),
+            },
+            done,
+        ))
+    }
+
+    /// Append one finished episode (one write of one line, then flushed to the OS).
+    pub fn push(&self, episode: &Episode) -> Result<()> {
+        use std::io::Write;
+        let mut line = serde_json::to_string(episode).expect("serialisable");
+        line.push('\n');
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        f.write_all(line.as_bytes())
+            .and_then(|_| f.flush())
+            .map_err(|e| Error::io("writing", &self.partial, e))
+    }
+
+    /// Write the final file atomically and remove the partial one.
+    pub fn finish(self, episodes: &[Episode]) -> Result<()> {
+        crate::io::write_jsonl(&self.output, episodes)?;
+        std::fs::remove_file(&self.partial).map_err(|e| Error::io("removing", &self.partial, e))
+    }
+}
+
+/// Build the episode backend for an optional LLM configuration.
+pub fn episode_backend(client: Option<&LlmClient>, user_temperature: f32) -> Backend {
+    match client {
+        None => Backend::Scripted,
+        Some(c) => {
+            let m: Arc<dyn ChatModel> = Arc::new(c.clone());
+            Backend::Llm {
+                user: m.clone(),
+                agent: m,
+                user_temperature: Some(user_temperature),
+                agent_temperature: None,
+            }
+        }
+    }
+}
+
+/// Play every (task, persona, trial) episode of the request: at most `concurrency` at once;
+/// once the LLM budget is spent, episodes not yet started are recorded as failed with that
+/// reason; with an output file, episodes are written as they finish and a rerun resumes.
+/// `progress` is called with (done, total) after each episode.
+pub async fn episodes(
+    req: EpisodesRequest,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<EpisodesReport> {
+    let defaults = RunConfig::default().episodes;
+    let max_turns = req.max_turns.unwrap_or(defaults.val_max_turns);
+    if max_turns == 0 {
+        return Err(Error::config("max_turns", "must be at least 1"));
+    }
+    if req.task_ids.is_empty() {
+        return Err(Error::config("tasks", "no tasks selected"));
+    }
+    let jobs = runner::plan_jobs(&req.task_ids, req.personas.as_deref(), req.trials);
+    if jobs.is_empty() {
+        return Err(Error::config(
+            "personas",
+            "no (task, persona) pairs: do the personas' task_id values match the selected tasks?",
+        ));
+    }
+    let client = llm_client(req.llm.as_ref())?;
+    let backend = episode_backend(
+        client.as_ref(),
+        req.user_temperature.unwrap_or(defaults.user_temperature),
+    );
+    let runner = Tau2Runner::new(req.domain.clone(), backend, max_turns);
+    let (sink, earlier) = match &req.output {
+        Some(p) => {
+            let (s, done) = EpisodeSink::open(p)?;
+            (Some(s), done)
+        }
+        None => (None, Vec::new()),
+    };
+    let planned: BTreeSet<String> = jobs
+        .iter()
+        .map(|(t, p, k)| runner::episode_id(t, p.as_ref(), *k))
+        .collect();
+    // Earlier episodes count only if they belong to this plan and did not fail (a failed one is
+    // played again: the failure may have been an outage).
+    let mut reuse: std::collections::BTreeMap<String, Episode> = earlier
+        .into_iter()
+        .filter(|e| planned.contains(&e.id) && e.status == EpisodeStatus::Ok)
+        .map(|e| (e.id.clone(), e))
+        .collect();
+    if let Some(s) = &sink {
+        // keep only what will be reused in the partial file
+        crate::io::write_jsonl(&s.partial, &reuse.values().cloned().collect::<Vec<_>>())?;
+    }
+    let resumed = reuse.len();
+    let total = jobs.len();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let sink_error: Mutex<Option<Error>> = Mutex::new(None);
+    let mut results: Vec<(usize, Episode)> = Vec::with_capacity(total);
+    let mut todo = Vec::new();
+    for (i, (task, persona, trial)) in jobs.into_iter().enumerate() {
+        let id = runner::episode_id(&task, persona.as_ref(), trial);
+        match reuse.remove(&id) {
+            Some(e) => {
+                results.push((i, e));
+                progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
+            }
+            None => todo.push((i, task, persona, trial)),
+        }
+    }
+    let root_seed = req.seed;
+    let played: Vec<(usize, Episode)> = futures::stream::iter(todo)
+        .map(|(i, task, persona, trial)| {
+            let (runner, client, sink, done, sink_error) =
+                (&runner, client.as_ref(), &sink, &done, &sink_error);
+            async move {
+                let seed = crate::seed::mix(root_seed, i as u64);
+                let ep = match client.and_then(|c| c.budget_exhausted()) {
+                    Some(why) => runner.not_run(
+                        &task,
+                        persona.as_ref(),
+                        trial,
+                        seed,
+                        format!("not run: budget exhausted ({why})"),
+                    ),
+                    None => runner.run(&task, persona.as_ref(), trial, seed).await,
+                };
+                if let Some(s) = sink {
+                    if let Err(e) = s.push(&ep) {
+                        sink_error
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(e);
+                    }
+                }
+                progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
+                (i, ep)
+            }
+        })
+        .buffer_unordered(req.concurrency.max(1))
+        .collect()
+        .await;
+    if let Some(e) = sink_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    results.extend(played);
+    results.sort_by_key(|(i, _)| *i);
+    let episodes: Vec<Episode> = results.into_iter().map(|(_, e)| e).collect();
+    if let Some(s) = sink {
+        s.finish(&episodes)?;
+    }
+    Ok(EpisodesReport {
+        episodes,
+        resumed,
+        backend: runner.backend().describe(),
+        budget_exhausted: client.as_ref().and_then(|c| c.budget_exhausted()),
+        llm: client.map(|c| c.accounting()),
+    })
+}

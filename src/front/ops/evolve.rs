@@ -1,0 +1,127 @@
+//! `evolve`, `resume`, a background evolution for notebooks, `evaluate` and `report`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::runtime;
+use crate::evolve::config::RunConfig;
+use crate::evolve::run::{RunControl, RunSummary};
+use crate::evolve::runlog::EvalTable;
+use crate::{Error, Result};
+
+/// Run `ppol evolve` with a resolved configuration.
+pub async fn evolve(cfg: RunConfig, control: RunControl) -> Result<RunSummary> {
+    crate::evolve::run::evolve(cfg, control).await
+}
+
+/// Continue a run from its last checkpoint, optionally raising its iterations.
+pub async fn resume(
+    dir: &Path,
+    control: RunControl,
+    iterations: Option<u64>,
+) -> Result<RunSummary> {
+    crate::evolve::run::resume(dir, control, iterations).await
+}
+
+/// A new run, or the continuation of one.
+#[derive(Debug, Clone)]
+pub enum EvolveStart {
+    /// A new run with this configuration.
+    New(Box<RunConfig>),
+    /// `ppol resume DIR [--iterations N]`.
+    Resume {
+        /// The run directory.
+        dir: PathBuf,
+        /// New total of iterations.
+        iterations: Option<u64>,
+    },
+}
+
+/// The outcome slot of a background evolution.
+type Outcome = Arc<(Mutex<Option<Result<RunSummary>>>, std::sync::Condvar)>;
+
+/// An evolution running on its own thread (for notebooks): stop it, poll it, wait for it.
+pub struct EvolutionHandle {
+    stop: Arc<AtomicBool>,
+    outcome: Outcome,
+}
+
+impl EvolutionHandle {
+    /// Ask the run to stop after the current evaluation (it then writes its summary).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the run has ended.
+    pub fn done(&self) -> bool {
+        self.outcome
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Wait up to `timeout` (forever with None); the outcome, or None if still running.
+    /// The outcome stays available: later calls return it again.
+    pub fn wait(&self, timeout: Option<std::time::Duration>) -> Option<Result<RunSummary>> {
+        let (lock, cv) = &*self.outcome;
+        let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = match timeout {
+            None => cv
+                .wait_while(guard, |o| o.is_none())
+                .unwrap_or_else(|e| e.into_inner()),
+            Some(t) => {
+                cv.wait_timeout_while(guard, t, |o| o.is_none())
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+        };
+        guard.as_ref().map(|r| match r {
+            Ok(s) => Ok(s.clone()),
+            Err(e) => Err(e.duplicate()),
+        })
+    }
+}
+
+/// Start an evolution on a background thread with its own runtime.
+pub fn spawn_evolution(start: EvolveStart, mut control: RunControl) -> Result<EvolutionHandle> {
+    let stop = control.stop.clone();
+    control.stop = stop.clone();
+    let outcome: Outcome = Arc::new((Mutex::new(None), std::sync::Condvar::new()));
+    let slot = outcome.clone();
+    std::thread::Builder::new()
+        .name("ppol-evolve".into())
+        .spawn(move || {
+            let result = runtime().and_then(|rt| {
+                rt.block_on(async move {
+                    match start {
+                        EvolveStart::New(cfg) => evolve(*cfg, control).await,
+                        EvolveStart::Resume { dir, iterations } => {
+                            resume(&dir, control, iterations).await
+                        }
+                    }
+                })
+            });
+            let (lock, cv) = &*slot;
+            *lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            cv.notify_all();
+        })
+        .map_err(|e| Error::io("starting the evolution thread", "<thread>", e))?;
+    Ok(EvolutionHandle { stop, outcome })
+}
+
+/// `ppol eval`: the paper's Table 1 on held-out tasks.
+pub async fn evaluate(
+    dir: &Path,
+    split: Option<&str>,
+    human: &[PathBuf],
+    n: Option<usize>,
+) -> Result<EvalTable> {
+    crate::evolve::run::evaluate_run(dir, split, human, n).await
+}
+
+/// `ppol report`: the self-contained HTML report; returns its path.
+pub fn report(dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
+    crate::report::write(dir, out)
+}

@@ -1,0 +1,126 @@
+//! `generate`: a generator program in the sandbox for every task.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::{llm_client, TaskRef};
+use crate::evolve::config::RunConfig;
+use crate::generate::generator::{
+    generate_in, Failure, GenerationOutcome, Program, Sandbox, SandboxConfig,
+};
+use crate::llm::{Accounting, ChatModel, LlmConfig};
+use crate::persona::Persona;
+use crate::{Error, Result};
+
+/// What `ppol generate` needs.
+pub struct GenerateRequest {
+    /// The generator program.
+    pub program: Program,
+    /// Which tasks.
+    pub tasks: Vec<TaskRef>,
+    /// Personas per task (default: `fitness.n_personas`).
+    pub n: Option<usize>,
+    /// The LLM behind `ppol_llm` (None: calls raise `LLMError`).
+    pub llm: Option<LlmConfig>,
+    /// Run seed (passed to the program as `PPOL_SEED`).
+    pub seed: u64,
+    /// Sandbox limits (timeout, memory, LLM calls, concurrency) from the configuration.
+    pub sandbox: crate::evolve::config::SandboxSection,
+}
+
+/// The outcome of one task's generation.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskGeneration {
+    /// The task.
+    pub task_id: Option<String>,
+    /// Personas, or the failure.
+    pub outcome: GenerationOutcome,
+}
+
+/// Everything a generation produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct GenerateReport {
+    /// One entry per task, in task order.
+    pub tasks: Vec<TaskGeneration>,
+    /// The sandbox's confinement report.
+    pub sandbox: String,
+    /// LLM use.
+    pub llm: Option<Accounting>,
+}
+
+impl GenerateReport {
+    /// Every persona generated, in task order.
+    pub fn personas(&self) -> Vec<Persona> {
+        self.tasks
+            .iter()
+            .filter_map(|t| t.outcome.personas())
+            .flat_map(|p| p.iter().cloned())
+            .collect()
+    }
+
+    /// The failed tasks with their failures.
+    pub fn failures(&self) -> Vec<(Option<&str>, &Failure)> {
+        self.tasks
+            .iter()
+            .filter_map(|t| t.outcome.failure().map(|f| (t.task_id.as_deref(), f)))
+            .collect()
+    }
+}
+
+/// The sandbox configuration of a run's `[sandbox]` section.
+pub fn sandbox_config(s: &crate::evolve::config::SandboxSection) -> Result<SandboxConfig> {
+    let mut cfg = SandboxConfig {
+        timeout: crate::evolve::config::seconds("sandbox.timeout_s", s.timeout_s)?,
+        memory_bytes: s.memory_mb << 20,
+        max_llm_calls: s.max_llm_calls,
+        ..SandboxConfig::default()
+    };
+    if s.concurrency > 0 {
+        cfg.concurrency = s.concurrency;
+    }
+    Ok(cfg)
+}
+
+/// Run a generator program in the sandbox for every task (concurrently, bounded by the
+/// sandbox). A program failure is data (in the report), never an `Err`.
+pub async fn generate(req: GenerateRequest) -> Result<GenerateReport> {
+    let n = req
+        .n
+        .unwrap_or_else(|| RunConfig::default().fitness.n_personas);
+    if n == 0 {
+        return Err(Error::config("n", "must be at least 1"));
+    }
+    let client = llm_client(req.llm.as_ref())?;
+    let model: Option<Arc<dyn ChatModel>> =
+        client.clone().map(|c| Arc::new(c) as Arc<dyn ChatModel>);
+    let sandbox = Sandbox::new(sandbox_config(&req.sandbox)?).await?;
+    let runs = req.tasks.iter().map(|t| {
+        let (sandbox, program, model) = (&sandbox, &req.program, model.clone());
+        async move {
+            generate_in(
+                sandbox,
+                program,
+                &t.context,
+                t.task_id.as_deref(),
+                n,
+                model,
+                req.seed,
+            )
+            .await
+        }
+    });
+    let results = futures::future::join_all(runs).await;
+    let mut tasks = Vec::with_capacity(results.len());
+    for (t, r) in req.tasks.iter().zip(results) {
+        tasks.push(TaskGeneration {
+            task_id: t.task_id.clone(),
+            outcome: r?,
+        });
+    }
+    Ok(GenerateReport {
+        tasks,
+        sandbox: sandbox.report().to_string(),
+        llm: client.map(|c| c.accounting()),
+    })
+}

