@@ -329,3 +329,60 @@ fn r12_bom_accepted_in_toml_personas_and_task_files() {
     ]);
     assert_eq!(code, 0, "{err}");
 }
+
+// See: issue 12 ("Coverage against a human cloud is O(N_h²) per call (the mean pairwise
+// distance is recomputed on every build, also from a saved reference)").
+#[test]
+fn r12_reference_distance_is_computed_once_and_saved() {
+    use ppol::fitness::coverage::{CoverageOptions, HumanCloud};
+    use ppol::fitness::reference::HumanReference;
+    let ds = ppol::fitness::traces::parse(
+        ppol::shipped::DEMO_HUMANS,
+        std::path::Path::new("demo.jsonl"),
+        &Default::default(),
+    )
+    .unwrap();
+    let r = HumanReference::build(&ds, Default::default(), vec![]).unwrap();
+    let stored = r
+        .d_ref
+        .expect("built references carry their reference distances");
+    let points: Vec<_> = r.cloud().iter().map(|f| f.0).collect();
+    for standardize in [false, true] {
+        let opts = CoverageOptions {
+            standardize,
+            n_clusters: 0,
+            seed: 0,
+        };
+        let fresh = HumanCloud::from_points(points.clone(), opts).unwrap().d_ref;
+        let expect = if standardize {
+            stored.standardized
+        } else {
+            stored.raw
+        };
+        assert!((fresh - expect).abs() < 1e-12, "{fresh} vs {expect}");
+    }
+    // a saved reference's value is used as it is (not recomputed) ...
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ref.json");
+    let mut tampered = r.clone();
+    tampered.d_ref.as_mut().unwrap().raw = 123.0;
+    tampered.save(&path).unwrap();
+    let loaded = HumanReference::load(&path).unwrap();
+    let raw = CoverageOptions {
+        standardize: false,
+        n_clusters: 0,
+        seed: 0,
+    };
+    assert_eq!(HumanCloud::new(&loaded, raw).unwrap().d_ref, 123.0);
+    // ... except for a clustered cloud, whose centroids have their own distance
+    let clustered = CoverageOptions {
+        n_clusters: 3,
+        ..raw
+    };
+    assert_ne!(HumanCloud::new(&loaded, clustered).unwrap().d_ref, 123.0);
+    // and an older file without the field still works (computed on demand)
+    let mut old = r.clone();
+    old.d_ref = None;
+    let d = HumanCloud::new(&old, raw).unwrap().d_ref;
+    assert!((d - stored.raw).abs() < 1e-12);
+}

@@ -1,11 +1,16 @@
 //! Coverage of the human fingerprint cloud by a set of simulated dialogues (two-sided Chamfer,
 //! ppol-spec §5.2) and Dice D1–D4 alignment of mean fingerprints (§3).
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::fitness::features::{Fingerprint, DIMENSIONS, N_FEATURES};
+use crate::fitness::geometry::{euclid, mean_pairwise_distance, standardize, standardizer};
 use crate::fitness::reference::HumanReference;
 use crate::Result;
+
+/// Humans per parallel chunk of a Chamfer computation.
+const CHUNK: usize = 4096;
 
 /// How the human cloud is prepared.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -56,32 +61,41 @@ pub struct Chamfer {
 }
 
 impl HumanCloud {
-    /// Prepare the cloud from a reference's rows with at least two messages.
+    /// Prepare the cloud from a reference's rows with at least two messages. An unclustered
+    /// cloud takes its reference distance from the reference (computed once when it was
+    /// built) instead of the O(n²) computation.
     pub fn new(reference: &HumanReference, options: CoverageOptions) -> Result<Self> {
         let rows: Vec<[f64; N_FEATURES]> = reference.cloud().iter().map(|f| f.0).collect();
-        Self::from_points(rows, options)
+        let stored = reference.d_ref.map(|d| {
+            if options.standardize {
+                d.standardized
+            } else {
+                d.raw
+            }
+        });
+        Self::prepare(rows, options, stored)
     }
 
     /// Prepare the cloud from raw human points.
     pub fn from_points(rows: Vec<[f64; N_FEATURES]>, options: CoverageOptions) -> Result<Self> {
+        Self::prepare(rows, options, None)
+    }
+
+    fn prepare(
+        rows: Vec<[f64; N_FEATURES]>,
+        options: CoverageOptions,
+        stored_d_ref: Option<f64>,
+    ) -> Result<Self> {
         let n_humans = rows.len();
         let mut mu = [0.0; N_FEATURES];
         let mut sigma = [1.0; N_FEATURES];
         let mut points = rows;
         if options.standardize && !points.is_empty() {
-            let refs: Vec<&[f64]> = points.iter().map(|r| r.as_slice()).collect();
-            let (m, s) = crate::fitness::reference::mean_std(&refs);
-            for j in 0..N_FEATURES {
-                mu[j] = m[j];
-                sigma[j] = if s[j] < 1e-9 { 1.0 } else { s[j] };
-            }
-            for p in &mut points {
-                for ((x, m), s) in p.iter_mut().zip(&mu).zip(&sigma) {
-                    *x = (*x - m) / s;
-                }
-            }
+            (mu, sigma) = standardizer(&points);
+            standardize(&mut points, &mu, &sigma);
         }
-        if options.n_clusters > 0 && options.n_clusters < points.len() {
+        let clustered = options.n_clusters > 0 && options.n_clusters < points.len();
+        if clustered {
             let vecs: Vec<Vec<f64>> = points.iter().map(|p| p.to_vec()).collect();
             let centroids =
                 crate::fitness::kmeans::kmeans(&vecs, options.n_clusters, 10, options.seed)?;
@@ -94,7 +108,10 @@ impl HumanCloud {
                 })
                 .collect();
         }
-        let d_ref = mean_pairwise_distance(&points);
+        let d_ref = match stored_d_ref {
+            Some(d) if !clustered => d,
+            _ => mean_pairwise_distance(&points),
+        };
         Ok(HumanCloud {
             points,
             mu,
@@ -137,18 +154,36 @@ impl HumanCloud {
             };
         }
         let ps: Vec<[f64; N_FEATURES]> = set.iter().map(|f| self.transform(f)).collect();
+        // Humans in fixed chunks (in parallel for large clouds), combined in chunk order: the
+        // result does not depend on the number of threads, and a cloud of up to one chunk is
+        // summed exactly as a plain loop would.
+        let chunks: Vec<(f64, Vec<f64>)> = self
+            .points
+            .par_chunks(CHUNK)
+            .map(|humans| {
+                let mut min_per_p = vec![f64::INFINITY; n];
+                let mut sum_h = 0.0;
+                for h in humans {
+                    let mut best = f64::INFINITY;
+                    for (k, p) in ps.iter().enumerate() {
+                        let d = euclid(h, p);
+                        best = best.min(d);
+                        if d < min_per_p[k] {
+                            min_per_p[k] = d;
+                        }
+                    }
+                    sum_h += best;
+                }
+                (sum_h, min_per_p)
+            })
+            .collect();
         let mut min_per_p = vec![f64::INFINITY; n];
         let mut sum_h = 0.0;
-        for h in &self.points {
-            let mut best = f64::INFINITY;
-            for (k, p) in ps.iter().enumerate() {
-                let d = euclid(h, p);
-                best = best.min(d);
-                if d < min_per_p[k] {
-                    min_per_p[k] = d;
-                }
+        for (s, m) in chunks {
+            sum_h += s;
+            for (a, b) in min_per_p.iter_mut().zip(m) {
+                *a = a.min(b);
             }
-            sum_h += best;
         }
         let cover_humans = sum_h / self.points.len() as f64;
         let stay_on_manifold = min_per_p.iter().sum::<f64>() / n as f64;
@@ -194,34 +229,6 @@ pub struct GroupedCoverage {
     pub mean: f64,
     /// Each group's result, in order of first appearance.
     pub groups: Vec<(String, Chamfer)>,
-}
-
-fn euclid(a: &[f64; N_FEATURES], b: &[f64; N_FEATURES]) -> f64 {
-    let mut s = 0.0;
-    for j in 0..N_FEATURES {
-        let d = a[j] - b[j];
-        s += d * d;
-    }
-    s.sqrt()
-}
-
-fn mean_pairwise_distance(points: &[[f64; N_FEATURES]]) -> f64 {
-    let n = points.len();
-    if n < 2 {
-        return 1.0;
-    }
-    let mut sum = 0.0;
-    for i in 0..n {
-        for j in i + 1..n {
-            sum += euclid(&points[i], &points[j]);
-        }
-    }
-    let mean = sum / (n * (n - 1) / 2) as f64;
-    if mean <= 1e-9 {
-        1.0
-    } else {
-        mean
-    }
 }
 
 /// Dice alignment per dimension and overall, on [0, 1].

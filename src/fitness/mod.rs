@@ -9,6 +9,7 @@
 pub mod coverage;
 pub mod discriminator;
 pub mod features;
+pub mod geometry;
 pub mod kmeans;
 pub mod reference;
 pub mod score;

@@ -55,6 +55,35 @@ pub struct HumanReference {
     pub source: Vec<String>,
     /// Every individual fingerprint (including those outside the cloud).
     pub fingerprints: Vec<ReferenceRow>,
+    /// The cloud's reference distances, computed once when the reference is built (O(n²) in
+    /// the cloud size) and saved with it, so scoring against a large cloud does not repeat
+    /// them. Absent in files from older versions (then computed when needed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub d_ref: Option<CloudDistances>,
+}
+
+/// Mean pairwise distance of the (unclustered) cloud, raw and standardised.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CloudDistances {
+    /// In the raw feature space.
+    pub raw: f64,
+    /// After standardising by the cloud's own mean and std.
+    pub standardized: f64,
+}
+
+impl CloudDistances {
+    /// Compute both for a cloud of points.
+    pub fn of(cloud: &[[f64; N_FEATURES]]) -> Self {
+        use crate::fitness::geometry::{mean_pairwise_distance, standardize, standardizer};
+        let raw = mean_pairwise_distance(cloud);
+        let (mu, sigma) = standardizer(cloud);
+        let mut std_points = cloud.to_vec();
+        standardize(&mut std_points, &mu, &sigma);
+        CloudDistances {
+            raw,
+            standardized: mean_pairwise_distance(&std_points),
+        }
+    }
 }
 
 impl HumanReference {
@@ -83,7 +112,7 @@ impl HumanReference {
             ));
         }
         let (mean, std) = mean_std(&in_mean);
-        Ok(HumanReference {
+        let mut r = HumanReference {
             format_version: FORMAT_VERSION,
             feature_set: set,
             feature_names: FEATURE_NAMES.iter().map(|s| s.to_string()).collect(),
@@ -92,7 +121,11 @@ impl HumanReference {
             n_dialogues: in_mean.len(),
             source,
             fingerprints: rows,
-        })
+            d_ref: None,
+        };
+        let cloud: Vec<[f64; N_FEATURES]> = r.cloud().iter().map(|f| f.0).collect();
+        r.d_ref = Some(CloudDistances::of(&cloud));
+        Ok(r)
     }
 
     /// The cloud H: fingerprints of dialogues with at least two messages.
@@ -181,26 +214,7 @@ fn to_fp(v: &[f64]) -> Fingerprint {
     Fingerprint(a)
 }
 
-/// Column means and population standard deviations.
-pub fn mean_std(rows: &[&[f64]]) -> (Vec<f64>, Vec<f64>) {
-    let d = rows.first().map_or(0, |r| r.len());
-    let n = rows.len() as f64;
-    let mut mean = vec![0.0; d];
-    for r in rows {
-        for (m, x) in mean.iter_mut().zip(r.iter()) {
-            *m += x;
-        }
-    }
-    mean.iter_mut().for_each(|m| *m /= n);
-    let mut var = vec![0.0; d];
-    for r in rows {
-        for ((v, x), m) in var.iter_mut().zip(r.iter()).zip(&mean) {
-            *v += (x - m) * (x - m);
-        }
-    }
-    let std = var.into_iter().map(|v| (v / n).sqrt()).collect();
-    (mean, std)
-}
+pub use crate::fitness::geometry::mean_std;
 
 #[cfg(test)]
 mod tests {
