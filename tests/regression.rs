@@ -386,3 +386,33 @@ fn r12_reference_distance_is_computed_once_and_saved() {
     let d = HumanCloud::new(&old, raw).unwrap().d_ref;
     assert!((d - stored.raw).abs() < 1e-12);
 }
+
+// See: issue 15 ("`ppol episodes --trials 45` prints 45 pass^k values on one line").
+#[test]
+fn r15_pass_k_is_summarised_and_the_full_curve_is_in_the_json() {
+    assert_eq!(ppol::front::ops::summary_ks(1), vec![1]);
+    assert_eq!(ppol::front::ops::summary_ks(8), vec![1, 2, 4, 8]);
+    assert_eq!(
+        ppol::front::ops::summary_ks(45),
+        vec![1, 2, 4, 8, 16, 32, 45]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("e.jsonl");
+    let (code, stdout, err) = run_ppol(&[
+        "episodes",
+        "--tasks",
+        "0",
+        "--trials",
+        "10",
+        "-o",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let line = err.lines().find(|l| l.starts_with("pass^k")).unwrap();
+    assert_eq!(line.matches("pass^").count() - 1, 5, "{line}"); // 1 2 4 8 10
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["pass_hat_k"].as_object().unwrap().len(), 10);
+    assert_eq!(v["episodes"], 10);
+}

@@ -47,6 +47,9 @@ pub struct EpisodesArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Print a JSON summary on stdout (counts, success rate, the full pass^k curve, LLM use).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Read persona records (JSONL), naming file and line on errors.
@@ -119,11 +122,19 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
     if args.trials > 1 {
         let p = report.pass_hat_k(args.trials);
         eprintln!(
-            "pass^k: {}",
-            p.iter()
-                .map(|(k, v)| format!("pass^{k}={v:.3}"))
+            "pass^k (unbiased, per task, averaged): {}{}",
+            ops::summary_ks(args.trials)
+                .iter()
+                .map(|k| format!("pass^{k}={:.3}", p[k]))
                 .collect::<Vec<_>>()
-                .join("  ")
+                .join("  "),
+            if args.json { "" } else { " (every k: --json)" }
+        );
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report.summary(args.trials))?
         );
     }
     if let Some(acc) = &report.llm {

@@ -103,10 +103,10 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
         "persona cluster", "personas", "episodes", "success"
     );
     for s in &report.clusters {
-        let pk = s
-            .pass_hat_k
+        let max_k = s.pass_hat_k.keys().max().copied().unwrap_or(1) as u32;
+        let pk = ops::summary_ks(max_k)
             .iter()
-            .map(|(k, v)| format!("pass^{k}={v:.3}"))
+            .filter_map(|k| s.pass_hat_k.get(k).map(|v| format!("pass^{k}={v:.3}")))
             .collect::<Vec<_>>()
             .join(" ");
         println!(

@@ -76,6 +76,35 @@ impl EpisodesReport {
     pub fn pass_hat_k(&self, trials: u32) -> std::collections::BTreeMap<usize, f64> {
         pass_hat_k(&self.episodes, trials as usize)
     }
+
+    /// The run as one JSON summary: counts, success rate, the full pass^k curve, LLM use.
+    pub fn summary(&self, trials: u32) -> serde_json::Value {
+        let n = self.episodes.len();
+        serde_json::json!({
+            "episodes": n,
+            "failed": self.failed(),
+            "resumed": self.resumed,
+            "successes": self.successes(),
+            "success_rate": if n == 0 { 0.0 } else { self.successes() as f64 / n as f64 },
+            "pass_hat_k": self.pass_hat_k(trials).into_iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+            "backend": self.backend,
+            "llm": self.llm,
+            "budget_exhausted": self.budget_exhausted,
+        })
+    }
+}
+
+/// The k at which a pass^k curve is summarised for reading: 1, 2, 4, 8, ... up to `trials`,
+/// and `trials` itself (τ-bench papers report pass^1 … pass^8 this way).
+pub fn summary_ks(trials: u32) -> Vec<usize> {
+    let t = trials.max(1) as usize;
+    let mut ks: Vec<usize> = std::iter::successors(Some(1usize), |k| k.checked_mul(2))
+        .take_while(|k| *k <= t)
+        .collect();
+    if ks.last() != Some(&t) {
+        ks.push(t);
+    }
+    ks
 }
 
 /// Incremental episode output: every finished episode is appended to `<OUT>.partial` (flushed),

@@ -42,7 +42,9 @@ mod evolve;
 mod export;
 mod generate;
 
-pub use episodes::{episode_backend, episodes, EpisodeSink, EpisodesReport, EpisodesRequest};
+pub use episodes::{
+    episode_backend, episodes, summary_ks, EpisodeSink, EpisodesReport, EpisodesRequest,
+};
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
 pub use export::{export_sft, ExportReport, ExportRequest};
 pub use generate::{generate, sandbox_config, GenerateReport, GenerateRequest, TaskGeneration};
