@@ -379,13 +379,8 @@ fn close_range(lo: u32, hi: u32) {
         return;
     }
     // SAFETY: `close_range` only closes descriptors; nothing in this process uses them again.
-    let r = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) };
-    if r != 0 {
-        for fd in lo..=hi.min(4096) {
-            // SAFETY: as above (kernel without `close_range`).
-            unsafe { libc::close(fd as libc::c_int) };
-        }
-    }
+    // Without close_range (Linux < 5.9) the copies stay open until this process exits.
+    unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) };
 }
 
 fn write_all(path: &CStr, data: &[u8], flags: OFlags, mode: FileMode) -> io::Result<()> {
@@ -659,14 +654,16 @@ impl ChildPlan {
                 })?;
             }
         }
-        if self.sock_fd == 3 {
-            // SAFETY: fcntl on a descriptor number; clears close-on-exec of our own socket.
-            let ok = unsafe { libc::fcntl(3, libc::F_SETFD, 0) } == 0;
-            if !ok {
-                return Err(io::Error::last_os_error());
+        // SAFETY: fcntl and dup2 on descriptor numbers only: the protocol socket becomes
+        // descriptor 3 without close-on-exec (a descriptor 3 inherited by accident is replaced).
+        let installed = unsafe {
+            if self.sock_fd == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(self.sock_fd, 3) == 3
             }
-        // SAFETY: dup2 onto descriptor 3, which nothing in this process uses.
-        } else if unsafe { libc::dup2(self.sock_fd, 3) } != 3 {
+        };
+        if !installed {
             return Err(io::Error::last_os_error());
         }
         Ok(())
@@ -785,6 +782,7 @@ const CLONE_NS_FLAGS: &[u64] = &[
 ];
 
 /// Terminal ioctls that inject input or talk to the console.
+#[allow(clippy::unnecessary_cast)] // the ioctl request type differs between libc targets
 const DENIED_IOCTLS: &[u64] = &[libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
 
 /// x32 system calls carry this bit; the kernel may not support them, but the filter must not
