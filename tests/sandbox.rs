@@ -162,7 +162,14 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
     let ctx_unix = json!({"path": unix_path, "abstract": abstract_name}).to_string();
 
     // (label, fixture, task context, expected stage)
+    // loop_forever first: runs wait for a slot in order, and its time is checked below.
     let cases: Vec<(&str, &str, String, Option<Stage>)> = vec![
+        (
+            "loop_forever",
+            "loop_forever",
+            "task".into(),
+            Some(Stage::Timeout),
+        ),
         ("env_secret", "env_secret", "task".into(), None),
         ("read_home", "read_home", ctx_home, None),
         ("read_heldout", "read_heldout", ctx_heldout, None),
@@ -184,12 +191,6 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
             "big_alloc",
             "task".into(),
             Some(Stage::Resource),
-        ),
-        (
-            "loop_forever",
-            "loop_forever",
-            "task".into(),
-            Some(Stage::Timeout),
         ),
         (
             "print_megabytes",
