@@ -7,13 +7,16 @@ that the program's prints can never corrupt the protocol, then:
 
 1. reads ``{"type": "init", "program", "task_context", "n", "seed", "llm"}``;
 2. imports the program (stage ``import``), checks ``DIVERSITY_AXES`` and
-   ``generate_personas_detailed`` (stage ``contract``);
+   ``generate_personas_detailed`` (stage ``contract``) and sends
+   ``{"type": "axes", "axes": [names]}``;
 3. calls ``generate_personas_detailed(task_context, DIVERSITY_AXES, n)`` (stage ``generate``);
 4. sends ``{"type": "result", "axes": [...], "rows": [...], "count": k, "truncated": bool}``
    or ``{"type": "error", "stage", "error_type", "message", "traceback"}`` and exits.
 
 LLM requests made through ``ppol_llm`` travel on the same channel (``llm`` / ``llm_result``).
-The host validates the rows; the harness only makes them JSON-safe.
+The host validates the rows; the harness only makes them JSON-safe. The program runs in this
+process and can write on the channel too, so the host trusts none of the frames: it checks
+that the result names exactly the axes declared before generation and validates every row.
 """
 
 import fcntl
@@ -140,6 +143,8 @@ def main():
             raise AttributeError("the program does not define generate_personas_detailed(task_context, axes, n)")
     except BaseException as exc:  # noqa: BLE001
         _fail(channel, "contract", exc)
+
+    channel.send({"type": "axes", "axes": names})
 
     cap = 10 * n + 10
     rows = []

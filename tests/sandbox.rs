@@ -10,10 +10,13 @@ use ppol::dialogue::{Role, Turn};
 use ppol::generate::generator::{
     generate_in, validate, GenerationOutcome, Program, Sandbox, SandboxConfig, Stage,
 };
+use ppol::generate::sandbox::Confinement;
 use ppol::llm::{CallRole, ChatModel, ChatRequest, ChatResponse, Usage};
 use serde_json::json;
 
 const SECRET: &str = "sk-test-SECRET-4f1d2c9e7b";
+/// Marker of the held-out human dialogues and the run log a program must not read.
+const HELDOUT: &str = "HELDOUT-HUMAN-7c2e91";
 
 fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -99,19 +102,51 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
         .await
         .unwrap();
     eprintln!("{}", sandbox.report());
+    // The hostile suite is about containment: it runs only under the full confinement.
+    assert_eq!(
+        sandbox.report().confinement,
+        Confinement::MinimalRoot,
+        "{}",
+        sandbox.report()
+    );
+    assert!(sandbox.report().pid_namespace && sandbox.report().seccomp);
 
     let secret_dir = tempfile::tempdir().unwrap();
     let secret_file = secret_dir.path().join("credentials");
     std::fs::write(&secret_file, SECRET).unwrap();
     {
         use std::os::unix::fs::PermissionsExt;
-        // Like ~/.ssh/id_rsa or a credentials file: owner-only. (World-readable files stay
-        // readable inside the sandbox; see generators/README.md.)
+        // Like ~/.ssh/id_rsa or a credentials file: owner-only.
         std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
+    // World-readable data of the run: held-out human dialogues and the run log.
+    let data_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let heldout = data_dir.path().join("heldout_humans.jsonl");
+    let runlog = data_dir.path().join("log.jsonl");
+    std::fs::write(&heldout, format!("{{\"dialogue\": \"{HELDOUT}\"}}\n")).unwrap();
+    std::fs::write(&runlog, format!("{{\"candidate\": \"{HELDOUT}-log\"}}\n")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(data_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for f in [&heldout, &runlog] {
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR"));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
+    let unix_path = data_dir.path().join("host.sock");
+    let unix_listener = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
+    unix_listener.set_nonblocking(true).unwrap();
+    let abstract_name = format!("ppol-test-{}", std::process::id());
+    let abstract_listener = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr =
+            std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+    };
+    abstract_listener.set_nonblocking(true).unwrap();
     let escape_dir = tempfile::tempdir().unwrap();
     let escape = escape_dir.path().join("escaped.txt");
     let escape_tmp = std::env::temp_dir().join(format!("ppol-escape-{}", std::process::id()));
@@ -119,32 +154,129 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
     let ctx_home = json!({"host_pid": std::process::id(), "secret_file": secret_file}).to_string();
     let ctx_port = json!({ "port": port }).to_string();
     let ctx_write = json!({"paths": [escape, escape_tmp, "/ppol-escape-root.txt"]}).to_string();
+    let ctx_heldout = json!({
+        "paths": [heldout, runlog, checkout.join("Cargo.toml"), "/etc/hostname"],
+        "dirs": [data_dir.path(), checkout, "/", "/root", "/home"],
+    })
+    .to_string();
+    let ctx_unix = json!({"path": unix_path, "abstract": abstract_name}).to_string();
 
-    let cases: Vec<(&str, String, Option<Stage>)> = vec![
-        ("env_secret", "task".into(), None),
-        ("read_home", ctx_home, None),
-        ("socket_local", ctx_port, None),
-        ("socket_external", "task".into(), None),
-        ("write_outside", ctx_write, None),
-        ("fork_bomb", "task".into(), Some(Stage::Resource)),
-        ("big_alloc", "task".into(), Some(Stage::Resource)),
-        ("loop_forever", "task".into(), Some(Stage::Timeout)),
-        ("print_megabytes", "task".into(), Some(Stage::Resource)),
-        ("exit_mid_output", "task".into(), Some(Stage::Protocol)),
-        ("garbage_on_pipe", "task".into(), Some(Stage::Protocol)),
-        ("wrong_types", "task".into(), Some(Stage::Validate)),
-        ("wrong_count", "task".into(), Some(Stage::Validate)),
-        ("empty_text", "task".into(), Some(Stage::Validate)),
-        ("duplicate_ids", "task".into(), Some(Stage::Validate)),
-        ("raises", "task".into(), Some(Stage::Generate)),
-        ("not_iterable", "task".into(), Some(Stage::Generate)),
-        ("missing_axes", "task".into(), Some(Stage::Contract)),
-        ("syntax_error", "task".into(), Some(Stage::Import)),
-        ("exit_at_import", "task".into(), Some(Stage::Import)),
-        ("setsid_escape", "task".into(), None),
+    // (label, fixture, task context, expected stage)
+    // loop_forever first: runs wait for a slot in order, and its time is checked below.
+    let cases: Vec<(&str, &str, String, Option<Stage>)> = vec![
+        (
+            "loop_forever",
+            "loop_forever",
+            "task".into(),
+            Some(Stage::Timeout),
+        ),
+        ("env_secret", "env_secret", "task".into(), None),
+        ("read_home", "read_home", ctx_home, None),
+        ("read_heldout", "read_heldout", ctx_heldout, None),
+        ("socket_local", "socket_local", ctx_port, None),
+        ("socket_external", "socket_external", "task".into(), None),
+        ("unix_socket_host", "unix_socket_host", ctx_unix, None),
+        ("unshare_user", "unshare_user", "task".into(), None),
+        ("write_outside", "write_outside", ctx_write, None),
+        ("disk_fill", "disk_fill", "task".into(), None),
+        ("memfd_hog", "memfd_hog", "task".into(), None),
+        (
+            "fork_bomb",
+            "fork_bomb",
+            "task".into(),
+            Some(Stage::Resource),
+        ),
+        (
+            "big_alloc",
+            "big_alloc",
+            "task".into(),
+            Some(Stage::Resource),
+        ),
+        (
+            "print_megabytes",
+            "print_megabytes",
+            "task".into(),
+            Some(Stage::Resource),
+        ),
+        (
+            "exit_mid_output",
+            "exit_mid_output",
+            "task".into(),
+            Some(Stage::Protocol),
+        ),
+        (
+            "garbage_on_pipe",
+            "garbage_on_pipe",
+            "task".into(),
+            Some(Stage::Protocol),
+        ),
+        (
+            "forged_result",
+            "forged_result",
+            "task".into(),
+            Some(Stage::Protocol),
+        ),
+        (
+            "wrong_types",
+            "wrong_types",
+            "task".into(),
+            Some(Stage::Validate),
+        ),
+        (
+            "wrong_count",
+            "wrong_count",
+            "task".into(),
+            Some(Stage::Validate),
+        ),
+        (
+            "empty_text",
+            "empty_text",
+            "task".into(),
+            Some(Stage::Validate),
+        ),
+        (
+            "duplicate_ids",
+            "duplicate_ids",
+            "task".into(),
+            Some(Stage::Validate),
+        ),
+        ("long_id", "long_id", "task".into(), Some(Stage::Validate)),
+        ("raises", "raises", "task".into(), Some(Stage::Generate)),
+        (
+            "escape_raise",
+            "escape_sequences",
+            "raise".into(),
+            Some(Stage::Generate),
+        ),
+        ("escape_text", "escape_sequences", "text".into(), None),
+        (
+            "not_iterable",
+            "not_iterable",
+            "task".into(),
+            Some(Stage::Generate),
+        ),
+        (
+            "missing_axes",
+            "missing_axes",
+            "task".into(),
+            Some(Stage::Contract),
+        ),
+        (
+            "syntax_error",
+            "syntax_error",
+            "task".into(),
+            Some(Stage::Import),
+        ),
+        (
+            "exit_at_import",
+            "exit_at_import",
+            "task".into(),
+            Some(Stage::Import),
+        ),
+        ("setsid_escape", "setsid_escape", "task".into(), None),
     ];
-    let runs = cases.iter().map(|(name, ctx, _)| {
-        let program = Program::Path(fixture(&format!("hostile/{name}.py")));
+    let runs = cases.iter().map(|(_, file, ctx, _)| {
+        let program = Program::Path(fixture(&format!("hostile/{file}.py")));
         let sandbox = &sandbox;
         async move {
             let t = Instant::now();
@@ -156,7 +288,7 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
     });
     let results = futures::future::join_all(runs).await;
     let mut report = Vec::new();
-    for ((name, _, expected), (outcome, took)) in cases.iter().zip(&results) {
+    for ((name, file, _, expected), (outcome, took)) in cases.iter().zip(&results) {
         let line = format!(
             "{name:16} -> {:?} in {:.2}s: {}",
             stage(outcome).map(|s| s.as_str()).unwrap_or("ok"),
@@ -173,38 +305,74 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
         eprintln!("{line}");
         report.push(line);
         assert_eq!(stage(outcome), *expected, "{name}: {outcome:?}");
-        // Without root there is no uid drop: the program runs as the host user and can read
-        // that user's own 0600 files (documented limit); the environment is still scrubbed.
-        let own_files_readable = sandbox.report().uid.is_none() && *name == "read_home";
-        if !own_files_readable {
-            assert!(
-                !all_text(outcome).contains(SECRET),
-                "{name} leaked the secret"
-            );
-        }
+        assert!(
+            !all_text(outcome).contains(SECRET),
+            "{name} leaked the secret"
+        );
+        assert!(
+            !all_text(outcome).contains(HELDOUT),
+            "{name} read held-out data"
+        );
         assert!(
             !all_text(outcome).contains("proxy.invalid"),
             "{name} saw the proxy"
         );
         if let Some(f) = outcome.failure() {
             assert!(
-                f.program.ends_with(&format!("{name}.py")),
+                f.program.ends_with(&format!("{file}.py")),
                 "failure names the file"
             );
+            // Nothing the program wrote reaches a terminal raw.
+            for text in [&f.reason, &f.stderr_tail, &f.program] {
+                assert!(
+                    !text
+                        .chars()
+                        .any(|c| c.is_control() && c != '\n' && c != '\t'),
+                    "{name}: raw control characters in {text:?}"
+                );
+            }
+        }
+        if let Some(personas) = outcome.personas() {
+            for p in personas {
+                for text in [&p.text, &p.description, &p.persona_id] {
+                    assert!(
+                        !text
+                            .chars()
+                            .any(|c| c.is_control() && c != '\n' && c != '\t'),
+                        "{name}: raw control characters in {text:?}"
+                    );
+                }
+            }
         }
     }
     let by_name = |n: &str| &results[cases.iter().position(|c| c.0 == n).unwrap()];
     // Environment: only the scrubbed variables.
     let env_text = all_text(&by_name("env_secret").0);
     assert!(env_text.contains("PYTHONHASHSEED") && !env_text.contains("OPENAI"));
-    // Reading secrets: the secret file is readable only if privileges could not be dropped.
+    // Reading secrets: neither the host's environment nor an owner-only file is readable
+    // (neither is even visible under the minimal root).
     let t = all_text(&by_name("read_home").0);
-    let host_environ = format!("/proc/{}/environ: PermissionError", std::process::id());
-    assert!(t.contains(&host_environ), "{t}");
-    if sandbox.report().uid.is_some() {
-        assert!(t.contains("credentials: PermissionError"), "{t}");
-    }
-    // Network: the listener never saw a connection.
+    let host_environ = format!("/proc/{}/environ", std::process::id());
+    assert!(
+        t.contains(&format!("{host_environ}: FileNotFoundError")),
+        "{t}"
+    );
+    assert!(t.contains("credentials: FileNotFoundError"), "{t}");
+    // Held-out data, the run log, the checkout, ppol's command line: none visible.
+    let t = all_text(&by_name("read_heldout").0);
+    assert!(t.contains("heldout_humans.jsonl: FileNotFoundError"), "{t}");
+    assert!(t.contains("log.jsonl: FileNotFoundError"), "{t}");
+    assert!(t.contains("Cargo.toml: FileNotFoundError"), "{t}");
+    assert!(
+        !t.contains("[package]") && !t.contains("deps/integration"),
+        "{t}"
+    );
+    assert!(
+        t.contains("pids: ['2']"),
+        "only the program's own processes: {t}"
+    );
+    assert!(t.contains("/proc/1/cmdline: FileNotFoundError"), "{t}");
+    // Network: neither listener saw a connection.
     std::thread::sleep(Duration::from_millis(200));
     assert!(
         listener.accept().is_err(),
@@ -215,12 +383,78 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
         !ext.contains("connected") && !ext.contains("udp sent"),
         "{ext}"
     );
+    assert!(
+        unix_listener.accept().is_err() && abstract_listener.accept().is_err(),
+        "a sandboxed program reached a unix socket of the host"
+    );
+    let t = all_text(&by_name("unix_socket_host").0);
+    assert!(!t.contains("connected"), "{t}");
+    assert_eq!(t.matches("PermissionError").count(), 2 * 3, "{t}");
+    // No way to gain privileges inside: every attempt is refused by seccomp.
+    let t = all_text(&by_name("unshare_user").0);
+    for call in [
+        "unshare(CLONE_NEWUSER)",
+        "unshare(CLONE_NEWNS)",
+        "setns",
+        "mount",
+        "chroot",
+        "ptrace(PTRACE_ATTACH, 1)",
+        "bpf",
+        "keyctl",
+        "io_uring_setup",
+        "perf_event_open",
+        "memfd_create",
+        "clone(CLONE_NEWUSER)",
+    ] {
+        assert!(t.contains(&format!("{call}=EPERM")), "{call}: {t}");
+    }
     // Writes outside the run directory.
     assert!(
         !escape.exists() && !escape_tmp.exists() && !Path::new("/ppol-escape-root.txt").exists()
     );
     let w = all_text(&by_name("write_outside").0);
     assert!(w.contains("inside.txt: written"), "{w}");
+    // The disk: everything the program writes together is capped by its tmpfs.
+    let t = by_name("disk_fill").0.personas().unwrap()[0].text.clone();
+    let written: u64 = t
+        .split("written=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX);
+    let cap = sandbox.config().max_disk_bytes;
+    assert!(
+        written <= cap,
+        "wrote {written} bytes with a {cap} byte cap: {t}"
+    );
+    assert!(t.contains("ENOSPC"), "{t}");
+    // Memory outside RLIMIT_AS: memfd_create is refused, a shared mapping counts.
+    let t = all_text(&by_name("memfd_hog").0);
+    assert!(
+        t.contains("memfd: PermissionError") && !t.contains("shared mmap: 1.5 GB"),
+        "{t}"
+    );
+    // A forged result frame is caught on the host.
+    let f = by_name("forged_result").0.failure().unwrap();
+    assert!(f.reason.contains("declared"), "{}", f.reason);
+    // Persona ids are capped, and the error names the limit.
+    let f = by_name("long_id").0.failure().unwrap();
+    assert!(f.reason.contains("limit is 64"), "{}", f.reason);
+    // Escape sequences are neutralised in failures and stripped from personas.
+    let f = by_name("escape_raise").0.failure().unwrap();
+    assert!(f.reason.contains("\\u{1b}]0;pwned"), "{}", f.reason);
+    assert!(
+        f.stderr_tail.contains("stderr \\u{1b}"),
+        "{}",
+        f.stderr_tail
+    );
+    let ps = by_name("escape_text").0.personas().unwrap();
+    assert!(
+        ps[0].text.starts_with("text ]0;pwned[2J[31m"),
+        "{}",
+        ps[0].text
+    );
+    assert!(ps[0].text.ends_with(" end\nline two"), "{}", ps[0].text);
     // Timeout: dead within timeout + 1 s (generous: 3 s timeout, < 4.5 s).
     let loop_took = by_name("loop_forever").1;
     assert!(
@@ -229,13 +463,10 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
     );
     // The daemon that escaped the process group is gone.
     std::thread::sleep(Duration::from_millis(100));
-    let daemons: Vec<_> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .filter(|c| String::from_utf8_lossy(c).contains("ppol-setsid-marker\0"))
-        .collect();
-    assert!(daemons.is_empty(), "the setsid daemon survived");
+    assert!(
+        processes_with_marker("ppol-setsid-marker").is_empty(),
+        "the setsid daemon survived"
+    );
     if let Some(uid) = sandbox.report().uid {
         std::thread::sleep(Duration::from_millis(100));
         let left: Vec<_> = list_uids_at_or_above(uid)
@@ -279,6 +510,20 @@ async fn hostile_programs_are_contained_and_the_sandbox_keeps_working() {
         .contains("cap of 20"));
     assert_eq!(*llm_calls, 20);
     assert_eq!(llm.calls.load(Ordering::SeqCst), 20);
+}
+
+/// Pids of processes whose command line has `marker` as an argument.
+fn processes_with_marker(marker: &str) -> Vec<u32> {
+    let needle = format!("{marker}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let c = std::fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&c).contains(&needle).then_some(pid)
+        })
+        .collect()
 }
 
 fn list_uids_at_or_above(base: u32) -> Vec<(u32, u32)> {
@@ -571,4 +816,226 @@ fn cli_generate_with_a_scripted_llm_writes_jsonl() {
     assert_eq!(rows[1].persona_id, "bob");
     assert_eq!(rows[1].axis_placement["ambiguous"], json!(true));
     assert_eq!(rows[0].text, "You type in lowercase.");
+}
+
+/// "Nothing escapes": kill -9 of ppol while a program runs leaves no process of the program
+/// behind (not even a `setsid` daemon) — and the sandbox directory it left is swept by the
+/// next start.
+#[test]
+fn killing_ppol_with_sigkill_kills_the_whole_run() {
+    let work = tempfile::tempdir().unwrap();
+    let marker = format!("ppol-kill9-marker-{}", std::process::id());
+    let mut ppol = std::process::Command::new(env!("CARGO_BIN_EXE_ppol"))
+        .args(["generate", "--program"])
+        .arg(fixture("hostile/daemon_outlives_ppol.py"))
+        .args(["--task", &json!({ "marker": marker }).to_string()])
+        .args(["-n", "1", "--timeout", "120", "-o", "-"])
+        .env("TMPDIR", work.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the daemon to be up.
+    let t = Instant::now();
+    while processes_with_marker(&marker).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the daemon never started"
+        );
+        assert!(ppol.try_wait().unwrap().is_none(), "ppol ended early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left_by_ppol: Vec<_> = std::fs::read_dir(work.path()).unwrap().flatten().collect();
+    assert_eq!(left_by_ppol.len(), 1, "one sandbox directory");
+    ppol.kill().unwrap(); // SIGKILL
+    ppol.wait().unwrap();
+    let t = Instant::now();
+    while !processes_with_marker(&marker).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the run's daemon survived ppol: {:?}",
+            processes_with_marker(&marker)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // ppol had no chance to remove its directory; it holds no file of the run (they were in
+    // the run's own tmpfs), and the next start removes it.
+    let stale = left_by_ppol[0].path();
+    assert!(stale.exists());
+    assert_eq!(
+        ppol::generate::sandbox::sweep_stale_dirs(work.path()),
+        1,
+        "swept"
+    );
+    assert!(!stale.exists());
+}
+
+#[test]
+fn only_stale_sandbox_directories_of_ours_are_swept() {
+    let root = tempfile::tempdir().unwrap();
+    // A finished process: its pid is free (or reused by another process with another start time).
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let me = std::process::id();
+    let my_start: u64 = {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 1..];
+        rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+    };
+    let make = |name: &str, owner: Option<String>| {
+        let d = root.path().join(name);
+        std::fs::create_dir_all(d.join("run-x/ppol")).unwrap();
+        std::fs::write(d.join("run-x/program.py"), "x").unwrap();
+        if let Some(o) = owner {
+            std::fs::write(d.join(".ppol-owner"), o).unwrap();
+        }
+        d
+    };
+    let stale = make(
+        &format!("ppol-gen-{gone_pid}-aaaa"),
+        Some(format!("{gone_pid} 12345\n")),
+    );
+    let reused = make(
+        &format!("ppol-gen-{me}-bbbb"),
+        Some(format!("{me} {}\n", my_start + 1)),
+    );
+    let live = make(
+        &format!("ppol-gen-{me}-cccc"),
+        Some(format!("{me} {my_start}\n")),
+    );
+    let no_owner = make(&format!("ppol-gen-{gone_pid}-dddd"), None);
+    let other_name = make("ppol-genius-1-eeee", Some(format!("{gone_pid} 1\n")));
+    let mismatch = make(
+        &format!("ppol-gen-{gone_pid}-ffff"),
+        Some(format!("{me} {my_start}\n")),
+    );
+    assert_eq!(ppol::generate::sandbox::sweep_stale_dirs(root.path()), 2);
+    assert!(!stale.exists() && !reused.exists());
+    assert!(live.exists() && no_owner.exists() && other_name.exists() && mismatch.exists());
+    // A symlink named like a sandbox directory is not followed.
+    let target = tempfile::tempdir().unwrap();
+    std::fs::write(target.path().join(".ppol-owner"), format!("{gone_pid} 1\n")).unwrap();
+    std::os::unix::fs::symlink(
+        target.path(),
+        root.path().join(format!("ppol-gen-{gone_pid}-link")),
+    )
+    .unwrap();
+    assert_eq!(ppol::generate::sandbox::sweep_stale_dirs(root.path()), 0);
+    assert!(target.path().join(".ppol-owner").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_configuration_is_an_error_naming_the_key() {
+    for secs in [-1.0, f64::NAN, f64::INFINITY, 0.0] {
+        let e = SandboxConfig::timeout_from_secs(secs).unwrap_err();
+        assert!(e.to_string().contains("sandbox.timeout_s"), "{e}");
+    }
+    let cfg = SandboxConfig {
+        timeout: Duration::ZERO,
+        ..SandboxConfig::default()
+    };
+    let e = Sandbox::new(cfg).await.unwrap_err();
+    assert!(
+        matches!(e, ppol::Error::Config { ref key, .. } if key == "sandbox.timeout_s"),
+        "{e}"
+    );
+}
+
+#[test]
+fn ids_axes_and_text_are_checked_on_the_host() {
+    use ppol::generate::generator::{check_axes, MAX_PERSONA_ID_CHARS};
+    let axes = vec!["a".to_string()];
+    let row = |id: &str| json!({"persona_id": id, "axis_placement": {"a": true}, "text": "t\u{1b}[2Jx\r\ny"});
+    // Ids: capped after normalisation, the error names the limit.
+    let long = "Ab ".repeat(40);
+    let e = validate(&axes, &[row(&long)], 1, false, 1, None).unwrap_err();
+    assert!(
+        e.contains(&format!("the limit is {MAX_PERSONA_ID_CHARS}")),
+        "{e}"
+    );
+    let ok = validate(
+        &axes,
+        &[row(&"x".repeat(MAX_PERSONA_ID_CHARS))],
+        1,
+        false,
+        1,
+        None,
+    );
+    assert!(ok.is_ok(), "{ok:?}");
+    // Text loses its control characters (newlines stay).
+    let p = &validate(&axes, &[row("Émile Zoë")], 1, false, 1, None).unwrap()[0];
+    assert_eq!(p.text, "t[2Jx\ny");
+    // Ids produced by validation match the persona schema's pattern.
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("generators/persona.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let id_schema = &schema["properties"]["persona_id"];
+    let pattern = regex::Regex::new(id_schema["pattern"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        id_schema["maxLength"].as_u64(),
+        Some(MAX_PERSONA_ID_CHARS as u64)
+    );
+    for id in ["Émile Zoë", "A-b_C  9", "x", "日本 語"] {
+        let p = &validate(&axes, &[row(id)], 1, false, 1, None).unwrap()[0];
+        assert!(
+            pattern.is_match(&p.persona_id),
+            "{} from {id}",
+            p.persona_id
+        );
+    }
+    // Axis names the untrusted harness sends are checked like the harness does, and more.
+    assert!(check_axes(&["terse".into(), "skeptical".into()]).is_ok());
+    for bad in [
+        vec!["a".to_string(), "a".to_string()],
+        vec![" a".to_string()],
+        vec!["".to_string()],
+        vec!["a\u{1b}b".to_string()],
+        vec!["x".repeat(101)],
+        (0..65).map(|i| format!("a{i}")).collect(),
+    ] {
+        assert!(check_axes(&bad).is_err(), "{bad:?}");
+        let rows: Vec<_> = (0..1)
+            .map(|_| json!({"persona_id": "p", "text": "t"}))
+            .collect();
+        assert!(validate(&bad, &rows, 1, false, 1, None).is_err());
+    }
+}
+
+#[test]
+fn the_prompt_format_writes_no_raw_control_characters() {
+    use ppol::generate::generator::{format_personas, OutputFormat};
+    let p = ppol::persona::Persona {
+        task_id: Some("t\u{1b}[2J".into()),
+        persona_id: "p".into(),
+        description: String::new(),
+        axis_placement: Default::default(),
+        text: "be \u{1b}]0;title\u{7} brief\nsecond line".into(),
+        reasoning: None,
+    };
+    for format in [
+        OutputFormat::Prompt,
+        OutputFormat::Jsonl,
+        OutputFormat::Tau2,
+    ] {
+        let out = format_personas(std::slice::from_ref(&p), format);
+        assert!(
+            !out.chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{format:?}: {out:?}"
+        );
+    }
+    let prompt = format_personas(std::slice::from_ref(&p), OutputFormat::Prompt);
+    assert!(
+        prompt.contains("be \\u{1b}]0;title\\u{7} brief\nsecond line"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.starts_with("# task t\\u{1b}[2J / persona p"),
+        "{prompt}"
+    );
 }

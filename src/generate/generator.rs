@@ -10,14 +10,21 @@
 //!
 //! Validation rules (a violation is a [`Failure`] at [`Stage::Validate`]):
 //! * exactly `n` rows (fewer or more is reported with both numbers);
+//! * the axes (sent by the untrusted harness) are at most [`MAX_AXES`] distinct names of at
+//!   most [`MAX_AXIS_NAME_CHARS`] characters, without control characters or surrounding spaces;
 //! * every row a dict; `persona_id` a non-empty string, normalised to snake_case
-//!   (lowercase, runs of other characters become `_`); persona ids must be unique after
+//!   (lowercase, runs of other characters become `_`), at most [`MAX_PERSONA_ID_CHARS`]
+//!   characters after normalisation; persona ids must be unique after
 //!   normalisation — duplicates fail the run rather than being silently dropped, because
 //!   dropping would change the count the program promised;
 //! * `description` and `reasoning` strings when present (missing → empty / absent);
 //! * `axis_placement` a dict whose keys are exactly the program's axes, every value a bool
 //!   (re-ordered to the axis order);
 //! * a non-empty roleplay text.
+//!
+//! Text fields (`description`, `reasoning`, the roleplay text) lose their control characters
+//! (escape sequences, `\r`, NUL, ...; `\n` and `\t` stay): they are prompts for a language
+//! model and lines in terminals and reports, never terminal commands.
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -27,7 +34,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 pub use crate::generate::sandbox::{
-    Failure, Program, Sandbox, SandboxConfig, SandboxReport, Stage,
+    neutralise, Failure, Program, Sandbox, SandboxConfig, SandboxReport, Stage,
 };
 use crate::llm::ChatModel;
 use crate::persona::{persona_block, Persona};
@@ -35,6 +42,12 @@ use crate::{Error, Result};
 
 /// Keys accepted for the roleplay text, in order of preference.
 pub const TEXT_KEYS: [&str; 3] = ["expanded_instruction", "instruction", "text"];
+/// Longest persona id, in characters after normalisation to snake_case.
+pub const MAX_PERSONA_ID_CHARS: usize = 64;
+/// Most axes a program may declare.
+pub const MAX_AXES: usize = 64;
+/// Longest axis name, in characters.
+pub const MAX_AXIS_NAME_CHARS: usize = 100;
 
 /// The result of one generation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -114,12 +127,12 @@ pub async fn generate_in(
             llm_calls: run.llm_calls,
             elapsed: run.elapsed,
         }),
-        Err(reason) => Ok(GenerationOutcome::Failed(Failure {
-            stage: Stage::Validate,
-            reason,
-            stderr_tail: raw.stderr_tail,
-            program: program.name(),
-        })),
+        Err(reason) => Ok(GenerationOutcome::Failed(Failure::new(
+            Stage::Validate,
+            &reason,
+            &raw.stderr_tail,
+            &program.name(),
+        ))),
     }
 }
 
@@ -211,6 +224,7 @@ pub fn validate(
     n: usize,
     task_id: Option<&str>,
 ) -> std::result::Result<Vec<Persona>, String> {
+    check_axes(axes)?;
     if truncated {
         return Err(format!(
             "returned more than {} personas (stopped reading), expected {n}",
@@ -241,19 +255,25 @@ pub fn validate(
             }
             Some(v) => return Err(at(format!("persona_id is {}, not a string", kind(v)))),
         };
+        let id_chars = pid.chars().count();
+        if id_chars > MAX_PERSONA_ID_CHARS {
+            return Err(at(format!(
+                "persona_id is {id_chars} characters long after normalisation; the limit is {MAX_PERSONA_ID_CHARS}"
+            )));
+        }
         if !seen.insert(pid.clone()) {
             return Err(at(format!("duplicate persona_id '{pid}'")));
         }
         let at = |msg: String| format!("persona {i} ('{pid}'): {msg}");
         let description = match obj.get("description") {
             None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.trim().to_string(),
+            Some(Value::String(s)) => clean_text(s),
             Some(v) => return Err(at(format!("description is {}, not a string", kind(v)))),
         };
         let reasoning = match obj.get("reasoning") {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s.trim().is_empty() => None,
-            Some(Value::String(s)) => Some(s.trim().to_string()),
+            Some(Value::String(s)) if clean_text(s).is_empty() => None,
+            Some(Value::String(s)) => Some(clean_text(s)),
             Some(v) => return Err(at(format!("reasoning is {}, not a string", kind(v)))),
         };
         let placement = match obj.get("axis_placement") {
@@ -285,8 +305,8 @@ pub fn validate(
         let mut text = None;
         for key in TEXT_KEYS {
             match obj.get(key) {
-                Some(Value::String(s)) if !s.trim().is_empty() => {
-                    text = Some(s.trim().to_string());
+                Some(Value::String(s)) if !clean_text(s).is_empty() => {
+                    text = Some(clean_text(s));
                     break;
                 }
                 None | Some(Value::Null) | Some(Value::String(_)) => {}
@@ -310,6 +330,51 @@ pub fn validate(
     Ok(out)
 }
 
+/// Check the axis names a program declared (they come from the untrusted side of the channel).
+pub fn check_axes(axes: &[String]) -> std::result::Result<(), String> {
+    if axes.len() > MAX_AXES {
+        return Err(format!(
+            "DIVERSITY_AXES has {} axes; the limit is {MAX_AXES}",
+            axes.len()
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, a) in axes.iter().enumerate() {
+        if a.trim().is_empty() || a.trim() != a {
+            return Err(format!(
+                "DIVERSITY_AXES[{i}] name {a:?} is empty or has surrounding spaces"
+            ));
+        }
+        if a.chars().count() > MAX_AXIS_NAME_CHARS {
+            return Err(format!(
+                "DIVERSITY_AXES[{i}] name is {} characters long; the limit is {MAX_AXIS_NAME_CHARS}",
+                a.chars().count()
+            ));
+        }
+        if a.chars().any(char::is_control) {
+            return Err(format!(
+                "DIVERSITY_AXES[{i}] name {:?} has control characters",
+                neutralise(a)
+            ));
+        }
+        if !seen.insert(a.as_str()) {
+            return Err(format!("DIVERSITY_AXES names '{a}' twice"));
+        }
+    }
+    Ok(())
+}
+
+/// Trim a text field and drop its control characters (`\r\n` and `\r` become `\n`;
+/// `\n` and `\t` stay).
+fn clean_text(s: &str) -> String {
+    let s = s.replace("\r\n", "\n").replace('\r', "\n");
+    s.chars()
+        .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
 fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -331,11 +396,13 @@ pub enum OutputFormat {
     /// "user_scenario": {"persona": TEXT}}]}` — each `user_scenario` merges into a τ²-bench
     /// task's `user_scenario` (its `persona` string field).
     Tau2,
-    /// The ready-to-paste injection block of each persona, separated by a `# task / persona` line.
+    /// The ready-to-paste injection block of each persona, separated by a `# task / persona`
+    /// line. Control characters (other than newlines and tabs) are shown as `\u{..}` escapes.
     Prompt,
 }
 
-/// Format the personas of one task.
+/// Format the personas of one task. JSON formats escape control characters as JSON does;
+/// the prompt format shows them as `\u{..}` escapes, so no format writes raw escape sequences.
 pub fn format_personas(personas: &[Persona], format: OutputFormat) -> String {
     match format {
         OutputFormat::Jsonl => personas
@@ -363,9 +430,9 @@ pub fn format_personas(personas: &[Persona], format: OutputFormat) -> String {
             .map(|p| {
                 format!(
                     "# task {} / persona {}\n\n{}\n\n",
-                    p.task_id.as_deref().unwrap_or("-"),
-                    p.persona_id,
-                    persona_block(&p.text)
+                    neutralise(p.task_id.as_deref().unwrap_or("-")).replace('\n', " "),
+                    neutralise(&p.persona_id).replace('\n', " "),
+                    neutralise(&persona_block(&p.text))
                 )
             })
             .collect(),
