@@ -138,6 +138,7 @@ mod tests {
     fn printable_neutralises_escape_sequences() {
         assert_eq!(printable("ok\n\tline"), "ok\n\tline");
         assert_eq!(printable("\u{1b}[2Jgone\r"), "\\u{1b}[2Jgone\\u{d}");
+        assert_eq!(printable("a\u{202e}b"), "a\\u{202e}b");
     }
 
     #[test]

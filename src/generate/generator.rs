@@ -26,8 +26,7 @@
 //! (escape sequences, `\r`, NUL, ...; `\n` and `\t` stay): they are prompts for a language
 //! model and lines in terminals and reports, never terminal commands.
 
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -134,65 +133,6 @@ pub async fn generate_in(
             &program.name(),
         ))),
     }
-}
-
-/// [`generate_in`] for a program file with a configuration: the sandbox for `cfg` is built
-/// (probed) once per process and shared by all calls with an equal configuration, so
-/// concurrent calls share its concurrency limit.
-pub async fn generate(
-    program: &Path,
-    task_context: &str,
-    task_id: Option<&str>,
-    n: usize,
-    llm: Option<Arc<dyn ChatModel>>,
-    cfg: &SandboxConfig,
-    seed: u64,
-) -> Result<GenerationOutcome> {
-    let sandbox = shared_sandbox(cfg).await?;
-    generate_in(
-        &sandbox,
-        &Program::Path(program.to_path_buf()),
-        task_context,
-        task_id,
-        n,
-        llm,
-        seed,
-    )
-    .await
-}
-
-/// Blocking [`generate`] (builds a small Tokio runtime; do not call from async code).
-pub fn generate_blocking(
-    program: &Path,
-    task_context: &str,
-    task_id: Option<&str>,
-    n: usize,
-    llm: Option<Arc<dyn ChatModel>>,
-    cfg: &SandboxConfig,
-    seed: u64,
-) -> Result<GenerationOutcome> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Sandbox(format!("tokio runtime: {e}")))?;
-    rt.block_on(generate(program, task_context, task_id, n, llm, cfg, seed))
-}
-
-type SandboxCache = tokio::sync::Mutex<Vec<(String, Arc<Sandbox>)>>;
-
-/// The process-wide sandbox for `cfg` (probed on first use).
-pub async fn shared_sandbox(cfg: &SandboxConfig) -> Result<Arc<Sandbox>> {
-    static CACHE: OnceLock<SandboxCache> = OnceLock::new();
-    let key = serde_json::to_string(cfg).unwrap_or_default();
-    let cache = CACHE.get_or_init(|| tokio::sync::Mutex::new(Vec::new()));
-    let mut guard = cache.lock().await;
-    if let Some((_, s)) = guard.iter().find(|(k, _)| *k == key) {
-        return Ok(s.clone());
-    }
-    let s = Arc::new(Sandbox::new(cfg.clone()).await?);
-    guard.push((key, s.clone()));
-    Ok(s)
 }
 
 /// Normalise a persona id to snake_case (`"Angry Bob!"` → `angry_bob`).

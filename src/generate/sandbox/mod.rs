@@ -111,26 +111,10 @@ fn uid_block() -> u32 {
     SLOT_UID_BASE + ((std::process::id() & 0xFFFF) << 10) + instance * MAX_SLOTS
 }
 
-/// Make untrusted text safe to show on a terminal or in a log: every control character
-/// except `\n` and `\t` (C0, DEL, C1 — escape sequences, `\r`, backspace) and the Unicode
-/// bidirectional overrides become a visible `\u{..}` escape.
+/// Text from an untrusted program made safe to show on a terminal or in a log
+/// ([`crate::io::printable`]).
 pub fn neutralise(text: &str) -> String {
-    let unsafe_char = |c: char| {
-        (c.is_control() && c != '\n' && c != '\t')
-            || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
-    if !text.chars().any(unsafe_char) {
-        return text.to_string();
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if unsafe_char(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::io::printable(text).into_owned()
 }
 
 /// Where a generator run failed. A failure is data about the candidate, never an error of ppol.
