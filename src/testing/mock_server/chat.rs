@@ -282,15 +282,13 @@ fn completion(
     if info.tools_ignored && !tool_calls.is_empty() {
         // The model never saw the tools: it writes the calls as text.
         let mut text = content.unwrap_or_default();
-        for c in tool_calls.drain(..) {
+        for c in &reply.tool_calls {
             if !text.is_empty() {
                 text.push('\n');
             }
-            text.push_str(
-                &json!({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
-                    .to_string(),
-            );
+            text.push_str(&json!({"name": c.name, "arguments": c.arguments}).to_string());
         }
+        tool_calls.clear();
         content = Some(text);
     }
     let mut finish = reply.finish_reason.clone().unwrap_or_else(|| {

@@ -106,6 +106,8 @@ mod options;
 mod script;
 mod server;
 mod stats;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
