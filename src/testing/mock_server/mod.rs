@@ -60,22 +60,22 @@
 //!
 //! `hang_up`, `stall`, `endless_body` and `raw_body` exclude each other.
 //!
-//! **Server behaviour** ([`MockOptions`]; the CLI flag of `ppol mock-server` in brackets):
+//! **Server behaviour** ([`MockOptions`] field / flag of `ppol mock-server`):
 //!
 //! | option | behaviour |
 //! |---|---|
-//! | `latency` [`--latency-ms`] | fixed time added to every chat request that reaches processing, whatever its reply (rejections on arrival are immediate) |
-//! | `max_in_flight` [`--max-in-flight N`] | with N chat requests in flight (received, not answered), another is answered 429 at once with `Retry-After: busy_retry_after` [`--busy-retry-after-s`, default 1]; counted in `rejected_busy` |
-//! | `slots` [`--slots K`, `--serial` = 1] | at most K requests are computed at once, like llama.cpp's slots; the others wait in FIFO order (`waiting`, `queue_wait_ms_total`/`_max`, each record's `queue_wait_ms`) |
-//! | `tokens_per_s` [`--tokens-per-s T`] | a completion takes `completion_tokens / T` seconds (in its slot) |
-//! | `n_ctx` [`--n-ctx N`] | context window: a prompt over N tokens gets 400 `"This model's maximum context length is N tokens. However, you requested M tokens (request (M tokens) exceeds the available context size (N tokens), try increasing it)"` (type `exceed_context_size_error`, with `n_prompt_tokens`, `n_ctx`); `max_tokens` is clamped to what the window leaves and a longer text reply is cut there (`finish_reason: "length"`) |
-//! | `fill_context` [`--fill-context`, needs `n_ctx`] | a text reply to a request without `max_tokens` / `max_completion_tokens` grows (filler text) until the window is full, `finish_reason: "length"`: unbounded agent replies, slow with `tokens_per_s` |
-//! | `strict.reject_null_content` [`--reject-null-content`] | HTTP 500 `Invalid 'content' type ... got null` (or `Missing 'content'`) when an assistant message has no content string, as llama.cpp |
-//! | `strict.tools_need_tool_choice` [`--tools-need-tool-choice`] | `tools` are ignored unless `tool_choice` is present: the answer is plain text (scripted tool calls are written into it as JSON); the record says `tools_ignored` |
-//! | `strict` = both [`--strict`] | [`MockStrictness::llama_cpp`] |
-//! | `cancel_abandoned` [`--cancel-abandoned`] | a request whose client went away stops being computed and frees its slot; by default it is computed to the end (`abandoned_computed`) |
-//! | `outage` [`--down-after-requests N --down-for-s S`] | see *Outages* |
-//! | `max_lifetime` [`--lifetime-s`] | stop by itself |
+//! | `latency` / `--latency-ms` | fixed time added to every chat request that reaches processing, whatever its reply (rejections on arrival are immediate) |
+//! | `max_in_flight` / `--max-in-flight N` | with N chat requests in flight (received, not answered), another is answered 429 at once with `Retry-After: busy_retry_after` (`--busy-retry-after-s`, default 1); counted in `rejected_busy` |
+//! | `slots` / `--slots K`, `--serial` = 1 | at most K requests are computed at once, like llama.cpp's slots; the others wait in FIFO order (`waiting`, `queue_wait_ms_total`/`_max`, each record's `queue_wait_ms`) |
+//! | `tokens_per_s` / `--tokens-per-s T` | a completion takes `completion_tokens / T` seconds (in its slot) |
+//! | `n_ctx` / `--n-ctx N` | context window: a prompt over N tokens gets 400 `"This model's maximum context length is N tokens. However, you requested M tokens (request (M tokens) exceeds the available context size (N tokens), try increasing it)"` (type `exceed_context_size_error`, with `n_prompt_tokens`, `n_ctx`); `max_tokens` is clamped to what the window leaves and a longer text reply is cut there (`finish_reason: "length"`) |
+//! | `fill_context` / `--fill-context`, needs `n_ctx` | a text reply to a request without `max_tokens` / `max_completion_tokens` grows (filler text) until the window is full, `finish_reason: "length"`: unbounded agent replies, slow with `tokens_per_s` |
+//! | `strict.reject_null_content` / `--reject-null-content` | HTTP 500 `Invalid 'content' type ... got null` (or `Missing 'content'`) when an assistant message has no content string, as llama.cpp |
+//! | `strict.tools_need_tool_choice` / `--tools-need-tool-choice` | `tools` are ignored unless `tool_choice` is present: the answer is plain text (scripted tool calls are written into it as JSON); the record says `tools_ignored` |
+//! | `strict` = both / `--strict` | [`MockStrictness::llama_cpp`] |
+//! | `cancel_abandoned` / `--cancel-abandoned` | a request whose client went away stops being computed and frees its slot; by default it is computed to the end (`abandoned_computed`) |
+//! | `outage` / `--down-after-requests N --down-for-s S` | see *Outages* |
+//! | `max_lifetime` / `--lifetime-s` | stop by itself |
 //!
 //! [`MockOptions::llama_cpp`] combines them into a llama.cpp server.
 //!

@@ -187,15 +187,17 @@ pub(super) async fn supervise(
             cmd = commands.recv() => match cmd {
                 None => break,
                 Some(Command::Down { down_for, spare, done }) => {
-                    listener = None;
-                    lock(&shared.stats).down = true;
-                    shared.epoch.send_modify(|e| *e = e.wrapping_add(1) % STOPPED);
-                    for (id, h) in &open {
-                        if Some(*id) != spare {
-                            h.abort();
+                    // Already down: only the time to come back changes.
+                    if listener.take().is_some() {
+                        lock(&shared.stats).down = true;
+                        shared.epoch.send_modify(|e| *e = e.wrapping_add(1) % STOPPED);
+                        for (id, h) in &open {
+                            if Some(*id) != spare {
+                                h.abort();
+                            }
                         }
+                        lock(&shared.stats).outages += 1;
                     }
-                    lock(&shared.stats).outages += 1;
                     resume_at = down_for.map(|d| Instant::now() + d);
                     tracing::debug!(addr = %shared.addr, ?down_for, "mock server down");
                     if let Some(done) = done {

@@ -389,6 +389,9 @@ async fn outages_refuse_connections_then_the_server_comes_back_on_its_port() {
     assert!(server.is_down());
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     assert!(slow.await.unwrap().is_err());
+    // Pausing a paused server is the same outage.
+    server.pause().await;
+    assert_eq!(server.stats().outages, 1);
     server.resume().await.unwrap();
     assert!(!server.is_down());
     assert_eq!(server.addr(), addr);
