@@ -679,3 +679,35 @@ async fn bad_options_and_replies_are_named() {
     assert_eq!(r.status().as_u16(), 400);
     assert_eq!(server.queued(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_llama_cpp_preset_is_serial_strict_and_fills_its_window() {
+    let options = MockOptions::llama_cpp(64, 200.0);
+    let server = serve_with(MockScript::always(MockReply::text("ok")), options)
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let url = chat_url(&server);
+    let all: Vec<_> = (0..3)
+        .map(|_| {
+            let (http, url) = (http.clone(), url.clone());
+            tokio::spawn(async move { post(&http, &url, &ask("hi")).await })
+        })
+        .collect();
+    for f in all {
+        let (status, _, body) = f.await.unwrap();
+        assert_eq!(status, 200);
+        // 64 - 2 prompt tokens, at 200 tokens a second: 310 ms each, one after the other.
+        assert_eq!(body["usage"]["completion_tokens"], 62);
+    }
+    let null = json!({"model": "m", "messages": [{"role": "assistant"}]});
+    let (status, _, body) = post(&http, &url, &null).await;
+    assert_eq!(status, 500);
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("Missing 'content' in messages[0]"));
+    let s = server.stats();
+    assert_eq!(s.max_computing, 1);
+    assert!(s.queue_wait_ms_max >= 250, "{s:?}");
+}
