@@ -180,3 +180,119 @@ fn mock_server_prints_a_ready_line_and_stops_after_its_lifetime() {
         "{err}"
     );
 }
+
+/// One HTTP/1.1 request on a fresh connection: (status, body).
+fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head[9..12].parse().unwrap(), body.to_string())
+}
+
+#[test]
+fn mock_server_flags_set_replicas_latency_strictness_and_the_context_window() {
+    use std::io::BufRead;
+    let mut child = crate::util::ppol()
+        .args([
+            "mock-server",
+            "--replicas",
+            "2",
+            "--serial",
+            "--latency-ms",
+            "150",
+            "--strict",
+            "--n-ctx",
+            "20",
+            "--lifetime-s",
+            "60",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready: Vec<serde_json::Value> = (0..2)
+        .map(|_| serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap())
+        .collect();
+    let addr = |i: usize| ready[i]["addr"].as_str().unwrap().to_string();
+    assert_ne!(addr(0), addr(1));
+    assert_eq!(
+        (ready[0]["replica"].clone(), ready[1]["replica"].clone()),
+        (0.into(), 1.into())
+    );
+
+    let chat = |i: usize, body: serde_json::Value| {
+        http(&addr(i), "POST", "/v1/chat/completions", &body.to_string())
+    };
+    // 100 characters: 26 tokens, over the 20-token window.
+    let (status, body) = chat(
+        0,
+        serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(100)}]}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("maximum context length is 20 tokens"),
+        "{body}"
+    );
+    let (status, body) = chat(
+        1,
+        serde_json::json!({"model": "m", "messages": [{"role": "assistant", "content": null}]}),
+    );
+    assert_eq!(status, 500, "{body}");
+    let t = std::time::Instant::now();
+    let (status, body) = chat(
+        1,
+        serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(t.elapsed() >= std::time::Duration::from_millis(150));
+    // Counters are per replica.
+    let stats = |i: usize| -> serde_json::Value {
+        serde_json::from_str(&http(&addr(i), "GET", "/mock/stats", "").1).unwrap()
+    };
+    let (s0, s1) = (stats(0), stats(1));
+    assert_eq!(
+        (s0["requests"].clone(), s1["requests"].clone()),
+        (1.into(), 2.into())
+    );
+    assert_eq!(s0["statuses"]["400"], 1);
+    assert_eq!(
+        (s1["statuses"]["500"].clone(), s1["statuses"]["200"].clone()),
+        (1.into(), 1.into())
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // Flags that need each other, and bad values, are one-line errors with exit code 2.
+    for (args, needle) in [
+        (&["--fill-context"][..], "--n-ctx"),
+        (&["--down-after-requests", "3"][..], "--down-for-s"),
+        (&["--serial", "--slots", "2"][..], "--slots"),
+        (
+            &["--tokens-per-s", "0"][..],
+            "--tokens-per-s must be a positive number",
+        ),
+        (
+            &["--down-after-requests", "3", "--down-for-s=-1"][..],
+            "--down-for-s must be a positive",
+        ),
+        (&["--replicas", "0"][..], "--replicas must be at least 1"),
+    ] {
+        let mut all = vec!["mock-server", "--lifetime-s", "5"];
+        all.extend_from_slice(args);
+        let (code, out, err) = run_ppol(&all);
+        assert_eq!((code, out.as_str()), (2, ""), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

@@ -11,7 +11,9 @@ use ppol::llm::{
     CallRole, ChatModel, ChatModelProvider, ChatRequest, LlmClient, LlmConfig, ModelSpec,
     OpenAiProvider, Price, ProviderKind, ScriptedModel, ToolSpec,
 };
-use ppol::testing::mock_server::{serve, serve_with, MockOptions, MockReply, MockRule, MockScript};
+use ppol::testing::mock_server::{
+    serve, serve_with, MockOptions, MockOutage, MockReply, MockRule, MockScript,
+};
 use ppol::Error;
 use serde_json::json;
 
@@ -1065,6 +1067,118 @@ async fn mock_server_speaks_plain_http() {
     merged.merge(&acc);
     assert_eq!(merged.total.calls, 4);
     assert_eq!(merged.roles[&CallRole::Agent].calls, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_rides_out_a_server_killed_and_restarted() {
+    // The second request kills the server; it listens again 300 ms later on the same port.
+    let server = serve_with(
+        MockScript::default(),
+        MockOptions {
+            outage: Some(MockOutage {
+                after_requests: 1,
+                down_for: Duration::from_millis(300),
+            }),
+            ..MockOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut cfg = mock_config(&server.base_url());
+    cfg.max_retries = 8;
+    cfg.backoff_base_ms = 50;
+    cfg.backoff_max_ms = 200;
+    let client = LlmClient::from_config(&cfg).unwrap();
+    let r = client.chat(&user(CallRole::Agent, "one")).await.unwrap();
+    assert_eq!(r.message.content, "echo: one");
+    let t = Instant::now();
+    let r = client.chat(&user(CallRole::Agent, "two")).await.unwrap();
+    assert_eq!(r.message.content, "echo: two");
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    let acc = client.accounting();
+    assert!(acc.total.retries >= 1, "{acc:?}");
+    assert_eq!((acc.total.calls, acc.total.failures), (2, 0));
+    let s = server.stats();
+    assert_eq!((s.outages, s.cut, s.answered), (1, 1, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_costs_match_what_the_server_was_asked_for() {
+    let server = serve(
+        MockScript::default()
+            .with_rule(MockRule {
+                model: Some("agent-model".into()),
+                reply: MockReply::text("agent says").with_usage(120, 30),
+                ..MockRule::default()
+            })
+            .with_rule(MockRule {
+                model: Some("user-model".into()),
+                times: Some(1),
+                reply: MockReply::status(500),
+                ..MockRule::default()
+            }),
+    )
+    .await
+    .unwrap();
+    let mut cfg = mock_config(&server.base_url());
+    cfg.default.model = "agent-model".into();
+    cfg.roles.insert(
+        CallRole::UserSim,
+        ppol::llm::ModelPatch {
+            model: Some("user-model".into()),
+            ..Default::default()
+        },
+    );
+    for (model, prompt, completion) in [("agent-model", 2.0, 8.0), ("user-model", 1.0, 4.0)] {
+        cfg.prices
+            .insert(model.into(), Price { prompt, completion });
+    }
+    let client = LlmClient::from_config(&cfg).unwrap();
+    for i in 0..3 {
+        client
+            .chat(&user(CallRole::Agent, &format!("a{i}")))
+            .await
+            .unwrap();
+        // The first user-sim call meets a 500 and is retried: two requests, one completion.
+        client
+            .chat(&user(CallRole::UserSim, &format!("u{i}")))
+            .await
+            .unwrap();
+    }
+    let acc = client.accounting();
+    let s = server.stats();
+    let (agent, usersim) = (&acc.roles[&CallRole::Agent], &acc.roles[&CallRole::UserSim]);
+    let (a, u) = (s.models["agent-model"], s.models["user-model"]);
+    assert_eq!((a.requests, a.completions), (3, 3));
+    assert_eq!((u.requests, u.completions), (4, 3));
+    assert_eq!(
+        (agent.prompt_tokens, agent.completion_tokens),
+        (a.prompt_tokens, a.completion_tokens)
+    );
+    assert_eq!((a.prompt_tokens, a.completion_tokens), (360, 90));
+    assert_eq!(
+        (usersim.prompt_tokens, usersim.completion_tokens),
+        (u.prompt_tokens, u.completion_tokens)
+    );
+    assert_eq!(
+        acc.total.tokens(),
+        s.usage.prompt_tokens + s.usage.completion_tokens
+    );
+    assert_eq!(acc.total.attempts, s.requests);
+    let usd = (a.prompt_tokens as f64 * 2.0
+        + a.completion_tokens as f64 * 8.0
+        + u.prompt_tokens as f64 * 1.0
+        + u.completion_tokens as f64 * 4.0)
+        / 1e6;
+    assert!(
+        (acc.total.usd - usd).abs() < 1e-12,
+        "{} vs {usd}",
+        acc.total.usd
+    );
 }
 
 /// Read one HTTP response with a Content-Length body.
