@@ -433,7 +433,7 @@ fn prompt_budget_drops_inspirations_first() {
     .validate()
     .unwrap_err()
     .to_string()
-    .contains("mutator.temperature"));
+    .contains("mutation.temperature"));
 }
 
 #[test]
