@@ -13,13 +13,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::compare::{compare, render_table, Condition};
 use super::evaluate::{
-    evaluate_candidate, CandidateOutcome, Generation, PersonaGenerator, Scorer, TaskContext,
+    evaluate_candidate, program_metrics, rank, score_episodes, CandidateOutcome, SandboxGenerator,
+    TaskContext,
 };
 use crate::dialogue::Dialogue;
 use crate::evolve::archive::Archive;
@@ -32,9 +32,11 @@ use crate::evolve::mutation::structural::{
 use crate::evolve::mutation::{ChildFailure, FailureKind};
 use crate::evolve::program::{MutationInfo, MutationKind, Program, ProgramId};
 use crate::evolve::runlog::{self, EvalMetrics, Event, FailureInfo, RunLog};
+use crate::fitness::coverage::CoverageOptions;
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::features::Fingerprint;
 use crate::fitness::reference::HumanReference;
+use crate::fitness::score::{Scorer, Weights};
 use crate::fitness::traces::{self, LoadOptions};
 use crate::generate::sandbox::{Sandbox, SandboxConfig};
 use crate::llm::client::LlmClient;
@@ -109,60 +111,6 @@ struct Checkpoint {
     parents: BTreeMap<String, Option<String>>,
     best_validation: Option<(String, EvalMetrics)>,
     elapsed_s: f64,
-}
-
-/// Persona generation through the sandbox.
-pub struct SandboxGenerator {
-    sandbox: Arc<Sandbox>,
-    llm: Option<Arc<dyn ChatModel>>,
-}
-
-impl SandboxGenerator {
-    /// A generator over a sandbox, with the LLM the programs may call (`ppol_llm`).
-    pub fn new(sandbox: Arc<Sandbox>, llm: Option<Arc<dyn ChatModel>>) -> Self {
-        SandboxGenerator { sandbox, llm }
-    }
-}
-
-#[async_trait]
-impl PersonaGenerator for SandboxGenerator {
-    async fn generate(&self, code: &str, task: &TaskContext, n: usize, seed: u64) -> Generation {
-        let program = crate::generate::sandbox::Program::Source {
-            name: "candidate.py".into(),
-            code: code.to_string(),
-        };
-        match crate::generate::generator::generate_in(
-            &self.sandbox,
-            &program,
-            &task.context,
-            Some(&task.task_id),
-            n,
-            self.llm.clone(),
-            seed,
-        )
-        .await
-        {
-            Ok(crate::generate::generator::GenerationOutcome::Ok { personas, .. }) => {
-                Generation::Personas(personas)
-            }
-            Ok(crate::generate::generator::GenerationOutcome::Failed(f)) => {
-                let text = format!("{} {}", f.reason, f.stderr_tail);
-                if text.contains("budget exhausted") || text.contains("gave up after") {
-                    Generation::Infrastructure(format!(
-                        "LLM unavailable during generation: {}",
-                        f.reason
-                    ))
-                } else {
-                    Generation::Failed(FailureInfo {
-                        stage: format!("sandbox:{}", f.stage),
-                        reason: f.reason,
-                        stderr_tail: f.stderr_tail,
-                    })
-                }
-            }
-            Err(e) => Generation::Infrastructure(e.to_string()),
-        }
-    }
 }
 
 /// Everything a run needs, built from its configuration.
@@ -414,32 +362,6 @@ fn offline_ops() -> StructuralOptions {
         .collect(),
         ..StructuralOptions::default()
     }
-}
-
-/// Put the ranking score in `combined` (the fixed final weights by default, so programs scored
-/// at different curriculum stages are comparable); keep the reference's ramped score beside it.
-fn rank_metrics(m: &mut EvalMetrics, cfg: &RunConfig) {
-    if cfg.fitness.select_by == crate::evolve::config::SelectBy::Fixed {
-        let ramp = m.combined;
-        m.lambda_h = cfg.fitness.lambda_h;
-        m.lambda_b = cfg.fitness.lambda_b;
-        m.combined = m.lambda_h * m.human_likeness + m.lambda_b * m.coverage;
-        m.combined_ramp = Some(ramp);
-    }
-}
-
-/// The metrics a program carries in the archive (`combined` is what it ranks by).
-fn metrics_map(m: &EvalMetrics) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::from([
-        ("combined".to_string(), m.combined),
-        ("human_likeness".to_string(), m.human_likeness),
-        ("coverage".to_string(), m.coverage),
-        ("success_rate".to_string(), m.success_rate),
-    ]);
-    if let Some(r) = m.combined_ramp {
-        out.insert("combined_ramp".into(), r);
-    }
-    out
 }
 
 fn cost_summary(client: &Option<LlmClient>) -> runlog::CostSummary {
@@ -798,8 +720,11 @@ async fn run_loop(
     let scorer = Scorer::new(
         reference,
         discriminator,
-        cfg.fitness.standardize,
-        cfg.fitness.n_clusters,
+        CoverageOptions {
+            standardize: cfg.fitness.standardize,
+            n_clusters: cfg.fitness.n_clusters,
+            seed: 0,
+        },
     )?;
     let schedule = cfg.fitness.schedule();
     if ckpt.is_none()
@@ -813,9 +738,12 @@ async fn run_loop(
             .filter(|e| train_set.contains(&e.task_id))
             .cloned()
             .collect();
-        let m = scorer
-            .score(&base_train, schedule.lambda_h, schedule.lambda_b, 0)
-            .metrics;
+        let m = score_episodes(
+            &scorer,
+            &base_train,
+            Weights::new(schedule.lambda_h, schedule.lambda_b),
+            0,
+        );
         log.append(Event::DiscriminatorTrained {
             n_human: scorer.discriminator.training.n_human,
             n_baseline: scorer.discriminator.training.n_simulator,
@@ -1048,8 +976,7 @@ async fn run_loop(
             &candidate.code,
             &batch,
             plan.n_personas,
-            plan.lambda_h,
-            plan.lambda_b,
+            plan.weights(),
             &ctx.generator,
             &ctx.runner,
             &scorer,
@@ -1129,7 +1056,11 @@ async fn run_loop(
                 fingerprints,
             } => {
                 requeues = 0;
-                rank_metrics(&mut metrics, &cfg);
+                rank(
+                    &mut metrics,
+                    cfg.fitness.select_by,
+                    Weights::new(cfg.fitness.lambda_h, cfg.fitness.lambda_b),
+                );
                 let computed = computed_reflection(
                     &scorer,
                     &persona_records,
@@ -1160,7 +1091,7 @@ async fn run_loop(
                     _ => computed.clone(),
                 };
                 let mut program = candidate;
-                program.metrics = metrics_map(&metrics);
+                program.metrics = program_metrics(&metrics);
                 program.reflection = Some(reflection.clone());
                 parents.insert(
                     program.id.0.clone(),
@@ -1190,13 +1121,11 @@ async fn run_loop(
                     cost: cost_summary(&ctx.client),
                 })?;
                 if added.new_best {
-                    let (lh, lb) = (schedule.lambda_h, schedule.lambda_b);
                     let vo = evaluate_candidate(
                         &program.code,
                         &val_ctx,
                         schedule.n_personas,
-                        lh,
-                        lb,
+                        Weights::new(schedule.lambda_h, schedule.lambda_b),
                         &ctx.generator,
                         &ctx.val_runner,
                         &scorer,
@@ -1484,8 +1413,11 @@ pub async fn evaluate_run(
     let scorer = Scorer::new(
         reference,
         discriminator,
-        cfg.fitness.standardize,
-        cfg.fitness.n_clusters,
+        CoverageOptions {
+            standardize: cfg.fitness.standardize,
+            n_clusters: cfg.fitness.n_clusters,
+            seed: 0,
+        },
     )?;
     let (humans, human_source) = if human.is_empty() {
         let held = dir.join("human_heldout.jsonl");
