@@ -405,3 +405,49 @@ async fn llm_budget_stops_the_run_cleanly() {
     assert!(iterations < 10);
     assert!(out.join("best/program.py").exists());
 }
+
+/// The loop as a state machine: a step changes the state and logs the evaluation, nothing is
+/// saved until `commit`, and the checkpoint is the state itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn step_then_commit_saves_the_state_as_the_checkpoint() {
+    use ppol::evolve::config::RunConfig;
+    use ppol::evolve::context::RunContext;
+    use ppol::evolve::evolution::{Evolution, State, Step};
+    use ppol::evolve::rundir::RunDir;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = RunConfig::default();
+    cfg.run.out = Some(tmp.path().join("run"));
+    cfg.search.iterations = 3;
+    let dir = RunDir::create(&cfg).unwrap();
+    let ctx = RunContext::new(cfg, dir.clone()).await.unwrap();
+    let mut evo = Evolution::start(ctx, None, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(evo.state().iteration, 0);
+    let step = evo.step().await.unwrap();
+    assert!(matches!(step, Step::Iteration { .. }), "{step:?}");
+    assert_eq!(evo.state().iteration, 1);
+    assert_eq!(
+        evo.state().archive.len(),
+        1,
+        "the seed program is in the archive"
+    );
+    assert!(
+        !dir.checkpoint_path().exists(),
+        "a step alone saves nothing"
+    );
+    let last = read(&dir.log_path()).unwrap().pop().unwrap();
+    assert_eq!(
+        last.event.kind(),
+        "validation",
+        "the seed is the first best"
+    );
+    evo.commit().unwrap();
+    let saved: State = dir.read_checkpoint().unwrap().unwrap();
+    let last = read(&dir.log_path()).unwrap().pop().unwrap();
+    assert_eq!(last.event, Event::Checkpoint { iteration: 1 });
+    assert_eq!(saved.log_seq, last.seq);
+    assert_eq!(saved.iteration, 1);
+    assert_eq!(saved.archive.to_json(), evo.state().archive.to_json());
+    assert!(dir.join("best/program.py").exists());
+}
