@@ -38,7 +38,7 @@ use crate::evolve::archive::Archive;
 use crate::evolve::config::RunConfig;
 use crate::evolve::context::RunContext;
 use crate::evolve::evaluate::{
-    evaluate_candidate, program_metrics, rank, CandidateOutcome, TaskContext,
+    evaluate_candidate, program_metric_names, program_metrics, rank, CandidateOutcome, TaskContext,
 };
 use crate::evolve::mutation::dispatch::Mutator;
 use crate::evolve::mutation::{ChildFailure, FailureKind};
@@ -68,7 +68,8 @@ pub struct Progress {
     pub iteration: u64,
     /// Iterations planned.
     pub iterations: u64,
-    /// Best combined train score so far.
+    /// Best fitness so far: the archive's `fitness_metric` (`combined` by default) of its best
+    /// program, on its train batch.
     pub best_combined: Option<f64>,
     /// What just happened.
     pub message: String,
@@ -166,9 +167,9 @@ impl State {
         chain
     }
 
-    /// The best program's `combined` score.
+    /// The best program's fitness (the archive's `fitness_metric`).
     pub fn best_fitness(&self) -> Option<f64> {
-        self.archive.best().and_then(|b| b.metric("combined"))
+        self.archive.best().and_then(|b| self.archive.fitness(b))
     }
 }
 
@@ -276,6 +277,7 @@ impl Evolution {
         control: RunControl,
     ) -> Result<Evolution> {
         let cfg = &ctx.cfg;
+        check_metric_names(cfg)?;
         let mutator = Mutator::new(&cfg.mutation, &cfg.archive, ctx.model())?;
         let reference =
             HumanReference::build(&ctx.humans, cfg.run.feature_set, ctx.human_source.clone())?;
@@ -815,6 +817,30 @@ fn final_weights(cfg: &RunConfig) -> Weights {
     Weights::new(cfg.fitness.lambda_h, cfg.fitness.lambda_b)
 }
 
+/// The archive ranks and bins programs by metrics they carry: `fitness_metric` and every
+/// descriptor must be one of them, or the first evaluation would fail after being paid for.
+fn check_metric_names(cfg: &RunConfig) -> Result<()> {
+    let known = program_metric_names(cfg.fitness.select_by);
+    let check = |key: &str, name: &str| -> Result<()> {
+        if known.iter().any(|k| k == name) {
+            Ok(())
+        } else {
+            Err(Error::config(
+                key,
+                format!(
+                    "unknown metric '{name}' (programs carry: {})",
+                    known.join(", ")
+                ),
+            ))
+        }
+    };
+    check("archive.fitness_metric", &cfg.archive.fitness_metric)?;
+    for d in &cfg.archive.feature_dimensions {
+        check("archive.feature_dimensions", d)?;
+    }
+    Ok(())
+}
+
 /// The first event of a run: configuration, seeds, models and the hashes of every embedded text.
 fn run_started(ctx: &RunContext) -> Event {
     let cfg = &ctx.cfg;
@@ -844,7 +870,7 @@ fn run_started(ctx: &RunContext) -> Event {
     );
     hashes.insert(
         "feature_banks".into(),
-        code_hash(cfg.run.feature_set.name()),
+        code_hash(cfg.run.feature_set.banks().1),
     );
     hashes.insert("seed_program".into(), code_hash(&ctx.seed_code));
     Event::RunStarted {
@@ -894,6 +920,27 @@ fn discriminator_trained(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_archive_metrics_are_named_before_anything_runs() {
+        let mut cfg = RunConfig::default();
+        assert!(check_metric_names(&cfg).is_ok());
+        cfg.archive.fitness_metric = "human_likeness".into();
+        assert!(check_metric_names(&cfg).is_ok());
+        cfg.archive.fitness_metric = "score".into();
+        let e = check_metric_names(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("archive.fitness_metric") && e.contains("'score'"),
+            "{e}"
+        );
+        cfg.archive.fitness_metric = "combined".into();
+        cfg.archive.feature_dimensions = vec!["coverage".into(), "dice".into()];
+        let e = check_metric_names(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("archive.feature_dimensions") && e.contains("'dice'"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_state_round_trips_through_its_checkpoint_text() {
