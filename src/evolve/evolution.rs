@@ -9,7 +9,7 @@
 //!    and the iteration ends there.
 //! 2. **Evaluate** it (`evaluate`, which reads the state but does not change it): personas
 //!    generated in the sandbox for the iteration's batch of train tasks, one episode per
-//!    persona, scored by the run's [`Scorer`], with the [reflection](crate::evolve::reflection).
+//!    persona, scored by the run's [`Scorer`], with its [`reflection`].
 //! 3. **Record** the result (`record`): the archive, the run log, validation of a new best and
 //!    `best/`. An infrastructure failure (an endpoint down after its retries) is not an
 //!    iteration: the candidate is queued again, up to `search.max_requeues` times in a row.
