@@ -543,3 +543,34 @@ async fn step_then_commit_saves_the_state_as_the_checkpoint() {
     assert_eq!(saved.archive.to_json(), evo.state().archive.to_json());
     assert!(dir.join("best/program.py").exists());
 }
+
+/// Settings only a run can check are refused before the run directory exists: a fitness
+/// metric programs do not carry, and LLM mutation without an LLM (which used to panic at the
+/// first mutation).
+#[test]
+fn run_settings_are_refused_before_anything_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (toml, key) in [
+        (
+            "[archive]\nfitness_metric = \"score\"\n",
+            "archive.fitness_metric",
+        ),
+        ("[mutation]\nmode = \"llm\"\n", "mutation.mode"),
+        ("[mutation]\ntemperature = 7.0\n", "mutation.temperature"),
+    ] {
+        let cfg = tmp.path().join("c.toml");
+        std::fs::write(&cfg, toml).unwrap();
+        let out = tmp.path().join("run");
+        let (code, _, err) = run_ppol(&[
+            "evolve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ]);
+        assert_eq!(code, 2, "{toml}: {err}");
+        assert!(err.contains(key), "{toml}: {err}");
+        assert!(!out.exists(), "{toml}: the run directory was created");
+    }
+}

@@ -277,7 +277,7 @@ impl Evolution {
         control: RunControl,
     ) -> Result<Evolution> {
         let cfg = &ctx.cfg;
-        check_metric_names(cfg)?;
+        check_config(cfg)?;
         let mutator = Mutator::new(&cfg.mutation, &cfg.archive, ctx.model())?;
         let reference =
             HumanReference::build(&ctx.humans, cfg.run.feature_set, ctx.human_source.clone())?;
@@ -815,6 +815,13 @@ impl RunControl {
 /// The final weights (validation, `ppol eval`, and ranking with `select_by = "fixed"`).
 fn final_weights(cfg: &RunConfig) -> Weights {
     Weights::new(cfg.fitness.lambda_h, cfg.fitness.lambda_b)
+}
+
+/// Refuse, before a run creates or pays for anything, settings only a run can check: the
+/// archive's metrics (below) and the mutation settings ([`Mutator::check`]).
+pub fn check_config(cfg: &RunConfig) -> Result<()> {
+    check_metric_names(cfg)?;
+    Mutator::check(&cfg.mutation, &cfg.archive, !cfg.offline())
 }
 
 /// The archive ranks and bins programs by metrics they carry: `fitness_metric` and every

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::evolve::config::RunConfig;
 use crate::evolve::context::RunContext;
-use crate::evolve::evolution::{Evolution, State, CHECKPOINT_FORMAT};
+use crate::evolve::evolution::{check_config, Evolution, State, CHECKPOINT_FORMAT};
 use crate::evolve::rundir::RunDir;
 use crate::{Error, Result};
 
@@ -19,6 +19,7 @@ pub use crate::evolve::evolution::{Progress, ProgressFn, RunControl, RunSummary}
 /// Create a run directory and run the evolution.
 pub async fn evolve(cfg: RunConfig, control: RunControl) -> Result<RunSummary> {
     cfg.validate()?;
+    check_config(&cfg)?;
     let dir = RunDir::create(&cfg)?;
     let ctx = RunContext::new(cfg, dir).await?;
     Evolution::start(ctx, None, control).await?.run().await
@@ -36,6 +37,7 @@ pub async fn resume(
     if let Some(n) = extra_iterations {
         cfg.search.iterations = n;
     }
+    check_config(&cfg)?;
     let checkpoint: Option<State> = dir.read_checkpoint()?;
     if let Some(c) = &checkpoint {
         if c.format != CHECKPOINT_FORMAT {

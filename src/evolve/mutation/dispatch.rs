@@ -80,29 +80,26 @@ impl Mutator {
         archive: &ArchiveConfig,
         model: Option<Arc<dyn ChatModel>>,
     ) -> Result<Self> {
-        let model = match (cfg.mode, model) {
-            (MutationMode::Structural, _) | (MutationMode::Auto, None) => None,
-            (MutationMode::Auto | MutationMode::Llm, Some(m)) => Some(m),
-            (MutationMode::Llm, None) => {
-                return Err(Error::config(
-                    "mutation.mode",
-                    "'llm' needs an [llm] section or --llm",
-                ))
-            }
+        let model = if uses_llm(cfg.mode, model.is_some())? {
+            model
+        } else {
+            None
         };
-        let builder = PromptBuilder::new(PromptConfig {
-            temperature: cfg.temperature,
-            max_tokens: cfg.max_tokens,
-            ..PromptConfig::for_archive(archive)
-        })?;
         Ok(Mutator {
             model,
-            builder,
+            builder: PromptBuilder::new(prompt_config(cfg, archive))?,
             vocabulary: axis_vocabulary(),
             structural: offline_ops(),
             crossover_rate: cfg.crossover_rate,
             rewrite_after_failures: cfg.rewrite_after_failures,
         })
+    }
+
+    /// The checks of [`Mutator::new`] without building it, for a run that will have a model
+    /// or not (`with_model`): lets a run refuse bad settings before it creates anything.
+    pub fn check(cfg: &MutationSection, archive: &ArchiveConfig, with_model: bool) -> Result<()> {
+        uses_llm(cfg.mode, with_model)?;
+        prompt_config(cfg, archive).validate()
     }
 
     /// Whether children come from the LLM.
@@ -261,6 +258,26 @@ impl Mutator {
             mutation,
             second_parent: None,
         })
+    }
+}
+
+/// Whether `mode` makes children with the LLM, given whether there is one.
+fn uses_llm(mode: MutationMode, has_model: bool) -> Result<bool> {
+    match (mode, has_model) {
+        (MutationMode::Structural, _) | (MutationMode::Auto, false) => Ok(false),
+        (MutationMode::Auto | MutationMode::Llm, true) => Ok(true),
+        (MutationMode::Llm, false) => Err(Error::config(
+            "mutation.mode",
+            "'llm' needs an [llm] section or --llm",
+        )),
+    }
+}
+
+fn prompt_config(cfg: &MutationSection, archive: &ArchiveConfig) -> PromptConfig {
+    PromptConfig {
+        temperature: cfg.temperature,
+        max_tokens: cfg.max_tokens,
+        ..PromptConfig::for_archive(archive)
     }
 }
 
