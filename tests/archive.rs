@@ -49,7 +49,7 @@ fn config_errors_name_the_key() {
         ..ArchiveConfig::default()
     };
     let e = Archive::new(bad, 0).unwrap_err().to_string();
-    assert!(e.contains("database.migration_rate"), "{e}");
+    assert!(e.contains("archive.migration_rate"), "{e}");
     let bad = ArchiveConfig {
         exploration_ratio: 0.5,
         exploitation_ratio: 0.7,
@@ -77,6 +77,21 @@ fn config_errors_name_the_key() {
         .contains("num_islands"));
     // Unknown keys are rejected, missing keys take defaults.
     assert!(serde_json::from_str::<ArchiveConfig>(r#"{"num_island": 3}"#).is_err());
+    // In a run configuration the section is [archive], and that is the key the error names.
+    for (toml, key) in [
+        ("[archive]\nnum_islands = 0\n", "archive.num_islands"),
+        ("[archive]\nfeature_bins = 5000\n", "archive.feature_bins"),
+        (
+            "[archive]\nfitness_metric = \" \"\n",
+            "archive.fitness_metric",
+        ),
+    ] {
+        let e =
+            ppol::evolve::config::RunConfig::from_toml_str(toml, std::path::Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains(key) && !e.contains("database"), "{toml}: {e}");
+    }
     let c: ArchiveConfig = serde_json::from_str(r#"{"feature_bins": 4}"#).unwrap();
     assert_eq!((c.feature_bins, c.num_islands), (4, 5));
 }

@@ -405,3 +405,172 @@ async fn llm_budget_stops_the_run_cleanly() {
     assert!(iterations < 10);
     assert!(out.join("best/program.py").exists());
 }
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn run_started_hashes(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    match read(&dir.join("log.jsonl")).unwrap().remove(0).event {
+        Event::RunStarted { hashes, .. } => hashes,
+        e => panic!("first event is {}", e.kind()),
+    }
+}
+
+/// The run log's `feature_banks` hash is the SHA-256 of the banks file the feature set is
+/// compiled from (it was the hash of the set's name, which does not change when a bank does).
+#[test]
+fn run_log_hashes_the_feature_banks_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut seen = Vec::new();
+    for (set, file) in [("ppol-0.1.1", "ppol-0.1.1.banks"), ("v2", "v2.banks")] {
+        let cfg = tmp.path().join(format!("{set}.toml"));
+        std::fs::write(
+            &cfg,
+            format!("[run]\nfeature_set = \"{set}\"\n[search]\niterations = 1\n"),
+        )
+        .unwrap();
+        let out = tmp.path().join(set);
+        let (code, _, err) = run_ppol(&[
+            "evolve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let banks = std::fs::read(root().join("fitness").join(file)).unwrap();
+        let logged = run_started_hashes(&out)["feature_banks"].clone();
+        assert_eq!(logged, sha256_hex(&banks), "{set}");
+        seen.push(logged);
+    }
+    assert_ne!(seen[0], seen[1]);
+}
+
+/// `[archive] fitness_metric` decides the best program, and progress reports the best
+/// program's value of that metric (not its `combined`).
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_reports_the_configured_fitness_metric() {
+    use ppol::evolve::config::RunConfig;
+    use ppol::evolve::run::{evolve, Progress, RunControl};
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = RunConfig::default();
+    cfg.run.out = Some(tmp.path().join("run"));
+    cfg.search.iterations = 6;
+    cfg.search.seed = 7;
+    cfg.archive.fitness_metric = "human_likeness".into();
+    let seen: Arc<Mutex<Vec<Progress>>> = Arc::default();
+    let sink = seen.clone();
+    let control = RunControl {
+        progress: Some(Arc::new(move |p: &Progress| {
+            sink.lock().unwrap().push(p.clone())
+        })),
+        ..Default::default()
+    };
+    let summary = evolve(cfg, control).await.unwrap();
+    let log = read(&summary.run_dir.join("log.jsonl")).unwrap();
+    let scored: Vec<(String, f64, f64)> = log
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::CandidateEvaluated {
+                program_id,
+                metrics,
+                ..
+            } => Some((program_id.clone(), metrics.human_likeness, metrics.combined)),
+            _ => None,
+        })
+        .collect();
+    assert!(scored.len() >= 2, "{scored:?}");
+    let best_hl = scored.iter().map(|s| s.1).fold(f64::MIN, f64::max);
+    let best = scored.iter().find(|s| s.1 == best_hl).unwrap();
+    assert_eq!(summary.best_program_id.as_deref(), Some(best.0.as_str()));
+    let last = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(last.best_combined, Some(best_hl), "{last:?}");
+    assert_ne!(
+        best.1, best.2,
+        "human_likeness and combined coincide: the test proves nothing"
+    );
+}
+
+/// The loop as a state machine: a step changes the state and logs the evaluation, nothing is
+/// saved until `commit`, and the checkpoint is the state itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn step_then_commit_saves_the_state_as_the_checkpoint() {
+    use ppol::evolve::config::RunConfig;
+    use ppol::evolve::context::RunContext;
+    use ppol::evolve::evolution::{Evolution, State, Step};
+    use ppol::evolve::rundir::RunDir;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = RunConfig::default();
+    cfg.run.out = Some(tmp.path().join("run"));
+    cfg.search.iterations = 3;
+    let dir = RunDir::create(&cfg).unwrap();
+    let ctx = RunContext::new(cfg, dir.clone()).await.unwrap();
+    let mut evo = Evolution::start(ctx, None, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(evo.state().iteration, 0);
+    let step = evo.step().await.unwrap();
+    assert!(matches!(step, Step::Iteration { .. }), "{step:?}");
+    assert_eq!(evo.state().iteration, 1);
+    assert_eq!(
+        evo.state().archive.len(),
+        1,
+        "the seed program is in the archive"
+    );
+    assert!(
+        !dir.checkpoint_path().exists(),
+        "a step alone saves nothing"
+    );
+    let last = read(&dir.log_path()).unwrap().pop().unwrap();
+    assert_eq!(
+        last.event.kind(),
+        "validation",
+        "the seed is the first best"
+    );
+    evo.commit().unwrap();
+    let saved: State = dir.read_checkpoint().unwrap().unwrap();
+    let last = read(&dir.log_path()).unwrap().pop().unwrap();
+    assert_eq!(last.event, Event::Checkpoint { iteration: 1 });
+    assert_eq!(saved.log_seq, last.seq);
+    assert_eq!(saved.iteration, 1);
+    assert_eq!(saved.archive.to_json(), evo.state().archive.to_json());
+    assert!(dir.join("best/program.py").exists());
+}
+
+/// Settings only a run can check are refused before the run directory exists: a fitness
+/// metric programs do not carry, and LLM mutation without an LLM (which used to panic at the
+/// first mutation).
+#[test]
+fn run_settings_are_refused_before_anything_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (toml, key) in [
+        (
+            "[archive]\nfitness_metric = \"score\"\n",
+            "archive.fitness_metric",
+        ),
+        ("[mutation]\nmode = \"llm\"\n", "mutation.mode"),
+        ("[mutation]\ntemperature = 7.0\n", "mutation.temperature"),
+    ] {
+        let cfg = tmp.path().join("c.toml");
+        std::fs::write(&cfg, toml).unwrap();
+        let out = tmp.path().join("run");
+        let (code, _, err) = run_ppol(&[
+            "evolve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ]);
+        assert_eq!(code, 2, "{toml}: {err}");
+        assert!(err.contains(key), "{toml}: {err}");
+        assert!(!out.exists(), "{toml}: the run directory was created");
+    }
+}

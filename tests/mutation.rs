@@ -433,7 +433,7 @@ fn prompt_budget_drops_inspirations_first() {
     .validate()
     .unwrap_err()
     .to_string()
-    .contains("mutator.temperature"));
+    .contains("mutation.temperature"));
 }
 
 #[test]
@@ -783,4 +783,173 @@ fn end_to_end_iteration_with_a_scripted_mutator() {
         .unwrap();
     assert_eq!(archive.len(), 4);
     assert_eq!(archive.best().unwrap().id.as_str(), "it1");
+}
+
+// ---------------------------------------------------------------- dispatch
+
+fn mutation_cfg(mode: ppol::evolve::config::MutationMode) -> ppol::evolve::config::MutationSection {
+    ppol::evolve::config::MutationSection {
+        mode,
+        ..Default::default()
+    }
+}
+
+fn scripted(answers: &[&str]) -> std::sync::Arc<dyn ppol::llm::ChatModel> {
+    use ppol::llm::scripted::{ScriptedModel, ScriptedReply};
+    std::sync::Arc::new(ScriptedModel::from_replies(
+        answers.iter().map(|a| ScriptedReply::text(*a)),
+    ))
+}
+
+/// The mode is checked when the run starts: `llm` without a model, or prompt settings out of
+/// range, name their `[mutation]` key (a run with `mode = "llm"` and no `[llm]` used to panic
+/// at its first mutation).
+#[test]
+fn mutator_settings_errors_name_the_mutation_key() {
+    use ppol::evolve::archive::ArchiveConfig;
+    use ppol::evolve::config::MutationMode;
+    use ppol::evolve::mutation::Mutator;
+    let archive = ArchiveConfig::default();
+    let e = Mutator::new(&mutation_cfg(MutationMode::Llm), &archive, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("mutation.mode"), "{e}");
+    let hot = ppol::evolve::config::MutationSection {
+        temperature: 5.0,
+        ..mutation_cfg(MutationMode::Auto)
+    };
+    let e = Mutator::new(&hot, &archive, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("mutation.temperature"), "{e}");
+    // auto: structural offline, LLM diffs with a model; structural stays structural
+    let m = Mutator::new(&mutation_cfg(MutationMode::Auto), &archive, None).unwrap();
+    assert_eq!(m.mode_name(), "structural");
+    let m = Mutator::new(
+        &mutation_cfg(MutationMode::Auto),
+        &archive,
+        Some(scripted(&[])),
+    )
+    .unwrap();
+    assert_eq!(m.mode_name(), "diff");
+    let m = Mutator::new(
+        &mutation_cfg(MutationMode::Structural),
+        &archive,
+        Some(scripted(&[])),
+    )
+    .unwrap();
+    assert!(!m.uses_llm());
+}
+
+fn archive_with_two_programs() -> (ppol::evolve::archive::Archive, Program) {
+    use ppol::evolve::archive::{Archive, ArchiveConfig};
+    let cfg = ArchiveConfig {
+        num_islands: 1,
+        ..ArchiveConfig::default()
+    };
+    let mut archive = Archive::new(cfg, 9).unwrap();
+    let metrics =
+        |c: f64, h: f64, v: f64| [("combined", c), ("human_likeness", h), ("coverage", v)];
+    let a = Program::seed("a", sample()).with_metrics(metrics(0.4, 0.3, 0.5));
+    let b = Program::seed("b", parent_b()).with_metrics(metrics(0.6, 0.9, 0.1));
+    archive.add(a, 0).unwrap();
+    archive.add(b, 0).unwrap();
+    let parent = archive.get(&"a".into()).unwrap().clone();
+    (archive, parent)
+}
+
+/// Offline, the crossover rate decides between crossover (with an inspiration other than the
+/// parent) and a structural edit; with a model, diffs until the parent's children failed
+/// `rewrite_after_failures` times in a row, then a full rewrite.
+#[test]
+fn dispatch_chooses_the_operator() {
+    use ppol::evolve::config::{MutationMode, MutationSection};
+    use ppol::evolve::mutation::{Mutator, Operator};
+    let (mut archive, parent) = archive_with_two_programs();
+    let insps = archive.inspirations(&parent, 0).unwrap();
+    assert!(insps.iter().any(|i| i.program.id.as_str() == "b"));
+    let with_rate = |rate: f64| {
+        Mutator::new(
+            &MutationSection {
+                crossover_rate: rate,
+                ..mutation_cfg(MutationMode::Structural)
+            },
+            archive.config(),
+            None,
+        )
+        .unwrap()
+    };
+    for seed in 0..20 {
+        match with_rate(1.0).choose(&archive, &parent, &insps, seed) {
+            Operator::Crossover { other } => assert_eq!(other.id.as_str(), "b"),
+            op => panic!("rate 1 chose {op:?}"),
+        }
+        assert_eq!(
+            with_rate(0.0).choose(&archive, &parent, &insps, seed),
+            Operator::Structural
+        );
+    }
+    // no other program to cross with: structural even at rate 1
+    let own: Vec<_> = insps
+        .iter()
+        .filter(|i| i.program.id == parent.id)
+        .cloned()
+        .collect();
+    assert_eq!(
+        with_rate(1.0).choose(&archive, &parent, &own, 3),
+        Operator::Structural
+    );
+
+    let llm = Mutator::new(
+        &MutationSection {
+            rewrite_after_failures: 2,
+            ..mutation_cfg(MutationMode::Llm)
+        },
+        archive.config(),
+        Some(scripted(&[])),
+    )
+    .unwrap();
+    assert_eq!(llm.choose(&archive, &parent, &insps, 1), Operator::Diff);
+    for _ in 0..2 {
+        archive.record_failure(
+            &parent.id,
+            ChildFailure::new(FailureKind::DiffNotApplied, "no match"),
+        );
+    }
+    assert_eq!(llm.choose(&archive, &parent, &insps, 1), Operator::Rewrite);
+}
+
+/// An LLM answer that applies becomes a child with its angle and summary; one that does not is
+/// a recorded failure (kind, angle), never an error of the run.
+#[tokio::test(flavor = "multi_thread")]
+async fn dispatch_makes_llm_children_and_failures() {
+    use ppol::evolve::config::MutationMode;
+    use ppol::evolve::mutation::Mutator;
+    let (archive, parent) = archive_with_two_programs();
+    let good = "Make users terser.\n<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.35, \"frustrated\": 0.3, \"ambiguous\": 0.25}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.9, \"skeptical\": 0.35, \"frustrated\": 0.3, \"ambiguous\": 0.25}\n>>>>>>> REPLACE\n";
+    let bad = "<<<<<<< SEARCH\nNOT IN THE PROGRAM\n=======\nx = 1\n>>>>>>> REPLACE\n";
+    let m = Mutator::new(
+        &mutation_cfg(MutationMode::Llm),
+        archive.config(),
+        Some(scripted(&[good, bad])),
+    )
+    .unwrap();
+    let child = m
+        .propose(&archive, &parent, &[], 0, 11)
+        .await
+        .unwrap()
+        .expect("the diff applies");
+    assert!(child.code.contains("\"terse\": 0.9"));
+    assert_eq!(child.mutation.kind, MutationKind::Diff);
+    assert_eq!(child.mutation.summary, "Make users terser.");
+    assert!(child.mutation.angle.is_some());
+    let failure = m
+        .propose(&archive, &parent, &[], 0, 12)
+        .await
+        .unwrap()
+        .expect_err("the diff does not apply");
+    assert_eq!(failure.kind, FailureKind::DiffNotApplied);
+    assert!(failure.angle.is_some());
 }

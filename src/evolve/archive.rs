@@ -138,7 +138,7 @@ impl ArchiveConfig {
                 Ok(())
             } else {
                 Err(Error::config(
-                    format!("database.{key}"),
+                    format!("archive.{key}"),
                     format!("must be in [0, 1], got {v}"),
                 ))
             }
@@ -148,7 +148,7 @@ impl ArchiveConfig {
                 Ok(())
             } else {
                 Err(Error::config(
-                    format!("database.{key}"),
+                    format!("archive.{key}"),
                     "must be at least 1",
                 ))
             }
@@ -159,14 +159,14 @@ impl ArchiveConfig {
         positive("feature_bins", self.feature_bins)?;
         if self.feature_bins > 1000 {
             return Err(Error::config(
-                "database.feature_bins",
+                "archive.feature_bins",
                 format!("at most 1000 bins per dimension, got {}", self.feature_bins),
             ));
         }
         unit("migration_rate", self.migration_rate)?;
         if self.migration_rate == 0.0 {
             return Err(Error::config(
-                "database.migration_rate",
+                "archive.migration_rate",
                 "must be > 0 (set migration_interval = 0 to disable migration)",
             ));
         }
@@ -175,7 +175,7 @@ impl ArchiveConfig {
         unit("exploitation_ratio", self.exploitation_ratio)?;
         if self.exploration_ratio + self.exploitation_ratio > 1.0 + 1e-12 {
             return Err(Error::config(
-                "database.exploitation_ratio",
+                "archive.exploitation_ratio",
                 format!(
                     "exploration_ratio + exploitation_ratio must be ≤ 1 (the rest is random), got {} + {}",
                     self.exploration_ratio, self.exploitation_ratio
@@ -184,7 +184,7 @@ impl ArchiveConfig {
         }
         if self.feature_dimensions.is_empty() {
             return Err(Error::config(
-                "database.feature_dimensions",
+                "archive.feature_dimensions",
                 "at least one descriptor metric is needed",
             ));
         }
@@ -192,22 +192,19 @@ impl ArchiveConfig {
         for d in &self.feature_dimensions {
             if d.trim().is_empty() {
                 return Err(Error::config(
-                    "database.feature_dimensions",
+                    "archive.feature_dimensions",
                     "empty metric name",
                 ));
             }
             if !seen.insert(d) {
                 return Err(Error::config(
-                    "database.feature_dimensions",
+                    "archive.feature_dimensions",
                     format!("'{d}' is listed twice"),
                 ));
             }
         }
         if self.fitness_metric.trim().is_empty() {
-            return Err(Error::config(
-                "database.fitness_metric",
-                "empty metric name",
-            ));
+            return Err(Error::config("archive.fitness_metric", "empty metric name"));
         }
         Ok(())
     }

@@ -4,13 +4,12 @@
 
 use futures::future::join_all;
 
-use super::evaluate::{
-    evaluate_candidate, CandidateOutcome, PersonaGenerator, Scorer, TaskContext,
-};
 use crate::dialogue::Dialogue;
+use crate::evolve::evaluate::{
+    evaluate_candidate, rollouts, CandidateOutcome, PersonaGenerator, TaskContext,
+};
 use crate::evolve::runlog::{EvalRow, EvalTable};
-use crate::fitness::coverage::dice;
-use crate::fitness::features::{fingerprint_many, Fingerprint};
+use crate::fitness::score::{Rollout, Scorer, Weights};
 use crate::seed::mix;
 use crate::simulate::episode::record::Episode;
 use crate::simulate::episode::EpisodeRunner;
@@ -24,18 +23,18 @@ pub enum Condition<'a> {
 }
 
 /// Fixed weights of the table's "score" column (the paper's 0.5/0.5).
-pub const TABLE_WEIGHTS: (f64, f64) = (0.5, 0.5);
+pub const TABLE_WEIGHTS: Weights = Weights::EQUAL;
 
 fn row_from(name: &str, episodes: &[Episode], scorer: &Scorer) -> EvalRow {
-    let s = scorer.score(episodes, TABLE_WEIGHTS.0, TABLE_WEIGHTS.1, 0);
+    let s = scorer.score(&rollouts(episodes), TABLE_WEIGHTS);
     EvalRow {
         name: name.into(),
-        human_likeness: s.metrics.human_likeness,
-        coverage: s.metrics.coverage,
-        score: s.metrics.combined,
-        dice: s.metrics.dice,
-        success_rate: Some(s.metrics.success_rate),
-        n_dialogues: s.metrics.n_episodes,
+        human_likeness: s.human_likeness,
+        coverage: s.coverage,
+        score: s.combined,
+        dice: s.dice,
+        success_rate: Some(s.success_rate),
+        n_dialogues: s.n_scored,
         skipped: None,
     }
 }
@@ -56,29 +55,28 @@ fn skipped(name: &str, why: String) -> EvalRow {
 
 /// The human row: held-out human dialogues scored like simulated ones (grouped by task).
 pub fn human_row(humans: &[Dialogue], scorer: &Scorer) -> EvalRow {
-    let fps = fingerprint_many(humans, scorer.reference.feature_set);
-    let rows: Vec<Vec<f64>> = fps.iter().map(|f| f.0.to_vec()).collect();
-    if rows.is_empty() {
+    if humans.is_empty() {
         return skipped("human", "no human dialogues".into());
     }
-    let p = scorer.discriminator.p_human(&rows);
-    let hl = p.iter().sum::<f64>() / p.len() as f64;
-    let points: Vec<(String, Fingerprint)> = humans
+    let as_rollouts: Vec<Rollout> = humans
         .iter()
-        .zip(&fps)
-        .map(|(d, f)| (d.group_key().to_string(), *f))
+        .map(|d| Rollout {
+            task_id: d.group_key().to_string(),
+            dialogue: Some(d.clone()),
+            success: false, // the success rate of humans comes from their traces' rewards
+        })
         .collect();
-    let cov = scorer.cloud.chamfer_by_group(&points).mean;
+    let s = scorer.score(&as_rollouts, TABLE_WEIGHTS);
     let rewards: Vec<f64> = humans
         .iter()
         .filter_map(|d| d.meta.get("reward").and_then(|v| v.as_f64()))
         .collect();
     EvalRow {
         name: "human".into(),
-        human_likeness: hl,
-        coverage: cov,
-        score: TABLE_WEIGHTS.0 * hl + TABLE_WEIGHTS.1 * cov,
-        dice: dice(&scorer.reference.mean_fingerprint(), &fps),
+        human_likeness: s.human_likeness,
+        coverage: s.coverage,
+        score: s.combined,
+        dice: s.dice,
         success_rate: (!rewards.is_empty()).then(|| {
             rewards.iter().filter(|r| **r >= 1.0 - 1e-9).count() as f64 / rewards.len() as f64
         }),
@@ -113,9 +111,17 @@ pub async fn compare(
         let row = match cond {
             Condition::Skipped(why) => skipped(name, why.clone()),
             Condition::Program(code) => {
-                let (lh, lb) = TABLE_WEIGHTS;
-                match evaluate_candidate(code, tasks, n, lh, lb, generator, runner, scorer, seed)
-                    .await
+                match evaluate_candidate(
+                    code,
+                    tasks,
+                    n,
+                    TABLE_WEIGHTS,
+                    generator,
+                    runner,
+                    scorer,
+                    seed,
+                )
+                .await
                 {
                     CandidateOutcome::Scored { episodes, .. } => row_from(name, &episodes, scorer),
                     CandidateOutcome::Failed(f) => skipped(

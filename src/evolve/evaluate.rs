@@ -1,18 +1,23 @@
 //! Evaluating one candidate program on one batch of tasks: sandboxed generation of N personas
-//! per task, one episode per persona (all concurrently), fingerprints, P(human), per-task
-//! Chamfer coverage and the weighted score. Failures are data: a generation failure makes the
-//! candidate `Failed`; an endpoint outage makes it `Infrastructure` (re-queued, never scored 0).
+//! per task ([`SandboxGenerator`]), one episode per persona (all concurrently), then the run's
+//! [`Scorer`] — this module is the glue between episodes and fitness ([`score_episodes`]), and
+//! says which metrics a program carries into the archive ([`program_metrics`]). Failures are
+//! data: a generation failure makes the candidate `Failed`; an endpoint outage makes it
+//! `Infrastructure` (re-queued, never scored 0).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::future::join_all;
 
+use crate::evolve::config::SelectBy;
 use crate::evolve::runlog::{EvalMetrics, FailureInfo, PersonaOutcome};
-use crate::fitness::coverage::{dice, HumanCloud};
-use crate::fitness::discriminator::Discriminator;
-use crate::fitness::features::{fingerprint_many, Fingerprint, FEATURE_NAMES};
-use crate::fitness::reference::HumanReference;
+use crate::fitness::features::Fingerprint;
+use crate::fitness::score::{BatchScore, Rollout, Scorer, Weights};
+use crate::generate::generator::{generate_in, GenerationOutcome};
+use crate::generate::sandbox::Sandbox;
+use crate::llm::ChatModel;
 use crate::persona::Persona;
 use crate::seed::{derive_seed, mix};
 use crate::simulate::episode::record::{Episode, EpisodeStatus};
@@ -45,137 +50,131 @@ pub trait PersonaGenerator: Send + Sync {
     async fn generate(&self, code: &str, task: &TaskContext, n: usize, seed: u64) -> Generation;
 }
 
-/// The fixed scoring context of a run.
-pub struct Scorer {
-    /// The human reference.
-    pub reference: HumanReference,
-    /// The prepared human cloud.
-    pub cloud: HumanCloud,
-    /// The run's discriminator.
-    pub discriminator: Discriminator,
+/// Persona generation through the sandbox.
+pub struct SandboxGenerator {
+    sandbox: Arc<Sandbox>,
+    llm: Option<Arc<dyn ChatModel>>,
 }
 
-/// Scored episodes.
-#[derive(Debug, Clone)]
-pub struct Scored {
-    /// Metrics.
-    pub metrics: EvalMetrics,
-    /// P(human) per episode (None for failed ones), in episode order.
-    pub p_human: Vec<Option<f64>>,
-    /// Fingerprints per episode (None for failed ones).
-    pub fingerprints: Vec<Option<Fingerprint>>,
+impl SandboxGenerator {
+    /// A generator over a sandbox, with the LLM the programs may call (`ppol_llm`).
+    pub fn new(sandbox: Arc<Sandbox>, llm: Option<Arc<dyn ChatModel>>) -> Self {
+        SandboxGenerator { sandbox, llm }
+    }
 }
 
-impl Scorer {
-    /// The scoring context: the human cloud is prepared from `reference` (standardised or raw,
-    /// optionally replaced by `n_clusters` k-means centroids).
-    pub fn new(
-        reference: HumanReference,
-        discriminator: Discriminator,
-        standardize: bool,
-        n_clusters: usize,
-    ) -> crate::Result<Self> {
-        let cloud = HumanCloud::new(
-            &reference,
-            crate::fitness::coverage::CoverageOptions {
-                standardize,
-                n_clusters,
-                seed: 0,
-            },
-        )?;
-        Ok(Scorer {
-            reference,
-            cloud,
-            discriminator,
-        })
-    }
-
-    /// Score episodes: P(human) pooled over episodes that ran, coverage per task, weighted sum.
-    pub fn score(
-        &self,
-        episodes: &[Episode],
-        lambda_h: f64,
-        lambda_b: f64,
-        n_personas: usize,
-    ) -> Scored {
-        let ok: Vec<usize> = (0..episodes.len())
-            .filter(|&i| episodes[i].status == EpisodeStatus::Ok)
-            .collect();
-        let dialogues: Vec<_> = ok.iter().map(|&i| episodes[i].to_dialogue()).collect();
-        let fps = fingerprint_many(&dialogues, self.reference.feature_set);
-        let rows: Vec<Vec<f64>> = fps.iter().map(|f| f.0.to_vec()).collect();
-        let p = if rows.is_empty() {
-            Vec::new()
-        } else {
-            self.discriminator.p_human(&rows)
+#[async_trait]
+impl PersonaGenerator for SandboxGenerator {
+    async fn generate(&self, code: &str, task: &TaskContext, n: usize, seed: u64) -> Generation {
+        let program = crate::generate::sandbox::Program::Source {
+            name: "candidate.py".into(),
+            code: code.to_string(),
         };
-        let mut p_human = vec![None; episodes.len()];
-        let mut fingerprints = vec![None; episodes.len()];
-        for (j, &i) in ok.iter().enumerate() {
-            p_human[i] = Some(p[j]);
-            fingerprints[i] = Some(fps[j]);
-        }
-        let hl = if p.is_empty() {
-            0.0
-        } else {
-            p.iter().sum::<f64>() / p.len() as f64
-        };
-        let points: Vec<(String, Fingerprint)> = ok
-            .iter()
-            .zip(&fps)
-            .map(|(&i, f)| (episodes[i].task_id.clone(), *f))
-            .collect();
-        let coverage = self.cloud.chamfer_by_group(&points).mean;
-        let n_tasks = episodes
-            .iter()
-            .map(|e| e.task_id.as_str())
-            .collect::<std::collections::BTreeSet<_>>()
-            .len();
-        let successes = episodes.iter().filter(|e| e.success()).count();
-        let metrics = EvalMetrics {
-            combined: lambda_h * hl + lambda_b * coverage,
-            combined_ramp: None,
-            human_likeness: hl,
-            coverage,
-            lambda_h,
-            lambda_b,
-            success_rate: if episodes.is_empty() {
-                0.0
-            } else {
-                successes as f64 / episodes.len() as f64
-            },
-            n_episodes: ok.len(),
-            n_failed_episodes: episodes.len() - ok.len(),
-            n_tasks,
-            n_personas,
-            dice: dice(&self.reference.mean_fingerprint(), &fps),
-        };
-        Scored {
-            metrics,
-            p_human,
-            fingerprints,
-        }
-    }
-
-    /// A short, computed critique (used offline, and as context for LLM reflection): which
-    /// features of the best and worst episodes sit furthest from the human mean, in human std units.
-    pub fn feature_gaps(&self, fp: &Fingerprint, top: usize) -> Vec<(String, f64)> {
-        let mut gaps: Vec<(String, f64)> = FEATURE_NAMES
-            .iter()
-            .enumerate()
-            .map(|(j, n)| {
-                let sd = if self.reference.std[j] < 1e-9 {
-                    1.0
+        let outcome = generate_in(
+            &self.sandbox,
+            &program,
+            &task.context,
+            Some(&task.task_id),
+            n,
+            self.llm.clone(),
+            seed,
+        )
+        .await;
+        match outcome {
+            Ok(GenerationOutcome::Ok { personas, .. }) => Generation::Personas(personas),
+            Ok(GenerationOutcome::Failed(f)) => {
+                let text = format!("{} {}", f.reason, f.stderr_tail);
+                if text.contains("budget exhausted") || text.contains("gave up after") {
+                    Generation::Infrastructure(format!(
+                        "LLM unavailable during generation: {}",
+                        f.reason
+                    ))
                 } else {
-                    self.reference.std[j]
-                };
-                (n.to_string(), (fp.0[j] - self.reference.mean[j]) / sd)
-            })
-            .collect();
-        gaps.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()));
-        gaps.truncate(top);
-        gaps
+                    Generation::Failed(FailureInfo {
+                        stage: format!("sandbox:{}", f.stage),
+                        reason: f.reason,
+                        stderr_tail: f.stderr_tail,
+                    })
+                }
+            }
+            Err(e) => Generation::Infrastructure(e.to_string()),
+        }
     }
+}
+
+/// Episodes as fitness sees them: a failed episode has no dialogue to score.
+pub fn rollouts(episodes: &[Episode]) -> Vec<Rollout> {
+    episodes
+        .iter()
+        .map(|e| Rollout {
+            task_id: e.task_id.clone(),
+            dialogue: (e.status == EpisodeStatus::Ok).then(|| e.to_dialogue()),
+            success: e.success(),
+        })
+        .collect()
+}
+
+/// The run-log metrics of a batch score (`n_personas`: personas per task, 0 when none).
+pub fn eval_metrics(s: &BatchScore, n_personas: usize) -> EvalMetrics {
+    EvalMetrics {
+        combined: s.combined,
+        combined_ramp: None,
+        human_likeness: s.human_likeness,
+        coverage: s.coverage,
+        lambda_h: s.weights.lambda_h,
+        lambda_b: s.weights.lambda_b,
+        success_rate: s.success_rate,
+        n_episodes: s.n_scored,
+        n_failed_episodes: s.n_failed,
+        n_tasks: s.n_tasks,
+        n_personas,
+        dice: s.dice,
+    }
+}
+
+/// Score episodes with the run's scorer, as run-log metrics.
+pub fn score_episodes(
+    scorer: &Scorer,
+    episodes: &[Episode],
+    weights: Weights,
+    n_personas: usize,
+) -> EvalMetrics {
+    eval_metrics(&scorer.score(&rollouts(episodes), weights), n_personas)
+}
+
+/// Put the ranking score in `combined`: with [`SelectBy::Fixed`], the `fixed` weights (so
+/// programs scored at different curriculum stages are comparable), keeping the ramped score
+/// of the training schedule in `combined_ramp`; with [`SelectBy::Ramp`], leave it.
+pub fn rank(m: &mut EvalMetrics, select_by: SelectBy, fixed: Weights) {
+    if select_by == SelectBy::Fixed {
+        let ramp = m.combined;
+        m.lambda_h = fixed.lambda_h;
+        m.lambda_b = fixed.lambda_b;
+        m.combined = fixed.combine(m.human_likeness, m.coverage);
+        m.combined_ramp = Some(ramp);
+    }
+}
+
+/// The metrics a program carries in the archive (its `fitness_metric` and descriptors are
+/// chosen among them).
+pub fn program_metrics(m: &EvalMetrics) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::from([
+        ("combined".to_string(), m.combined),
+        ("human_likeness".to_string(), m.human_likeness),
+        ("coverage".to_string(), m.coverage),
+        ("success_rate".to_string(), m.success_rate),
+    ]);
+    if let Some(r) = m.combined_ramp {
+        out.insert("combined_ramp".into(), r);
+    }
+    out
+}
+
+/// The names of [`program_metrics`] in a run ranking by `select_by`.
+pub fn program_metric_names(select_by: SelectBy) -> Vec<String> {
+    let mut m = EvalMetrics::default();
+    rank(&mut m, select_by, Weights::EQUAL);
+    program_metrics(&m).into_keys().collect()
 }
 
 /// The result of evaluating a candidate.
@@ -211,8 +210,7 @@ pub async fn evaluate_candidate(
     code: &str,
     tasks: &[TaskContext],
     n: usize,
-    lambda_h: f64,
-    lambda_b: f64,
+    weights: Weights,
     generator: &dyn PersonaGenerator,
     runner: &dyn EpisodeRunner,
     scorer: &Scorer,
@@ -283,7 +281,7 @@ pub async fn evaluate_candidate(
             episodes.len()
         ));
     }
-    let scored = scorer.score(&episodes, lambda_h, lambda_b, n);
+    let scored = scorer.score(&rollouts(&episodes), weights);
     let personas = jobs
         .iter()
         .zip(&episodes)
@@ -297,7 +295,7 @@ pub async fn evaluate_candidate(
         })
         .collect();
     CandidateOutcome::Scored {
-        metrics: scored.metrics,
+        metrics: eval_metrics(&scored, n),
         personas,
         persona_records: per_task.into_iter().flat_map(|(_, ps)| ps).collect(),
         episodes,

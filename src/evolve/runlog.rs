@@ -64,7 +64,7 @@ pub struct PersonaOutcome {
 /// A failed candidate or operation: what stage, why, and the tail of stderr when there is one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FailureInfo {
-    /// mutation | syntax | sandbox:<stage> | validation | episodes | infrastructure
+    /// `mutation:<kind>` | `sandbox:<stage>` | `validation` | `infrastructure`
     pub stage: String,
     /// Human-readable reason.
     pub reason: String,

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::fitness::score::Weights;
+
 /// The curriculum and batch settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -58,6 +60,13 @@ pub struct BatchPlan {
     pub lambda_h: f64,
     /// Weight of coverage.
     pub lambda_b: f64,
+}
+
+impl BatchPlan {
+    /// The score weights of this iteration.
+    pub fn weights(&self) -> Weights {
+        Weights::new(self.lambda_h, self.lambda_b)
+    }
 }
 
 impl Schedule {

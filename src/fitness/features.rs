@@ -91,7 +91,9 @@ impl FeatureSet {
         }
     }
 
-    fn source(self) -> (&'static str, &'static str) {
+    /// The banks file that defines this set: its path in the repository and its text (the
+    /// run log records the text's SHA-256).
+    pub fn banks(self) -> (&'static str, &'static str) {
         match self {
             FeatureSet::Ppol011 => (
                 "fitness/ppol-0.1.1.banks",
@@ -111,7 +113,7 @@ impl FeatureSet {
         static SETS: [OnceLock<Compiled>; 2] = [OnceLock::new(), OnceLock::new()];
         let idx = self as usize;
         SETS[idx].get_or_init(|| {
-            let (path, text) = self.source();
+            let (path, text) = self.banks();
             Compiled::parse(path, text)
                 .unwrap_or_else(|e| panic!("built-in feature set {path} is invalid: {e}"))
         })

@@ -1,17 +1,54 @@
-//! Scoring a set of simulated dialogues against humans: P(human) from the discriminator,
-//! Chamfer coverage of the human cloud per task, their weighted combination, and Dice D1–D4.
+//! Scoring simulated dialogues against humans: P(human) from the discriminator, Chamfer
+//! coverage of the human cloud per task, their weighted combination, and Dice D1–D4.
+//!
+//! One [`Scorer`] holds a run's fixed scoring context (the human reference, its prepared cloud,
+//! the discriminator) and scores [`Rollout`]s — a simulated dialogue with its task and whether
+//! it succeeded, or a conversation that failed to run. [`score`] and [`score_fingerprints`]
+//! score dialogues once, without a run (`ppol score`). Both measure through the same code, and
+//! the weighted combination λh·human_likeness + λb·coverage is computed in one place only:
+//! [`Weights::combine`].
 
 use std::path::Path;
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::dialogue::Dialogue;
-use crate::fitness::coverage::{dice, Chamfer, CoverageOptions, Dice, HumanCloud};
+use crate::fitness::coverage::{dice, Chamfer, CoverageOptions, Dice, GroupedCoverage, HumanCloud};
 use crate::fitness::discriminator::{Discriminator, ForestParams};
-use crate::fitness::features::{fingerprint_many, FeatureSet, Fingerprint, FEATURE_NAMES};
+use crate::fitness::features::{
+    fingerprint, fingerprint_many, FeatureSet, Fingerprint, FEATURE_NAMES,
+};
 use crate::fitness::reference::HumanReference;
 use crate::fitness::traces::{self, LoadOptions};
 use crate::{Error, Result};
+
+/// The weights of the score: λh on human-likeness, λb on coverage.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Weights {
+    /// Weight of human-likeness (mean P(human)).
+    pub lambda_h: f64,
+    /// Weight of coverage (mean Chamfer coverage over tasks).
+    pub lambda_b: f64,
+}
+
+impl Weights {
+    /// The paper's fixed weights (0.5, 0.5), used by the `ppol eval` table.
+    pub const EQUAL: Weights = Weights {
+        lambda_h: 0.5,
+        lambda_b: 0.5,
+    };
+
+    /// Weights λh, λb.
+    pub fn new(lambda_h: f64, lambda_b: f64) -> Self {
+        Weights { lambda_h, lambda_b }
+    }
+
+    /// λh·human_likeness + λb·coverage: the one place the score is combined.
+    pub fn combine(&self, human_likeness: f64, coverage: f64) -> f64 {
+        self.lambda_h * human_likeness + self.lambda_b * coverage
+    }
+}
 
 /// Weights and coverage settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -22,6 +59,13 @@ pub struct ScoreOptions {
     pub lambda_b: f64,
     /// How the human cloud is prepared.
     pub coverage: CoverageOptions,
+}
+
+impl ScoreOptions {
+    /// The weights.
+    pub fn weights(&self) -> Weights {
+        Weights::new(self.lambda_h, self.lambda_b)
+    }
 }
 
 impl Default for ScoreOptions {
@@ -96,31 +140,203 @@ pub fn score_fingerprints(
             "the human reference has no dialogue with two or more messages (the coverage cloud is empty)".into(),
         ));
     }
-    let rows: Vec<Vec<f64>> = points.iter().map(|(_, f)| f.0.to_vec()).collect();
-    let p = discriminator.p_human(&rows);
-    let human_likeness = p.iter().sum::<f64>() / p.len() as f64;
-    let grouped = cloud.chamfer_by_group(points);
-    let fps: Vec<Fingerprint> = points.iter().map(|(_, f)| *f).collect();
-    let d = dice(&reference.mean_fingerprint(), &fps);
+    let m = measure(reference, &cloud, discriminator, points);
+    let weights = opts.weights();
     Ok(Score {
-        human_likeness,
-        coverage: grouped.mean,
-        combined: opts.lambda_h * human_likeness + opts.lambda_b * grouped.mean,
-        lambda_h: opts.lambda_h,
-        lambda_b: opts.lambda_b,
-        dice: d,
+        human_likeness: m.human_likeness,
+        coverage: m.coverage.mean,
+        combined: weights.combine(m.human_likeness, m.coverage.mean),
+        lambda_h: weights.lambda_h,
+        lambda_b: weights.lambda_b,
+        dice: m.dice,
         counts: ScoreCounts {
             n_dialogues: points.len(),
             n_without_user_turns,
-            n_groups: grouped.groups.len(),
+            n_groups: m.coverage.groups.len(),
             n_human_points: cloud.len(),
             n_human_dialogues: reference.n_dialogues,
         },
         d_ref: cloud.d_ref,
         standardized: opts.coverage.standardize,
         feature_set: reference.feature_set,
-        coverage_by_group: grouped.groups,
+        coverage_by_group: m.coverage.groups,
     })
+}
+
+/// What the discriminator and the human cloud say about a set of fingerprints.
+struct Measured {
+    /// P(human) per fingerprint.
+    p_human: Vec<f64>,
+    /// Mean P(human) (0 for no fingerprints).
+    human_likeness: f64,
+    /// Chamfer coverage per group and its mean.
+    coverage: GroupedCoverage,
+    /// Dice of the mean fingerprint against the human mean.
+    dice: Dice,
+}
+
+fn measure(
+    reference: &HumanReference,
+    cloud: &HumanCloud,
+    discriminator: &Discriminator,
+    points: &[(String, Fingerprint)],
+) -> Measured {
+    let rows: Vec<Vec<f64>> = points.iter().map(|(_, f)| f.0.to_vec()).collect();
+    let p_human = if rows.is_empty() {
+        Vec::new()
+    } else {
+        discriminator.p_human(&rows)
+    };
+    let human_likeness = if p_human.is_empty() {
+        0.0
+    } else {
+        p_human.iter().sum::<f64>() / p_human.len() as f64
+    };
+    let fps: Vec<Fingerprint> = points.iter().map(|(_, f)| *f).collect();
+    Measured {
+        human_likeness,
+        coverage: cloud.chamfer_by_group(points),
+        dice: dice(&reference.mean_fingerprint(), &fps),
+        p_human,
+    }
+}
+
+/// One simulated conversation as fitness sees it: the task it belongs to (its coverage
+/// group), its dialogue (`None` when the conversation failed to run: it counts against the
+/// success rate and as failed, and is not scored) and whether it succeeded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollout {
+    /// Task id (the coverage group).
+    pub task_id: String,
+    /// The dialogue, when the conversation ran to an end.
+    pub dialogue: Option<Dialogue>,
+    /// Whether the task was accomplished.
+    pub success: bool,
+}
+
+/// The score of a batch of rollouts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchScore {
+    /// Mean P(human) over the rollouts that ran (pooled, not per task; 0 when none ran).
+    pub human_likeness: f64,
+    /// Mean over tasks of the two-sided Chamfer coverage.
+    pub coverage: f64,
+    /// [`Weights::combine`] of the two.
+    pub combined: f64,
+    /// The weights used.
+    pub weights: Weights,
+    /// Share of rollouts that succeeded (failed ones included; 0 for no rollouts).
+    pub success_rate: f64,
+    /// Rollouts that ran and were scored.
+    pub n_scored: usize,
+    /// Rollouts that failed to run.
+    pub n_failed: usize,
+    /// Distinct tasks among all rollouts.
+    pub n_tasks: usize,
+    /// Dice D1–D4 and overall of the scored rollouts' mean fingerprint against the human mean.
+    pub dice: Dice,
+    /// P(human) per rollout (None for failed ones), in rollout order.
+    pub p_human: Vec<Option<f64>>,
+    /// Fingerprint per rollout (None for failed ones), in rollout order.
+    pub fingerprints: Vec<Option<Fingerprint>>,
+}
+
+/// The fixed scoring context of a run: the human reference, its prepared cloud and the
+/// discriminator.
+pub struct Scorer {
+    /// The human reference.
+    pub reference: HumanReference,
+    /// The prepared human cloud.
+    pub cloud: HumanCloud,
+    /// The run's discriminator.
+    pub discriminator: Discriminator,
+}
+
+impl Scorer {
+    /// The scoring context: the human cloud is prepared from `reference` with `coverage`
+    /// (standardised or raw, optionally replaced by k-means centroids). The discriminator must
+    /// have been trained on the reference's feature set.
+    pub fn new(
+        reference: HumanReference,
+        discriminator: Discriminator,
+        coverage: CoverageOptions,
+    ) -> Result<Self> {
+        discriminator.check_feature_set(reference.feature_set.name())?;
+        let cloud = HumanCloud::new(&reference, coverage)?;
+        Ok(Scorer {
+            reference,
+            cloud,
+            discriminator,
+        })
+    }
+
+    /// Score rollouts: P(human) pooled over the rollouts that ran, coverage per task, the
+    /// weighted combination, the success rate over all rollouts.
+    pub fn score(&self, rollouts: &[Rollout], weights: Weights) -> BatchScore {
+        let ran: Vec<(usize, &Dialogue)> = rollouts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.dialogue.as_ref().map(|d| (i, d)))
+            .collect();
+        let set = self.reference.feature_set;
+        let fps: Vec<Fingerprint> = ran.par_iter().map(|(_, d)| fingerprint(d, set)).collect();
+        let points: Vec<(String, Fingerprint)> = ran
+            .iter()
+            .zip(&fps)
+            .map(|((i, _), f)| (rollouts[*i].task_id.clone(), *f))
+            .collect();
+        let m = measure(&self.reference, &self.cloud, &self.discriminator, &points);
+        let mut p_human = vec![None; rollouts.len()];
+        let mut fingerprints = vec![None; rollouts.len()];
+        for (j, (i, _)) in ran.iter().enumerate() {
+            p_human[*i] = Some(m.p_human[j]);
+            fingerprints[*i] = Some(fps[j]);
+        }
+        let n_tasks = rollouts
+            .iter()
+            .map(|r| r.task_id.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let successes = rollouts.iter().filter(|r| r.success).count();
+        BatchScore {
+            human_likeness: m.human_likeness,
+            coverage: m.coverage.mean,
+            combined: weights.combine(m.human_likeness, m.coverage.mean),
+            weights,
+            success_rate: if rollouts.is_empty() {
+                0.0
+            } else {
+                successes as f64 / rollouts.len() as f64
+            },
+            n_scored: ran.len(),
+            n_failed: rollouts.len() - ran.len(),
+            n_tasks,
+            dice: m.dice,
+            p_human,
+            fingerprints,
+        }
+    }
+
+    /// A short, computed critique (used offline, and as context for LLM reflection): which
+    /// features of a fingerprint sit furthest from the human mean, in human std units, largest
+    /// first.
+    pub fn feature_gaps(&self, fp: &Fingerprint, top: usize) -> Vec<(String, f64)> {
+        let mut gaps: Vec<(String, f64)> = FEATURE_NAMES
+            .iter()
+            .enumerate()
+            .map(|(j, n)| {
+                let sd = if self.reference.std[j] < 1e-9 {
+                    1.0
+                } else {
+                    self.reference.std[j]
+                };
+                (n.to_string(), (fp.0[j] - self.reference.mean[j]) / sd)
+            })
+            .collect();
+        gaps.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()));
+        gaps.truncate(top);
+        gaps
+    }
 }
 
 /// Score simulated dialogues (grouped by task id, else dialogue id).

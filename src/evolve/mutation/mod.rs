@@ -1,5 +1,8 @@
-//! Mutation operators for generator programs.
+//! Mutation operators for generator programs, and which one makes the next child.
 //!
+//! - [`dispatch`]: the [`Mutator`] of a run — chooses the operator for a parent (LLM diff,
+//!   LLM rewrite, offline structural edit or crossover) and makes the child, or a recorded
+//!   [`ChildFailure`].
 //! - [`diff`]: the LLM SEARCH/REPLACE protocol (parse, apply, errors as data), full-rewrite
 //!   extraction and the Python syntax check.
 //! - [`prompt`]: the mutator's system message and the diff / rewrite prompts, built from
@@ -66,6 +69,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod diff;
+pub mod dispatch;
 pub mod prompt;
 pub mod structural;
 
@@ -73,6 +77,7 @@ pub use diff::{
     apply_blocks, apply_diff, check_python_syntax, extract_full_program, parse_diff, AppliedDiff,
     DiffBlock, DiffError,
 };
+pub use dispatch::{Child, Mutator, Operator};
 pub use prompt::{
     sample_angle, MutationAngle, MutationContext, MutationPrompt, PromptBuilder, PromptConfig,
     MUTATION_ANGLES,

@@ -221,19 +221,19 @@ impl PromptConfig {
     /// Check the settings; the error names the key.
     pub fn validate(&self) -> Result<()> {
         if !(self.temperature.is_finite() && (0.0..=2.0).contains(&self.temperature)) {
-            return Err(Error::config("mutator.temperature", "must be in [0, 2]"));
+            return Err(Error::config("mutation.temperature", "must be in [0, 2]"));
         }
         if self.max_tokens == 0 {
-            return Err(Error::config("mutator.max_tokens", "must be at least 1"));
+            return Err(Error::config("mutation.max_tokens", "must be at least 1"));
         }
         if self.max_prompt_chars < 1_000 {
             return Err(Error::config(
-                "mutator.max_prompt_chars",
+                "mutation.max_prompt_chars",
                 "must be at least 1000",
             ));
         }
         if self.fitness_metric.trim().is_empty() {
-            return Err(Error::config("mutator.fitness_metric", "empty metric name"));
+            return Err(Error::config("archive.fitness_metric", "empty metric name"));
         }
         Ok(())
     }

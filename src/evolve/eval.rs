@@ -1,0 +1,118 @@
+//! `ppol eval RUN_DIR`: the paper's Table 1 for a run, on held-out tasks — humans, the base
+//! simulator, direct-prompt personas, the seed program and the run's best program, each
+//! scored with the run's own human reference and discriminator ([`compare`] builds the
+//! table). The table is written to `RUN_DIR/eval-<split>.json`.
+
+use std::path::{Path, PathBuf};
+
+use crate::evolve::compare::{compare, render_table, Condition};
+use crate::evolve::context::RunContext;
+use crate::evolve::rundir::RunDir;
+use crate::evolve::runlog::EvalTable;
+use crate::fitness::coverage::CoverageOptions;
+use crate::fitness::discriminator::Discriminator;
+use crate::fitness::reference::HumanReference;
+use crate::fitness::score::Scorer;
+use crate::fitness::traces::{self, LoadOptions};
+use crate::seed::derive_seed;
+use crate::shipped::DIRECT_SEED;
+use crate::{Error, Result};
+
+/// `ppol eval RUN_DIR`: the Table-1 comparison on the tasks of `split` (default: the run's
+/// `test_split`), against `human` traces (default: the humans the run held out), with
+/// `n_personas` per task (default: the run's final N).
+pub async fn evaluate_run(
+    dir: &Path,
+    split: Option<&str>,
+    human: &[PathBuf],
+    n_personas: Option<usize>,
+) -> Result<EvalTable> {
+    let run = RunDir::open(dir);
+    let cfg = run.load_config()?;
+    let split = split.unwrap_or(&cfg.run.test_split).to_string();
+    let best_code = run.best_code()?;
+    let mut eval_cfg = cfg.clone();
+    eval_cfg.run.test_split = split.clone();
+    let ctx = RunContext::new(eval_cfg, run.clone()).await?;
+    let reference = HumanReference::load(&run.join("human_ref.json"))?;
+    let discriminator = Discriminator::load(&run.join("discriminator.json"))?;
+    let scorer = Scorer::new(
+        reference,
+        discriminator,
+        CoverageOptions {
+            standardize: cfg.fitness.standardize,
+            n_clusters: cfg.fitness.n_clusters,
+            seed: 0,
+        },
+    )?;
+    let (humans, human_source) = if human.is_empty() {
+        let held = run.join("human_heldout.jsonl");
+        let ds = if std::fs::metadata(&held).is_ok_and(|m| m.len() > 0) {
+            traces::load(&held, &LoadOptions::default())?
+        } else {
+            Vec::new()
+        };
+        (
+            ds,
+            vec![format!("{} (held out by the run)", held.display())],
+        )
+    } else {
+        (
+            traces::load_many(
+                human,
+                &LoadOptions {
+                    domain: cfg.run.human_domain.clone(),
+                },
+            )?,
+            human.iter().map(|p| p.display().to_string()).collect(),
+        )
+    };
+    let ids: Vec<String> = ctx
+        .domain
+        .select_tasks(&split)?
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    let tasks = ctx.contexts(&ids);
+    if tasks.is_empty() {
+        return Err(Error::config(
+            "--split",
+            format!("split '{split}' has no tasks"),
+        ));
+    }
+    let direct = if ctx.client.is_some() {
+        Condition::Program(DIRECT_SEED)
+    } else {
+        Condition::Skipped("the direct-prompt baseline needs an LLM endpoint (offline run)".into())
+    };
+    let conditions = [
+        ("direct", direct),
+        ("seed", Condition::Program(&ctx.seed_code)),
+        ("evolved", Condition::Program(&best_code)),
+    ];
+    let table = compare(
+        &split,
+        &tasks,
+        n_personas.unwrap_or(cfg.fitness.n_personas),
+        &humans,
+        human_source,
+        &conditions,
+        &ctx.generator,
+        &ctx.val_runner,
+        &scorer,
+        derive_seed(cfg.search.seed, "eval"),
+    )
+    .await;
+    crate::io::write_atomic(
+        &run.join(format!("eval-{split}.json")),
+        serde_json::to_string_pretty(&table)
+            .expect("json")
+            .as_bytes(),
+    )?;
+    Ok(table)
+}
+
+/// The evaluation table rendered as text (for the CLI).
+pub fn table_text(t: &EvalTable) -> String {
+    render_table(t)
+}

@@ -1,0 +1,974 @@
+//! The evolution loop as a state machine: [`Evolution`] owns the run's [`State`], makes one
+//! iteration per [`Evolution::step`] and saves the state at each [`Evolution::commit`].
+//!
+//! # One step
+//!
+//! 1. **Propose** a candidate ([`Evolution::step`] → `propose`): a re-queued candidate first,
+//!    the seed program when the archive is empty, else a child of a parent sampled from the
+//!    archive, made by the [`Mutator`]. A mutation that fails is recorded against its parent
+//!    and the iteration ends there.
+//! 2. **Evaluate** it (`evaluate`, which reads the state but does not change it): personas
+//!    generated in the sandbox for the iteration's batch of train tasks, one episode per
+//!    persona, scored by the run's [`Scorer`], with its [`reflection`].
+//! 3. **Record** the result (`record`): the archive, the run log, validation of a new best and
+//!    `best/`. An infrastructure failure (an endpoint down after its retries) is not an
+//!    iteration: the candidate is queued again, up to `search.max_requeues` times in a row.
+//!
+//! # The commit point
+//!
+//! [`Evolution::commit`] appends a `checkpoint` event and writes the [`State`] — the struct
+//! itself, serialised — to `checkpoint.json` atomically. A resumed run cuts the log back to that
+//! event and continues with the same per-iteration seeds, so an offline run killed at any point
+//! and resumed ends exactly where an uninterrupted run does, and no committed evaluation is
+//! repeated.
+//!
+//! [`Evolution::run`] is the driver: it checks the stop conditions between steps (iterations,
+//! a stop request, the LLM budget, the wall clock, early stop) and commits after each one.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::evolve::archive::Archive;
+use crate::evolve::config::RunConfig;
+use crate::evolve::context::RunContext;
+use crate::evolve::evaluate::{
+    evaluate_candidate, program_metric_names, program_metrics, rank, CandidateOutcome, TaskContext,
+};
+use crate::evolve::mutation::dispatch::Mutator;
+use crate::evolve::mutation::{ChildFailure, FailureKind};
+use crate::evolve::program::{code_hash, Program, ProgramId};
+use crate::evolve::reflection::{self, Evidence};
+use crate::evolve::rundir::Best;
+use crate::evolve::runlog::{
+    self, CostSummary, EvalMetrics, Event, FailureInfo, PersonaOutcome, RunLog,
+};
+use crate::evolve::schedule::{BatchPlan, Schedule};
+use crate::fitness::coverage::CoverageOptions;
+use crate::fitness::reference::HumanReference;
+use crate::fitness::score::{Scorer, Weights};
+use crate::llm::{CallRole, ChatModel};
+use crate::persona::Persona;
+use crate::seed::{derive_seed, mix};
+use crate::simulate::episode::record::Episode;
+use crate::{Error, Result};
+
+/// Identifier of the checkpoint format (`checkpoint.json`).
+pub const CHECKPOINT_FORMAT: &str = "ppol-run/1";
+
+/// What `evolve` reports as it goes (for progress bars and notebooks).
+#[derive(Debug, Clone, Serialize)]
+pub struct Progress {
+    /// Iterations completed.
+    pub iteration: u64,
+    /// Iterations planned.
+    pub iterations: u64,
+    /// Best fitness so far: the archive's `fitness_metric` (`combined` by default) of its best
+    /// program, on its train batch.
+    pub best_combined: Option<f64>,
+    /// What just happened.
+    pub message: String,
+}
+
+/// Callback receiving progress.
+pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// How a run ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// Why it stopped.
+    pub reason: String,
+    /// Iterations completed.
+    pub iterations: u64,
+    /// Best program id.
+    pub best_program_id: Option<String>,
+    /// Best program's train metrics.
+    pub best_metrics: Option<EvalMetrics>,
+    /// Latest validation metrics of the best program.
+    pub best_validation: Option<EvalMetrics>,
+    /// Whether it ran offline.
+    pub offline: bool,
+}
+
+/// Options of a run beyond its configuration.
+#[derive(Clone, Default)]
+pub struct RunControl {
+    /// Set to stop after the current evaluation (Ctrl-C, Python stop handle).
+    pub stop: Arc<AtomicBool>,
+    /// Progress callback.
+    pub progress: Option<ProgressFn>,
+    /// Test hook: stop (as if killed) after this many iterations of this process.
+    pub halt_after: Option<u64>,
+}
+
+/// The state of a run between two iterations. It is the checkpoint: [`Evolution::commit`]
+/// writes it as `checkpoint.json`, and a resumed run starts from it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct State {
+    /// [`CHECKPOINT_FORMAT`].
+    pub format: String,
+    /// Iterations completed.
+    pub iteration: u64,
+    /// Sequence number of this commit's `checkpoint` event in the run log.
+    pub log_seq: u64,
+    /// The program archive (stored as its own JSON document, [`Archive::to_json`]).
+    #[serde(with = "archive_as_json")]
+    pub archive: Archive,
+    /// Candidates to evaluate before new ones are made (re-queued after an infrastructure failure).
+    pub pending: VecDeque<Program>,
+    /// Infrastructure failures in a row.
+    pub requeues: u32,
+    /// Evaluations in a row without a new elite.
+    pub stagnation: u64,
+    /// The parent of every evaluated program, by id (for lineages).
+    pub parents: BTreeMap<String, Option<String>>,
+    /// The latest validation of a best program: its id and metrics.
+    pub best_validation: Option<(String, EvalMetrics)>,
+    /// Wall-clock seconds spent up to this commit, over every process of the run.
+    pub elapsed_s: f64,
+}
+
+impl State {
+    /// The state of a new run: an empty archive seeded from the run's root seed.
+    pub fn new(cfg: &RunConfig) -> Result<State> {
+        Ok(State {
+            format: CHECKPOINT_FORMAT.into(),
+            iteration: 0,
+            log_seq: 0,
+            archive: Archive::new(cfg.archive.clone(), derive_seed(cfg.search.seed, "archive"))?,
+            pending: VecDeque::new(),
+            requeues: 0,
+            stagnation: 0,
+            parents: BTreeMap::new(),
+            best_validation: None,
+            elapsed_s: 0.0,
+        })
+    }
+
+    /// Program ids from the seed down to `id`.
+    pub fn lineage(&self, id: &str) -> Vec<String> {
+        let mut chain = vec![id.to_string()];
+        let mut cur = id.to_string();
+        while let Some(Some(p)) = self.parents.get(&cur) {
+            if chain.contains(p) {
+                break;
+            }
+            chain.push(p.clone());
+            cur = p.clone();
+        }
+        chain.reverse();
+        chain
+    }
+
+    /// The best program's fitness (the archive's `fitness_metric`).
+    pub fn best_fitness(&self) -> Option<f64> {
+        self.archive.best().and_then(|b| self.archive.fitness(b))
+    }
+}
+
+/// The archive inside the checkpoint: the string [`Archive::to_json`] writes, so checkpoints
+/// keep the `ppol-run/1` layout and the archive's own consistency checks run on load.
+mod archive_as_json {
+    use super::Archive;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(archive: &Archive, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&archive.to_json())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Archive, D::Error> {
+        let text = String::deserialize(d)?;
+        Archive::from_json(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// What one [`Evolution::step`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// An iteration is complete: a candidate was scored, or failed and was recorded.
+    Iteration {
+        /// What happened, for progress.
+        message: String,
+    },
+    /// The candidate met an infrastructure failure and is queued again; this is not an
+    /// iteration. Wait `backoff` before the next step.
+    Requeued {
+        /// How long to wait.
+        backoff: Duration,
+    },
+    /// Infrastructure failures exceeded `search.max_requeues`: the run stops for this reason.
+    Stop(String),
+}
+
+/// A candidate for iteration `iteration`.
+struct Candidate {
+    program: Program,
+    island: usize,
+}
+
+/// Where a step's candidate came from.
+enum Proposal {
+    /// A program to evaluate.
+    Candidate(Candidate),
+    /// The mutation of `parent` failed before a program existed.
+    MutationFailed {
+        parent: Program,
+        failure: ChildFailure,
+    },
+}
+
+/// A scored candidate, before it is recorded.
+struct Scored {
+    metrics: EvalMetrics,
+    personas: Vec<PersonaOutcome>,
+    reflection: String,
+    plan: BatchPlan,
+    tasks: Vec<String>,
+}
+
+/// The result of evaluating a candidate.
+enum Evaluation {
+    Scored(Box<Scored>),
+    Failed(FailureInfo),
+    Infrastructure(String),
+}
+
+/// Why the driver stops before the next step.
+enum Stop {
+    /// The run is over, for this reason.
+    Reason(String),
+    /// The test hook `halt_after` fired: return as if killed.
+    Halted,
+}
+
+/// A run in progress. See the [module docs](self).
+pub struct Evolution {
+    ctx: RunContext,
+    scorer: Scorer,
+    mutator: Mutator,
+    reflection_model: Option<Arc<dyn ChatModel>>,
+    schedule: Schedule,
+    train: Vec<TaskContext>,
+    val: Vec<TaskContext>,
+    log: RunLog,
+    control: RunControl,
+    state: State,
+    /// When this process took over, and the seconds spent before.
+    started: Instant,
+    prior_elapsed: f64,
+    /// Iterations completed by this process (for the `halt_after` hook).
+    iterations_here: u64,
+}
+
+impl Evolution {
+    /// Get a run ready for its first step: the human reference, the log's `run_started`, the
+    /// baseline and discriminator (reused from the run directory when present), and the state
+    /// — `checkpoint` when resuming (the log must already be cut back to it), else a new one.
+    pub async fn start(
+        ctx: RunContext,
+        checkpoint: Option<State>,
+        control: RunControl,
+    ) -> Result<Evolution> {
+        let cfg = &ctx.cfg;
+        check_config(cfg)?;
+        let mutator = Mutator::new(&cfg.mutation, &cfg.archive, ctx.model())?;
+        let reference =
+            HumanReference::build(&ctx.humans, cfg.run.feature_set, ctx.human_source.clone())?;
+        reference.save(&ctx.dir.join("human_ref.json"))?;
+        ctx.dir
+            .write_jsonl("human_heldout.jsonl", &ctx.humans_heldout)?;
+        let mut log = RunLog::open(&ctx.dir.log_path())?;
+        if checkpoint.is_none() && log.next_seq() == 1 {
+            log.append(run_started(&ctx))?;
+        }
+        let (discriminator, baseline) = ctx.baseline_and_discriminator(&reference).await?;
+        let scorer = Scorer::new(
+            reference,
+            discriminator,
+            CoverageOptions {
+                standardize: cfg.fitness.standardize,
+                n_clusters: cfg.fitness.n_clusters,
+                seed: 0,
+            },
+        )?;
+        let schedule = cfg.fitness.schedule();
+        if checkpoint.is_none()
+            && !runlog::read(&ctx.dir.log_path())?
+                .iter()
+                .any(|r| r.event.kind() == "discriminator_trained")
+        {
+            let event = discriminator_trained(&scorer, &baseline, &ctx.train, &schedule);
+            log.append(event)?;
+            let auc = scorer.discriminator.training.grouped_auc.as_ref();
+            control.say(Progress {
+                iteration: 0,
+                iterations: cfg.search.iterations,
+                best_combined: None,
+                message: format!("discriminator grouped AUC {:?}", auc.map(|a| a.mean)),
+            });
+        }
+        let state = match checkpoint {
+            Some(state) => {
+                log.append(Event::Resumed {
+                    from_iteration: state.iteration,
+                })?;
+                state
+            }
+            None => State::new(cfg)?,
+        };
+        let reflection_model = if cfg.mutation.reflection {
+            ctx.model()
+        } else {
+            None
+        };
+        Ok(Evolution {
+            train: ctx.contexts(&ctx.train),
+            val: ctx.contexts(&ctx.val),
+            prior_elapsed: state.elapsed_s,
+            ctx,
+            scorer,
+            mutator,
+            reflection_model,
+            schedule,
+            log,
+            control,
+            state,
+            started: Instant::now(),
+            iterations_here: 0,
+        })
+    }
+
+    /// The state (as of the last step).
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Run to a stop condition, committing after every step.
+    pub async fn run(mut self) -> Result<RunSummary> {
+        let reason = loop {
+            match self.stop() {
+                Some(Stop::Reason(reason)) => break reason,
+                Some(Stop::Halted) => return Ok(self.halted()),
+                None => {}
+            }
+            match self.step().await? {
+                Step::Iteration { message } => {
+                    self.commit()?;
+                    self.iterations_here += 1;
+                    self.say(message);
+                }
+                Step::Requeued { backoff } => {
+                    self.commit()?;
+                    tokio::time::sleep(backoff).await;
+                }
+                Step::Stop(reason) => break reason,
+            }
+        };
+        self.finish(reason)
+    }
+
+    /// One iteration: propose a candidate, evaluate it, record the result. Nothing is saved
+    /// until [`Evolution::commit`].
+    pub async fn step(&mut self) -> Result<Step> {
+        let k = self.state.iteration + 1;
+        let started = Instant::now();
+        match self.propose(k).await? {
+            Proposal::MutationFailed { parent, failure } => {
+                self.record_mutation_failure(k, &parent, failure)
+            }
+            Proposal::Candidate(candidate) => {
+                let evaluation = self.evaluate(k, &candidate.program).await;
+                self.record(k, candidate, evaluation, started).await
+            }
+        }
+    }
+
+    /// The commit point: append a `checkpoint` event and write the state after it.
+    pub fn commit(&mut self) -> Result<()> {
+        let rec = self.log.append(Event::Checkpoint {
+            iteration: self.state.iteration,
+        })?;
+        self.state.log_seq = rec.seq;
+        self.state.elapsed_s = self.elapsed();
+        self.ctx.dir.write_checkpoint(&self.state)
+    }
+
+    fn elapsed(&self) -> f64 {
+        self.prior_elapsed + self.started.elapsed().as_secs_f64()
+    }
+
+    fn say(&self, message: String) {
+        self.control.say(Progress {
+            iteration: self.state.iteration,
+            iterations: self.ctx.cfg.search.iterations,
+            best_combined: self.state.best_fitness(),
+            message,
+        });
+    }
+
+    /// The stop condition that holds before the next step, if any.
+    fn stop(&self) -> Option<Stop> {
+        let (cfg, state) = (&self.ctx.cfg, &self.state);
+        if state.iteration >= cfg.search.iterations {
+            return Some(Stop::Reason("iterations".into()));
+        }
+        if self.control.stop.load(Ordering::SeqCst) {
+            return Some(Stop::Reason("interrupted".into()));
+        }
+        if let Some(why) = self.ctx.client.as_ref().and_then(|c| c.budget_exhausted()) {
+            self.say(format!("budget exhausted: {why}"));
+            return Some(Stop::Reason("budget".into()));
+        }
+        // (the seed is always evaluated, so every run has a best program)
+        if let (Some(max), true) = (cfg.search.max_wall_clock_s, state.iteration > 0) {
+            if self.elapsed() >= max {
+                return Some(Stop::Reason("wall_clock".into()));
+            }
+        }
+        let patience = cfg.search.early_stop_evaluations;
+        if patience > 0 && state.stagnation >= patience {
+            return Some(Stop::Reason("early_stop".into()));
+        }
+        if self.control.halt_after == Some(self.iterations_here) {
+            return Some(Stop::Halted);
+        }
+        None
+    }
+
+    /// The candidate of iteration `k`.
+    async fn propose(&mut self, k: u64) -> Result<Proposal> {
+        let state = &mut self.state;
+        if let Some(program) = state.pending.pop_front() {
+            let island = program.island;
+            return Ok(Proposal::Candidate(Candidate { program, island }));
+        }
+        if state.archive.is_empty() {
+            let code = &self.ctx.seed_code;
+            let mut program = Program::seed(ProgramId::derive(k, &code_hash(code)), code.clone());
+            program.iteration_found = k;
+            return Ok(Proposal::Candidate(Candidate { program, island: 0 }));
+        }
+        let island = state.archive.next_island();
+        let parent = state.archive.sample_parent(island)?.program;
+        let inspirations = state.archive.inspirations(&parent, island)?;
+        let seed = mix(self.ctx.cfg.search.seed, k);
+        let made = self
+            .mutator
+            .propose(
+                &state.archive,
+                &parent,
+                &inspirations,
+                state.stagnation,
+                seed,
+            )
+            .await?;
+        Ok(match made {
+            Ok(child) => {
+                let id = ProgramId::derive(k, &code_hash(&child.code));
+                let mut program = Program::child(&parent, id, child.code, k, child.mutation);
+                program.second_parent_id = child.second_parent;
+                program.island = island;
+                Proposal::Candidate(Candidate { program, island })
+            }
+            Err(failure) => Proposal::MutationFailed { parent, failure },
+        })
+    }
+
+    /// Evaluate `program` on iteration `k`'s batch (the state is only read).
+    async fn evaluate(&self, k: u64, program: &Program) -> Evaluation {
+        let cfg = &self.ctx.cfg;
+        let plan = self.schedule.plan(k, self.train.len());
+        let batch: Vec<TaskContext> = plan
+            .task_indices
+            .iter()
+            .map(|&i| self.train[i].clone())
+            .collect();
+        let outcome = evaluate_candidate(
+            &program.code,
+            &batch,
+            plan.n_personas,
+            plan.weights(),
+            &self.ctx.generator,
+            &self.ctx.runner,
+            &self.scorer,
+            derive_seed(cfg.search.seed, "crn"),
+        )
+        .await;
+        match outcome {
+            CandidateOutcome::Infrastructure(why) => Evaluation::Infrastructure(why),
+            CandidateOutcome::Failed(f) => Evaluation::Failed(f),
+            CandidateOutcome::Scored {
+                mut metrics,
+                personas,
+                persona_records,
+                episodes,
+                p_human,
+                fingerprints,
+            } => {
+                rank(&mut metrics, cfg.fitness.select_by, final_weights(cfg));
+                let evidence = Evidence {
+                    personas: &persona_records,
+                    episodes: &episodes,
+                    p_human: &p_human,
+                    fingerprints: &fingerprints,
+                    metrics: &metrics,
+                    context: batch.first().map(|t| t.context.as_str()).unwrap_or(""),
+                };
+                let reflection =
+                    reflection::reflect(&self.scorer, &evidence, self.reflection_model.as_deref())
+                        .await;
+                Evaluation::Scored(Box::new(Scored {
+                    metrics,
+                    personas,
+                    reflection,
+                    tasks: batch.iter().map(|t| t.task_id.clone()).collect(),
+                    plan,
+                }))
+            }
+        }
+    }
+
+    /// A failed mutation: recorded against the parent; the iteration is spent.
+    fn record_mutation_failure(
+        &mut self,
+        k: u64,
+        parent: &Program,
+        failure: ChildFailure,
+    ) -> Result<Step> {
+        let kind = failure.kind.as_str();
+        self.state
+            .archive
+            .record_failure(&parent.id, failure.clone());
+        self.log.append(Event::CandidateFailed {
+            iteration: k,
+            program_id: None,
+            parent_id: Some(parent.id.0.clone()),
+            mutation: self.mutator.mode_name().into(),
+            failure: FailureInfo {
+                stage: format!("mutation:{kind}"),
+                reason: failure.message.clone(),
+                stderr_tail: failure.stderr_tail.clone().unwrap_or_default(),
+            },
+            requeued: false,
+        })?;
+        self.state.iteration = k;
+        self.state.stagnation += 1;
+        Ok(Step::Iteration {
+            message: format!("iteration {k}: mutation failed ({kind})"),
+        })
+    }
+
+    /// Record the evaluation of iteration `k`'s candidate.
+    async fn record(
+        &mut self,
+        k: u64,
+        candidate: Candidate,
+        evaluation: Evaluation,
+        started: Instant,
+    ) -> Result<Step> {
+        let Candidate {
+            mut program,
+            island,
+        } = candidate;
+        let parent_id = program.parent_id.as_ref().map(|p| p.0.clone());
+        match evaluation {
+            Evaluation::Infrastructure(why) => {
+                self.state.requeues += 1;
+                let requeue = self.state.requeues <= self.ctx.cfg.search.max_requeues;
+                self.log.append(Event::CandidateFailed {
+                    iteration: k,
+                    program_id: Some(program.id.0.clone()),
+                    parent_id,
+                    mutation: program.mutation.kind.as_str().into(),
+                    failure: FailureInfo {
+                        stage: "infrastructure".into(),
+                        reason: why.clone(),
+                        stderr_tail: String::new(),
+                    },
+                    requeued: requeue,
+                })?;
+                if !requeue {
+                    return Ok(Step::Stop(format!("infrastructure: {why}")));
+                }
+                // not an iteration: the same candidate is evaluated again next
+                self.state.pending.push_front(program);
+                Ok(Step::Requeued {
+                    backoff: Duration::from_millis(500 * 2u64.pow(self.state.requeues.min(6))),
+                })
+            }
+            Evaluation::Failed(f) => {
+                if let Some(pid) = &program.parent_id {
+                    let mut cf = ChildFailure::new(FailureKind::Sandbox, f.reason.clone());
+                    cf.stage = Some(f.stage.clone());
+                    cf.stderr_tail = (!f.stderr_tail.is_empty()).then(|| f.stderr_tail.clone());
+                    cf.angle = program.mutation.angle.clone();
+                    self.state.archive.record_failure(pid, cf);
+                }
+                self.log.append(Event::CandidateFailed {
+                    iteration: k,
+                    program_id: Some(program.id.0.clone()),
+                    parent_id,
+                    mutation: program.mutation.kind.as_str().into(),
+                    failure: f.clone(),
+                    requeued: false,
+                })?;
+                if self.state.archive.is_empty() {
+                    return Err(Error::Run {
+                        path: self.ctx.dir.path().to_path_buf(),
+                        message: format!(
+                            "the seed program failed ({}): {}\n{}",
+                            f.stage, f.reason, f.stderr_tail
+                        ),
+                    });
+                }
+                self.state.requeues = 0;
+                self.state.iteration = k;
+                self.state.stagnation += 1;
+                Ok(Step::Iteration {
+                    message: format!("iteration {k}: candidate failed ({})", f.stage),
+                })
+            }
+            Evaluation::Scored(s) => {
+                self.state.requeues = 0;
+                program.metrics = program_metrics(&s.metrics);
+                program.reflection = Some(s.reflection.clone());
+                self.state
+                    .parents
+                    .insert(program.id.0.clone(), parent_id.clone());
+                let added = self.state.archive.add(program.clone(), island)?;
+                self.state.stagnation = if added.new_elite {
+                    0
+                } else {
+                    self.state.stagnation + 1
+                };
+                self.log.append(Event::CandidateEvaluated {
+                    iteration: k,
+                    program_id: program.id.0.clone(),
+                    parent_id,
+                    second_parent_id: program.second_parent_id.as_ref().map(|p| p.0.clone()),
+                    island,
+                    mutation: program.mutation.kind.as_str().into(),
+                    mutation_summary: program.mutation.summary.clone(),
+                    epoch: s.plan.epoch,
+                    batch_in_epoch: s.plan.batch_in_epoch,
+                    tasks: s.tasks,
+                    metrics: s.metrics.clone(),
+                    new_elite: added.new_elite,
+                    new_best: added.new_best,
+                    personas: s.personas,
+                    reflection: s.reflection,
+                    code_hash: program.code_hash.clone(),
+                    code: program.code.clone(),
+                    seconds: started.elapsed().as_secs_f64(),
+                    cost: self.cost(),
+                })?;
+                if added.new_best {
+                    self.validate(k, &program, &s.metrics).await?;
+                }
+                self.state.iteration = k;
+                let islands = self.ctx.cfg.archive.num_islands;
+                if islands > 0 {
+                    self.state.archive.maybe_migrate(k / islands as u64);
+                }
+                let m = &s.metrics;
+                Ok(Step::Iteration {
+                    message: format!(
+                        "iteration {k}: combined {:.3} (HL {:.3}, cov {:.3}){}",
+                        m.combined,
+                        m.human_likeness,
+                        m.coverage,
+                        if added.new_best { " new best" } else { "" }
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Validate a new best program (final N, fixed weights, the validation tasks) and write
+    /// `best/`. A validation that cannot score the program still writes the program.
+    async fn validate(&mut self, k: u64, program: &Program, train: &EvalMetrics) -> Result<()> {
+        let cfg = &self.ctx.cfg;
+        let outcome = evaluate_candidate(
+            &program.code,
+            &self.val,
+            self.schedule.n_personas,
+            Weights::new(self.schedule.lambda_h, self.schedule.lambda_b),
+            &self.ctx.generator,
+            &self.ctx.val_runner,
+            &self.scorer,
+            derive_seed(cfg.search.seed, "validation"),
+        )
+        .await;
+        let lineage = self.state.lineage(&program.id.0);
+        match outcome {
+            CandidateOutcome::Scored {
+                metrics,
+                persona_records,
+                episodes,
+                ..
+            } => {
+                self.log.append(Event::Validation {
+                    iteration: k,
+                    program_id: program.id.0.clone(),
+                    metrics: metrics.clone(),
+                })?;
+                self.state.best_validation = Some((program.id.0.clone(), metrics.clone()));
+                self.ctx.dir.write_best(&Best {
+                    program,
+                    train,
+                    validation: &metrics,
+                    lineage,
+                    personas: &persona_records,
+                    episodes: &episodes,
+                })
+            }
+            _ => self.ctx.dir.write_best(&Best {
+                program,
+                train,
+                validation: &EvalMetrics::default(),
+                lineage,
+                personas: &[] as &[Persona],
+                episodes: &[] as &[Episode],
+            }),
+        }
+    }
+
+    /// The LLM cost so far (a note offline).
+    fn cost(&self) -> CostSummary {
+        match &self.ctx.client {
+            Some(c) => match serde_json::to_value(c.accounting()) {
+                Ok(Value::Object(m)) => m.into_iter().collect(),
+                _ => BTreeMap::new(),
+            },
+            None => BTreeMap::from([(
+                "total".to_string(),
+                json!({"calls": 0, "usd": 0.0, "note": "offline run: no LLM calls"}),
+            )]),
+        }
+    }
+
+    /// What the `halt_after` hook returns: the state as a kill would leave it (nothing logged).
+    fn halted(&self) -> RunSummary {
+        RunSummary {
+            run_dir: self.ctx.dir.path().to_path_buf(),
+            reason: "halted (test hook)".into(),
+            iterations: self.state.iteration,
+            best_program_id: None,
+            best_metrics: None,
+            best_validation: None,
+            offline: self.ctx.cfg.offline(),
+        }
+    }
+
+    /// Log `run_stopped` and summarise the run.
+    fn finish(mut self, reason: String) -> Result<RunSummary> {
+        let best = self.state.archive.best().cloned();
+        let best_metrics = best.as_ref().and_then(|b| {
+            runlog::read(&self.ctx.dir.log_path())
+                .ok()?
+                .into_iter()
+                .rev()
+                .find_map(|r| match r.event {
+                    Event::CandidateEvaluated {
+                        program_id,
+                        metrics,
+                        ..
+                    } if program_id == b.id.0 => Some(metrics),
+                    _ => None,
+                })
+        });
+        let cost = self.cost();
+        self.log.append(Event::RunStopped {
+            reason: reason.clone(),
+            iterations: self.state.iteration,
+            best_program_id: best.as_ref().map(|b| b.id.0.clone()),
+            best_metrics: best_metrics.clone(),
+            cost,
+        })?;
+        Ok(RunSummary {
+            run_dir: self.ctx.dir.path().to_path_buf(),
+            reason,
+            iterations: self.state.iteration,
+            best_program_id: best.map(|b| b.id.0),
+            best_metrics,
+            best_validation: self.state.best_validation.map(|(_, m)| m),
+            offline: self.ctx.cfg.offline(),
+        })
+    }
+}
+
+impl RunControl {
+    fn say(&self, progress: Progress) {
+        if let Some(p) = &self.progress {
+            p(&progress);
+        }
+    }
+}
+
+/// The final weights (validation, `ppol eval`, and ranking with `select_by = "fixed"`).
+fn final_weights(cfg: &RunConfig) -> Weights {
+    Weights::new(cfg.fitness.lambda_h, cfg.fitness.lambda_b)
+}
+
+/// Refuse, before a run creates or pays for anything, settings only a run can check: the
+/// archive's metrics (below) and the mutation settings ([`Mutator::check`]).
+pub fn check_config(cfg: &RunConfig) -> Result<()> {
+    check_metric_names(cfg)?;
+    Mutator::check(&cfg.mutation, &cfg.archive, !cfg.offline())
+}
+
+/// The archive ranks and bins programs by metrics they carry: `fitness_metric` and every
+/// descriptor must be one of them, or the first evaluation would fail after being paid for.
+fn check_metric_names(cfg: &RunConfig) -> Result<()> {
+    let known = program_metric_names(cfg.fitness.select_by);
+    let check = |key: &str, name: &str| -> Result<()> {
+        if known.iter().any(|k| k == name) {
+            Ok(())
+        } else {
+            Err(Error::config(
+                key,
+                format!(
+                    "unknown metric '{name}' (programs carry: {})",
+                    known.join(", ")
+                ),
+            ))
+        }
+    };
+    check("archive.fitness_metric", &cfg.archive.fitness_metric)?;
+    for d in &cfg.archive.feature_dimensions {
+        check("archive.feature_dimensions", d)?;
+    }
+    Ok(())
+}
+
+/// The first event of a run: configuration, seeds, models and the hashes of every embedded text.
+fn run_started(ctx: &RunContext) -> Event {
+    let cfg = &ctx.cfg;
+    let mut seeds = BTreeMap::from(
+        ["archive", "baseline", "val_split", "human_holdout"]
+            .map(|part| (part.to_string(), derive_seed(cfg.search.seed, part))),
+    );
+    seeds.insert("root".to_string(), cfg.search.seed);
+    let models: BTreeMap<String, String> = CallRole::ALL
+        .iter()
+        .map(|r| {
+            (
+                r.as_str().to_string(),
+                ctx.client
+                    .as_ref()
+                    .map_or("scripted (offline)".into(), |c| c.describe_role(*r)),
+            )
+        })
+        .collect();
+    let mut hashes: BTreeMap<String, String> = crate::evolve::mutation::template_hashes()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    hashes.insert(
+        "harness.py".into(),
+        code_hash(crate::generate::sandbox::HARNESS_PY),
+    );
+    hashes.insert(
+        "feature_banks".into(),
+        code_hash(cfg.run.feature_set.banks().1),
+    );
+    hashes.insert("seed_program".into(), code_hash(&ctx.seed_code));
+    Event::RunStarted {
+        schema_version: runlog::SCHEMA_VERSION,
+        ppol_version: env!("CARGO_PKG_VERSION").into(),
+        name: cfg.run.name.clone(),
+        config: serde_json::to_value(cfg).unwrap_or(Value::Null),
+        seeds,
+        offline: cfg.offline(),
+        models,
+        hashes,
+        feature_set: cfg.run.feature_set.name().into(),
+        domain: ctx.domain.name.clone(),
+        splits: BTreeMap::from([
+            ("train".into(), ctx.train.clone()),
+            ("val".into(), ctx.val.clone()),
+            ("test".into(), ctx.test.clone()),
+        ]),
+        human: json!({"sources": ctx.human_source, "n_run": ctx.humans.len(), "n_heldout": ctx.humans_heldout.len()}),
+    }
+}
+
+/// The discriminator's training summary, with the baseline's score on the train tasks.
+fn discriminator_trained(
+    scorer: &Scorer,
+    baseline: &[Episode],
+    train: &[String],
+    schedule: &Schedule,
+) -> Event {
+    let train: std::collections::BTreeSet<&String> = train.iter().collect();
+    let base_train: Vec<Episode> = baseline
+        .iter()
+        .filter(|e| train.contains(&e.task_id))
+        .cloned()
+        .collect();
+    let weights = Weights::new(schedule.lambda_h, schedule.lambda_b);
+    let training = &scorer.discriminator.training;
+    Event::DiscriminatorTrained {
+        n_human: training.n_human,
+        n_baseline: training.n_simulator,
+        grouped_auc: training.grouped_auc.as_ref().map(|a| a.mean),
+        top_features: training.top_features.clone(),
+        baseline: crate::evolve::evaluate::score_episodes(scorer, &base_train, weights, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_archive_metrics_are_named_before_anything_runs() {
+        let mut cfg = RunConfig::default();
+        assert!(check_metric_names(&cfg).is_ok());
+        cfg.archive.fitness_metric = "human_likeness".into();
+        assert!(check_metric_names(&cfg).is_ok());
+        cfg.archive.fitness_metric = "score".into();
+        let e = check_metric_names(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("archive.fitness_metric") && e.contains("'score'"),
+            "{e}"
+        );
+        cfg.archive.fitness_metric = "combined".into();
+        cfg.archive.feature_dimensions = vec!["coverage".into(), "dice".into()];
+        let e = check_metric_names(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("archive.feature_dimensions") && e.contains("'dice'"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_state_round_trips_through_its_checkpoint_text() {
+        let cfg = RunConfig::default();
+        let mut state = State::new(&cfg).unwrap();
+        let seed = Program::seed("s", "x = 1\n").with_metrics([
+            ("combined", 0.4),
+            ("human_likeness", 0.3),
+            ("coverage", 0.5),
+        ]);
+        state.archive.add(seed, 0).unwrap();
+        state.parents.insert("c".into(), Some("s".into()));
+        state.parents.insert("s".into(), None);
+        state.iteration = 3;
+        let text = serde_json::to_string(&state).unwrap();
+        let back: State = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.iteration, 3);
+        assert_eq!(back.archive.to_json(), state.archive.to_json());
+        assert_eq!(back.lineage("c"), ["s", "c"]);
+        // the archive is stored as a string, as in every `ppol-run/1` checkpoint
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert!(v["archive"].is_string());
+    }
+}

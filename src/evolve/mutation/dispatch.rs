@@ -1,0 +1,350 @@
+//! Which operator makes the next child, and making it: the one place the evolution loop asks
+//! for a child program.
+//!
+//! [`Mutator::propose`] first [chooses](Mutator::choose) an [`Operator`] for the parent, then
+//! applies it:
+//!
+//! - with an LLM: a SEARCH/REPLACE **diff** of the parent, or a full **rewrite** once the parent's
+//!   children failed `mutation.rewrite_after_failures` times in a row;
+//! - offline: a **crossover** with an inspiration (probability `mutation.crossover_rate`, when
+//!   an inspiration other than the parent exists), else a **structural** edit of the program's
+//!   literal data.
+//!
+//! The answer is a [`Child`] or a [`ChildFailure`] (a diff that did not apply, no program in a
+//! rewrite, a syntax error, a failed mutator call): failures are data, recorded against the
+//! parent by the caller and shown to the mutator next time. Only a broken machine (a blocking
+//! task that could not be joined) is an `Err`.
+
+use std::sync::Arc;
+
+use crate::evolve::archive::{Archive, ArchiveConfig, Inspiration};
+use crate::evolve::config::{MutationMode, MutationSection};
+use crate::evolve::mutation::diff::{apply_diff, check_python_syntax, extract_full_program};
+use crate::evolve::mutation::prompt::{MutationContext, PromptBuilder, PromptConfig};
+use crate::evolve::mutation::structural::{
+    crossover, structural_mutate_with, AxisVocab, StructuralOptions,
+};
+use crate::evolve::mutation::{failure_from_diff_error, ChildFailure, FailureKind};
+use crate::evolve::program::{MutationInfo, MutationKind, Program, ProgramId};
+use crate::llm::ChatModel;
+use crate::seed::mix;
+use crate::{Error, Result};
+
+/// Previous children of the parent shown to the LLM mutator.
+const PREVIOUS_ATTEMPTS: usize = 4;
+
+/// A child program, ready to be evaluated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Child {
+    /// Its source.
+    pub code: String,
+    /// How it was made.
+    pub mutation: MutationInfo,
+    /// The other parent of a crossover.
+    pub second_parent: Option<ProgramId>,
+}
+
+/// A mutation operator, as chosen for one parent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operator {
+    /// An LLM SEARCH/REPLACE diff of the parent.
+    Diff,
+    /// An LLM full rewrite of the parent.
+    Rewrite,
+    /// An offline edit of the parent's literal data.
+    Structural,
+    /// An offline crossover of the parent with another program.
+    Crossover {
+        /// The other parent.
+        other: Box<Program>,
+    },
+}
+
+/// How children are made in a run.
+pub struct Mutator {
+    /// The LLM that writes diffs and rewrites (None: structural mutation).
+    model: Option<Arc<dyn ChatModel>>,
+    builder: PromptBuilder,
+    vocabulary: Vec<AxisVocab>,
+    structural: StructuralOptions,
+    crossover_rate: f64,
+    rewrite_after_failures: usize,
+}
+
+impl Mutator {
+    /// The mutator of a run: `mode` resolved against the LLM (`auto` is LLM diffs with a model,
+    /// structural without). `llm` without a model is a configuration error, as are prompt
+    /// settings out of range (errors name the `[mutation]` or `[archive]` key).
+    pub fn new(
+        cfg: &MutationSection,
+        archive: &ArchiveConfig,
+        model: Option<Arc<dyn ChatModel>>,
+    ) -> Result<Self> {
+        let model = if uses_llm(cfg.mode, model.is_some())? {
+            model
+        } else {
+            None
+        };
+        Ok(Mutator {
+            model,
+            builder: PromptBuilder::new(prompt_config(cfg, archive))?,
+            vocabulary: axis_vocabulary(),
+            structural: offline_ops(),
+            crossover_rate: cfg.crossover_rate,
+            rewrite_after_failures: cfg.rewrite_after_failures,
+        })
+    }
+
+    /// The checks of [`Mutator::new`] without building it, for a run that will have a model
+    /// or not (`with_model`): lets a run refuse bad settings before it creates anything.
+    pub fn check(cfg: &MutationSection, archive: &ArchiveConfig, with_model: bool) -> Result<()> {
+        uses_llm(cfg.mode, with_model)?;
+        prompt_config(cfg, archive).validate()
+    }
+
+    /// Whether children come from the LLM.
+    pub fn uses_llm(&self) -> bool {
+        self.model.is_some()
+    }
+
+    /// The name a failed mutation is logged under: `diff` with an LLM, else `structural`.
+    pub fn mode_name(&self) -> &'static str {
+        if self.uses_llm() {
+            "diff"
+        } else {
+            "structural"
+        }
+    }
+
+    /// The operator for `parent` (deterministic given the archive and `seed`).
+    pub fn choose(
+        &self,
+        archive: &Archive,
+        parent: &Program,
+        inspirations: &[Inspiration],
+        seed: u64,
+    ) -> Operator {
+        if self.uses_llm() {
+            return if archive.consecutive_failures(&parent.id) >= self.rewrite_after_failures {
+                Operator::Rewrite
+            } else {
+                Operator::Diff
+            };
+        }
+        let other = inspirations.iter().find(|i| i.program.id != parent.id);
+        match other {
+            Some(o) if unit(mix(seed, 7)) < self.crossover_rate => Operator::Crossover {
+                other: Box::new(o.program.clone()),
+            },
+            _ => Operator::Structural,
+        }
+    }
+
+    /// Make a child of `parent` (`stagnation`: evaluations since the best last improved, shown
+    /// to the LLM; `seed`: the iteration's seed).
+    pub async fn propose(
+        &self,
+        archive: &Archive,
+        parent: &Program,
+        inspirations: &[Inspiration],
+        stagnation: u64,
+        seed: u64,
+    ) -> Result<std::result::Result<Child, ChildFailure>> {
+        match self.choose(archive, parent, inspirations, seed) {
+            op @ (Operator::Diff | Operator::Rewrite) => Ok(self
+                .llm_child(
+                    op == Operator::Rewrite,
+                    archive,
+                    parent,
+                    inspirations,
+                    stagnation,
+                    seed,
+                )
+                .await),
+            Operator::Structural => {
+                let (opts, vocabulary, code) = (
+                    self.structural.clone(),
+                    self.vocabulary.clone(),
+                    parent.code.clone(),
+                );
+                offline_child(MutationKind::Structural, None, move || {
+                    structural_mutate_with(&opts, &code, &vocabulary, seed)
+                })
+                .await
+            }
+            Operator::Crossover { other } => {
+                let (code, other_code) = (parent.code.clone(), other.code.clone());
+                offline_child(MutationKind::Crossover, Some(other.id), move || {
+                    crossover(&code, &other_code, seed)
+                })
+                .await
+            }
+        }
+    }
+
+    async fn llm_child(
+        &self,
+        rewrite: bool,
+        archive: &Archive,
+        parent: &Program,
+        inspirations: &[Inspiration],
+        stagnation: u64,
+        seed: u64,
+    ) -> std::result::Result<Child, ChildFailure> {
+        let model = self
+            .model
+            .as_ref()
+            .expect("an LLM operator implies a model");
+        let previous: Vec<Program> = archive
+            .recent_children(&parent.id, PREVIOUS_ATTEMPTS)
+            .into_iter()
+            .cloned()
+            .collect();
+        let failures = archive.recent_failures(&parent.id);
+        let ctx = MutationContext {
+            parent,
+            inspirations,
+            previous_attempts: &previous,
+            failures: &failures,
+            stagnation,
+        };
+        let prompt = if rewrite {
+            self.builder.rewrite_request(&ctx, seed)
+        } else {
+            self.builder.diff_request(&ctx, seed)
+        }
+        .map_err(|e| ChildFailure::new(FailureKind::NoProgram, format!("prompt: {e}")))?;
+        let angle = prompt.angle.id.to_string();
+        let with_angle = |mut f: ChildFailure| {
+            f.angle = Some(angle.clone());
+            f
+        };
+        let answer = model
+            .chat(&prompt.request)
+            .await
+            .map_err(|e| {
+                with_angle(ChildFailure::new(
+                    FailureKind::Evaluation,
+                    format!("mutator call failed: {e}"),
+                ))
+            })?
+            .message
+            .content;
+        let code = if rewrite {
+            extract_full_program(&answer)
+        } else {
+            apply_diff(&parent.code, &answer).map(|a| a.code)
+        }
+        .map_err(|e| with_angle(failure_from_diff_error(&e)))?;
+        match check_python_syntax(&code) {
+            Ok(Ok(())) => {}
+            Ok(Err(msg)) => return Err(with_angle(ChildFailure::new(FailureKind::Syntax, msg))),
+            Err(e) => {
+                return Err(with_angle(ChildFailure::new(
+                    FailureKind::Syntax,
+                    format!("could not check syntax: {e}"),
+                )))
+            }
+        }
+        let kind = if rewrite {
+            MutationKind::Rewrite
+        } else {
+            MutationKind::Diff
+        };
+        let mut mutation = MutationInfo::new(kind, summary_line(&answer));
+        mutation.angle = Some(angle);
+        Ok(Child {
+            code,
+            mutation,
+            second_parent: None,
+        })
+    }
+}
+
+/// Whether `mode` makes children with the LLM, given whether there is one.
+fn uses_llm(mode: MutationMode, has_model: bool) -> Result<bool> {
+    match (mode, has_model) {
+        (MutationMode::Structural, _) | (MutationMode::Auto, false) => Ok(false),
+        (MutationMode::Auto | MutationMode::Llm, true) => Ok(true),
+        (MutationMode::Llm, false) => Err(Error::config(
+            "mutation.mode",
+            "'llm' needs an [llm] section or --llm",
+        )),
+    }
+}
+
+fn prompt_config(cfg: &MutationSection, archive: &ArchiveConfig) -> PromptConfig {
+    PromptConfig {
+        temperature: cfg.temperature,
+        max_tokens: cfg.max_tokens,
+        ..PromptConfig::for_archive(archive)
+    }
+}
+
+/// Run an offline operator (a Python child process) off the async threads.
+async fn offline_child(
+    kind: MutationKind,
+    second_parent: Option<ProgramId>,
+    op: impl FnOnce() -> std::result::Result<(String, String), String> + Send + 'static,
+) -> Result<std::result::Result<Child, ChildFailure>> {
+    let made = tokio::task::spawn_blocking(op)
+        .await
+        .map_err(|e| Error::Sandbox(format!("mutation task failed: {e}")))?;
+    Ok(match made {
+        Ok((code, summary)) => Ok(Child {
+            code,
+            mutation: MutationInfo::new(kind, summary),
+            second_parent,
+        }),
+        Err(msg) => Err(ChildFailure::new(FailureKind::Syntax, msg)),
+    })
+}
+
+/// A draw in [0, 1) from a seed (4 decimal places).
+fn unit(seed: u64) -> f64 {
+    (seed % 10_000) as f64 / 10_000.0
+}
+
+/// The mutator's stated intent: the first line of its answer that is not a marker or a fence.
+fn summary_line(answer: &str) -> String {
+    answer
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("<<<<<<<") && !l.starts_with("```"))
+        .unwrap_or("")
+        .chars()
+        .take(200)
+        .collect()
+}
+
+/// The behaviour axes the scripted simulator realises, as the structural operator's vocabulary.
+fn axis_vocabulary() -> Vec<AxisVocab> {
+    crate::simulate::episode::scripted::KNOWN_AXES
+        .iter()
+        .map(|(name, def)| AxisVocab {
+            name: name.to_string(),
+            definition: def.to_string(),
+            on: format!("Clearly show this in how you write: {def}."),
+            off: format!("Do not behave like this: {def}."),
+        })
+        .collect()
+}
+
+/// Operator weights of offline structural mutation: the scripted simulator realises axis
+/// placements, not roleplay text, so edits that change which behaviours personas get (adding,
+/// dropping axes, tuning numbers) are favoured over text edits, which it cannot see.
+fn offline_ops() -> StructuralOptions {
+    StructuralOptions {
+        op_weights: [
+            ("add-axis", 3.0),
+            ("drop-axis", 1.5),
+            ("edit-axis", 0.5),
+            ("perturb", 4.0),
+            ("fragment", 0.5),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+        ..StructuralOptions::default()
+    }
+}
