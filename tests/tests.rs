@@ -6,6 +6,7 @@ mod cli;
 mod discriminator;
 mod episodes;
 mod evolve;
+mod hub;
 mod llm;
 mod mutation;
 mod parity;
