@@ -14,5 +14,6 @@ mod regression;
 mod report;
 mod sandbox;
 mod scripted;
+mod study;
 mod tau2;
 mod util;
