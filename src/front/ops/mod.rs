@@ -46,7 +46,7 @@ mod study;
 
 pub use episodes::{episode_backend, episodes, EpisodeSink, EpisodesReport, EpisodesRequest};
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
-pub use export::{export_sft, ExportReport, ExportRequest};
+pub use export::{export_sft, ExportReport, ExportRequest, SftFormat};
 pub use generate::{generate, sandbox_config, GenerateReport, GenerateRequest, TaskGeneration};
 pub use study::{study_analyze, study_make, StudyMakeRequest};
 

@@ -29,10 +29,11 @@ pub fn wilson(k: usize, n: usize, z: f64) -> Option<Wilson> {
     let denom = 1.0 + z2 / n;
     let centre = (p + z2 / (2.0 * n)) / denom;
     let half = z / denom * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    // At k = 0 (k = n) the bound is exactly 0 (1); say so rather than leave rounding dust.
     Some(Wilson {
         share: p,
-        low: (centre - half).max(0.0),
-        high: (centre + half).min(1.0),
+        low: if k == 0.0 { 0.0 } else { (centre - half).max(0.0) },
+        high: if k == n { 1.0 } else { (centre + half).min(1.0) },
     })
 }
 
