@@ -208,6 +208,14 @@ fn serve(mut conn: TcpStream, files: &HashMap<(String, String), HubFile>, seen: 
     if parts.len() < 5 || parts[2] != "resolve" {
         return respond(&mut conn, "404 Not Found", &[], b"", head);
     }
+    if format!("{}/{}", parts[0], parts[1]) == "org/old-name" {
+        // a renamed repository: the Hub answers with a relative redirect
+        let h = [(
+            "Location",
+            format!("/datasets/org/traces/resolve/{}/{}", parts[3], parts[4]),
+        )];
+        return respond(&mut conn, "307 Temporary Redirect", &h, b"", head);
+    }
     if format!("{}/{}", parts[0], parts[1]) != "org/traces" {
         let h = [("X-Error-Code", "RepoNotFound".to_string())];
         return respond(&mut conn, "404 Not Found", &h, b"", head);
@@ -645,4 +653,33 @@ fn hub_path_as_run_human_in_a_toml_file_is_loaded() {
         .seen()
         .iter()
         .any(|r| r.path == "/datasets/org/traces/resolve/main/data/missing.jsonl"));
+}
+
+#[test]
+fn hub_follows_a_renamed_repository_and_caches_under_the_name_used() {
+    let hub = StandIn::start(vec![("main", "data/human.jsonl", plain(&human()))]);
+    let home = tempfile::tempdir().unwrap();
+    let path = "hf://datasets/org/old-name/data/human.jsonl";
+    let (code, out, err) = ppol_hub(&["fingerprint", path], home.path(), &hub.endpoint(), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 25);
+    let heads: Vec<String> = hub
+        .seen()
+        .into_iter()
+        .filter(|r| r.method == "HEAD")
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            "/datasets/org/old-name/resolve/main/data/human.jsonl",
+            "/datasets/org/traces/resolve/main/data/human.jsonl"
+        ]
+    );
+    let repo = home.path().join("hub/datasets--org--old-name");
+    assert!(repo
+        .join("snapshots")
+        .join(MAIN)
+        .join("data/human.jsonl")
+        .is_file());
 }
