@@ -462,6 +462,17 @@ fn study_make_rejects_bad_conditions_and_writes_nothing() {
             ],
             "--agent-turns",
         ),
+        (
+            vec![
+                "--condition",
+                "human=fitness/demo/human.jsonl",
+                "--condition",
+                "base=fitness/demo/baseline.jsonl",
+                "--domain",
+                "airline",
+            ],
+            "condition 'human' (fitness/demo/human.jsonl) has 0 dialogues with user text",
+        ),
     ] {
         let mut a = vec!["study", "make", "-o", o];
         a.extend(args);

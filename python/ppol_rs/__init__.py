@@ -520,12 +520,14 @@ def study_make(
     agent_turns: str = "dimmed",
     discriminator: Optional[Union[str, "os.PathLike[str]"]] = None,
     title: Optional[str] = None,
+    domain: Optional[str] = None,
 ) -> Dict[str, Any]:
     """A blinded human-judgement study (as ``ppol study make``): ``conditions`` maps a name
     (``"human"``, ``"base"``, ``"evolved"``, ...) to one or more trace or episode files
     (``hf://`` paths too). Writes ``study.html`` (for annotators), ``label_studio_tasks.json`` +
     ``label_studio_config.xml`` and ``key.json`` (keep it to yourself) into ``out`` and returns
-    their paths with ``n_items`` and ``study_id``.
+    their paths with ``n_items`` and ``study_id``. ``domain`` keeps only dialogues of one domain
+    (τ-USI files mix airline and retail).
 
     >>> import ppol_rs, tempfile, os, json
     >>> d = tempfile.mkdtemp()
@@ -545,7 +547,7 @@ def study_make(
         specs.extend(f"{name}={os.fspath(f)}" for f in files)
     return _core.study_make(
         specs, os.fspath(out), per_condition, seed, attention_checks, agent_turns,
-        None if discriminator is None else os.fspath(discriminator), title,
+        None if discriminator is None else os.fspath(discriminator), title, domain,
     )
 
 

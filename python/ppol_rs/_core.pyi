@@ -155,6 +155,7 @@ def study_make(
     agent_turns: str = "dimmed",
     discriminator: Optional[_Path] = None,
     title: Optional[str] = None,
+    domain: Optional[str] = None,
 ) -> Dict[str, Any]: ...
 def study_analyze(
     answers: List[_Path],

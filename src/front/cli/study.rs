@@ -47,6 +47,9 @@ pub enum StudyCommand {
         /// Page title.
         #[arg(long)]
         title: Option<String>,
+        /// Keep only dialogues of this domain (τ-USI files mix airline and retail).
+        #[arg(long)]
+        domain: Option<String>,
     },
     /// Un-blind answers with the key: share judged human per condition (95% Wilson CIs),
     /// Welch's t between conditions, Krippendorff's α, point-biserial r with P(human).
@@ -81,6 +84,7 @@ pub fn run(args: StudyArgs) -> anyhow::Result<()> {
             agent_turns,
             discriminator,
             title,
+            domain,
         } => {
             let files = ops::study_make(&StudyMakeRequest {
                 conditions,
@@ -91,6 +95,7 @@ pub fn run(args: StudyArgs) -> anyhow::Result<()> {
                 agent_turns: Some(agent_turns),
                 discriminator,
                 title,
+                domain,
             })?;
             eprintln!("study {}: {} items", files.study_id, files.n_items);
             eprintln!("  for annotators: {}", files.page.display());

@@ -27,6 +27,8 @@ pub struct StudyMakeRequest {
     pub discriminator: Option<PathBuf>,
     /// Page title.
     pub title: Option<String>,
+    /// Keep only dialogues of this domain.
+    pub domain: Option<String>,
 }
 
 /// Sample, shuffle and blind the conditions' dialogues and write the page, the Label Studio
@@ -51,6 +53,7 @@ pub fn study_make(req: &StudyMakeRequest) -> Result<StudyFiles> {
             .unwrap_or_default(),
         discriminator: req.discriminator.clone(),
         title: req.title.clone().unwrap_or(defaults.title),
+        domain: req.domain.clone(),
     };
     if req.out.is_file() {
         return Err(Error::config(

@@ -755,7 +755,7 @@ fn report(py: Python<'_>, run_dir: PathBuf, out: Option<PathBuf>) -> PyResult<Pa
 /// specs; writes the page, the Label Studio files and the key into `out` and returns
 /// `{"page", "label_studio_tasks", "label_studio_config", "key", "n_items", "study_id"}`.
 #[pyfunction]
-#[pyo3(signature = (conditions, out, per_condition=20, seed=0, attention_checks=1, agent_turns="dimmed", discriminator=None, title=None))]
+#[pyo3(signature = (conditions, out, per_condition=20, seed=0, attention_checks=1, agent_turns="dimmed", discriminator=None, title=None, domain=None))]
 #[allow(clippy::too_many_arguments)]
 fn study_make<'py>(
     py: Python<'py>,
@@ -767,6 +767,7 @@ fn study_make<'py>(
     agent_turns: &str,
     discriminator: Option<PathBuf>,
     title: Option<String>,
+    domain: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let req = ops::StudyMakeRequest {
         conditions,
@@ -777,6 +778,7 @@ fn study_make<'py>(
         agent_turns: Some(agent_turns.to_string()),
         discriminator,
         title,
+        domain,
     };
     let files = py.detach(|| ops::study_make(&req)).map_err(to_py_err)?;
     to_py(py, &files)

@@ -126,6 +126,8 @@ pub struct MakeOptions {
     pub discriminator: Option<PathBuf>,
     /// Page title.
     pub title: String,
+    /// Keep only dialogues of this domain (τ-USI files mix airline and retail).
+    pub domain: Option<String>,
 }
 
 impl Default for MakeOptions {
@@ -137,6 +139,7 @@ impl Default for MakeOptions {
             agent_turns: AgentTurns::Dimmed,
             discriminator: None,
             title: "Who wrote this? A short study of customer-service conversations".into(),
+            domain: None,
         }
     }
 }
@@ -408,7 +411,12 @@ pub fn make(conditions: &[Condition], opts: &MakeOptions) -> Result<Study> {
     for c in conditions {
         let mut ds: Vec<(String, Dialogue)> = Vec::new();
         for f in &c.files {
-            let loaded = traces::load(f, &LoadOptions::default())?;
+            let loaded = traces::load(
+                f,
+                &LoadOptions {
+                    domain: opts.domain.clone(),
+                },
+            )?;
             ds.extend(loaded.into_iter().map(|d| (f.display().to_string(), d)));
         }
         ds.retain(|(_, d)| d.user_texts().any(|t| !clean_user_text(t).is_empty()));

@@ -32,8 +32,16 @@ pub fn wilson(k: usize, n: usize, z: f64) -> Option<Wilson> {
     // At k = 0 (k = n) the bound is exactly 0 (1); say so rather than leave rounding dust.
     Some(Wilson {
         share: p,
-        low: if k == 0.0 { 0.0 } else { (centre - half).max(0.0) },
-        high: if k == n { 1.0 } else { (centre + half).min(1.0) },
+        low: if k == 0.0 {
+            0.0
+        } else {
+            (centre - half).max(0.0)
+        },
+        high: if k == n {
+            1.0
+        } else {
+            (centre + half).min(1.0)
+        },
     })
 }
 
