@@ -465,7 +465,11 @@ impl RunConfig {
     /// human traces, the τ² data directory, the seed program.
     pub fn check_inputs(&self) -> Result<()> {
         for (i, h) in self.run.human.iter().enumerate() {
-            if !h.is_file() {
+            if crate::hub::is_hub_path(h) {
+                // fetched when the run loads it; here only its form is checked
+                crate::hub::HubPath::parse(&h.to_string_lossy())
+                    .map_err(|e| Error::config(format!("run.human[{i}]"), e.to_string()))?;
+            } else if !h.is_file() {
                 return Err(Error::config(
                     format!("run.human[{i}]"),
                     format!("'{}' is not a file", h.display()),

@@ -56,7 +56,7 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue>> {
             .map_err(|e| Error::io("reading", "<stdin>", e))?;
         s
     } else {
-        crate::io::read_to_string(path)?
+        crate::hub::read_to_string(path)?
     };
     parse(&text, path, opts)
 }

@@ -30,6 +30,7 @@
 //! ```
 
 pub mod pca;
+pub mod study;
 pub mod svg;
 
 use std::collections::{BTreeMap, HashMap};

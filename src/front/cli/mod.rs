@@ -23,6 +23,7 @@ mod mock_server;
 mod reference;
 mod report;
 mod score;
+mod study;
 mod traces;
 
 /// ppol: evolve persona policies for LLM user simulators.
@@ -60,6 +61,8 @@ pub enum Command {
     Episodes(episodes::EpisodesArgs),
     /// Export episodes as agent-hardening training data.
     Export(export::ExportArgs),
+    /// A blinded human-judgement study: make the annotation page, analyze the answers.
+    Study(study::StudyArgs),
     /// Measure speed.
     Bench(bench::BenchArgs),
     /// Write a self-contained HTML report of an evolution run from its run directory.
@@ -156,6 +159,7 @@ fn run(command: Command) -> anyhow::Result<Outcome> {
         Command::Score(a) => score::run_score(a)?.into(),
         Command::Episodes(a) => episodes::run(a)?,
         Command::Export(a) => export::run(a)?,
+        Command::Study(a) => study::run(a)?.into(),
         Command::Bench(a) => bench::run(a)?.into(),
         Command::Report(a) => report::run(a)?.into(),
         Command::Generate(a) => generate::run(a)?,
