@@ -13,4 +13,5 @@ mod report;
 mod sandbox;
 mod scripted;
 mod tau2;
+mod traces;
 mod util;

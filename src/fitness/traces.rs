@@ -12,7 +12,8 @@
 //!
 //! # How a file is read
 //!
-//! The file is read into memory once. JSON is then deserialized in one typed pass: each
+//! The file is read into memory once and checked to be UTF-8 in parallel pieces (a bad byte is
+//! reported with its line). JSON is then deserialized in one typed pass: each
 //! conversation goes straight into [`Turn`]s, and only what a dialogue keeps as free-form
 //! metadata ([`Dialogue::meta`]) is read as [`serde_json::Value`]. JSON Lines are parsed in
 //! parallel, one line per task, and come back in file order. Whatever the typed pass does not
@@ -67,15 +68,67 @@ pub fn load_many(paths: &[PathBuf], opts: &LoadOptions) -> Result<Vec<Dialogue>>
 
 /// Load one trace file (`-` reads standard input).
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue>> {
-    let text = if path == Path::new("-") {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+    let (bytes, shown) = if path == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
             .map_err(|e| Error::io("reading", "<stdin>", e))?;
-        s
+        (bytes, Path::new("<stdin>"))
     } else {
-        crate::io::read_to_string(path)?
+        let bytes = std::fs::read(path).map_err(|e| Error::io("reading", path, e))?;
+        (bytes, path)
     };
-    parse(&text, path, opts)
+    parse(&utf8_text(bytes, shown)?, path, opts)
+}
+
+/// The bytes as text, checked in parallel pieces; the error names the line of the first byte
+/// that is not UTF-8.
+fn utf8_text(bytes: Vec<u8>, path: &Path) -> Result<String> {
+    let bad = newline_pieces(&bytes)
+        .into_par_iter()
+        .filter_map(|r| {
+            std::str::from_utf8(&bytes[r.clone()])
+                .err()
+                .map(|e| r.start + e.valid_up_to())
+        })
+        .min();
+    match bad {
+        None => {
+            // SAFETY: every piece was checked to be UTF-8 above, and the pieces cover `bytes`
+            // end to end, split after b'\n' bytes, which never occur inside a multi-byte
+            // character; so `bytes` is UTF-8 as a whole.
+            Ok(unsafe { String::from_utf8_unchecked(bytes) })
+        }
+        Some(at) => {
+            let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+            Err(Error::parse(
+                path,
+                format!("line {line}"),
+                format!("not UTF-8 text (byte {at} of the file); trace files must be UTF-8"),
+            ))
+        }
+    }
+}
+
+/// Split `bytes` into consecutive ranges, each ending just after a b'\n' (the last one at the
+/// end), for parallel work: about eight per thread, none much shorter than 256 KiB.
+fn newline_pieces(bytes: &[u8]) -> Vec<std::ops::Range<usize>> {
+    const MIN_PIECE: usize = 256 * 1024;
+    let pieces = (rayon::current_num_threads() * 8)
+        .min(bytes.len() / MIN_PIECE)
+        .max(1);
+    let target = bytes.len() / pieces;
+    let mut out = Vec::with_capacity(pieces);
+    let mut start = 0;
+    while start < bytes.len() {
+        let from = (start + target).min(bytes.len());
+        let end = match bytes[from..].iter().position(|&b| b == b'\n') {
+            Some(i) if out.len() + 1 < pieces => from + i + 1,
+            _ => bytes.len(),
+        };
+        out.push(start..end);
+        start = end;
+    }
+    out
 }
 
 /// Parse trace text; `path` is used for error messages and default ids. A leading UTF-8
@@ -154,24 +207,40 @@ fn json_error(path: &Path, e: &serde_json::Error) -> Error {
     )
 }
 
-/// JSON Lines: the lines are parsed in parallel and returned in file order; the first bad line
-/// (in file order) is the error.
+/// JSON Lines: pieces of the text are parsed in parallel and the dialogues returned in file
+/// order; the first bad line (in file order) is the error.
 fn parse_jsonl(text: &str, path: &Path) -> Result<Vec<Dialogue>> {
     let stem = stem(path);
-    let lines: Vec<(usize, &str)> = text
-        .lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| (i + 1, line))
+    let pieces: Vec<&str> = newline_pieces(text.as_bytes())
+        .into_iter()
+        .map(|r| &text[r])
         .collect();
-    if lines.is_empty() {
+    // The number of the first line of each piece.
+    let mut first_line: Vec<usize> = pieces
+        .par_iter()
+        .map(|p| p.bytes().filter(|&b| b == b'\n').count())
+        .collect();
+    let mut next = 1;
+    for n in &mut first_line {
+        (*n, next) = (next, next + *n);
+    }
+    let parsed: Vec<Vec<Result<Dialogue>>> = pieces
+        .par_iter()
+        .zip(first_line)
+        .map(|(piece, first)| {
+            piece
+                .lines()
+                .enumerate()
+                .filter(|(_, line)| !line.trim().is_empty())
+                .map(|(i, line)| jsonl_line(line, first + i, path, &stem))
+                .collect()
+        })
+        .collect();
+    let out: Vec<Dialogue> = parsed.into_iter().flatten().collect::<Result<_>>()?;
+    if out.is_empty() {
         return Err(Error::parse(path, "line 1", "no dialogues found"));
     }
-    let parsed: Vec<Result<Dialogue>> = lines
-        .par_iter()
-        .map(|&(lineno, line)| jsonl_line(line, lineno, path, &stem))
-        .collect();
-    parsed.into_iter().collect()
+    Ok(out)
 }
 
 fn jsonl_line(line: &str, lineno: usize, path: &Path, stem: &str) -> Result<Dialogue> {
@@ -1328,6 +1397,10 @@ mod tests {
             ("not_an_object.jsonl", format!("[1]\n{{\"conversation\":[{turn}]}}\n\"s\"\n")),
             // the first bad line in file order is the error, whatever order lines are parsed in
             ("many.jsonl", (1..=400).map(|i| match i { 250 => "{oops}".to_string(), 300 => r#"{"conversation":[{"role":"robot"}]}"#.to_string(), _ => format!("{{\"conversation\":[{turn}],\"n\":{i}}}") }).collect::<Vec<_>>().join("\n")),
+            // large enough to be parsed in several pieces: line numbers (default ids, errors)
+            // continue across pieces
+            ("pieces.jsonl", (1..=30_000).map(|i| match i { 17_000 | 29_000 => "{\"conversation\":[{\"role\":\"robot\"}]}".to_string(), 9_000 | 9_001 => " \r".to_string(), _ if i % 3 == 0 => format!("{{\"conversation\":[{turn}],\"n\":{i}}}\r"), _ => format!("{{\"conversation\":[{turn}],\"id\":\"{i}\"}}") }).collect::<Vec<_>>().join("\n")),
+            ("pieces_ok.jsonl", (1..=30_000).map(|i| if i % 7 == 0 { String::new() } else { format!("{{\"conversation\":[{turn}],\"n\":{i}}}") }).collect::<Vec<_>>().join("\n")),
             ("blank_lines.jsonl", format!("\r\n  \n{{\"conversation\":[{turn}]}}\r\n\n{{\"conversation\":[{turn}]}}\n\n")),
             ("only_blank.jsonl", "  \n".into()),
             ("empty.jsonl", "".into()),
@@ -1383,6 +1456,10 @@ mod tests {
             }
             let text = std::fs::read_to_string(&f).unwrap();
             assert_same(&f.display().to_string(), &text);
+            if f.ends_with("human/tau_usi_airline_sample.jsonl") {
+                // real dialogues over many pieces
+                assert_same(&f.display().to_string(), &text.repeat(12));
+            }
         }
     }
 }
