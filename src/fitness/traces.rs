@@ -23,6 +23,7 @@
 //! ([`dialogue_from_object`], [`tau_usi_dialogue`]), so a file gives the same dialogues and the same
 //! errors whichever reader handled it.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -57,17 +58,53 @@ pub struct LoadOptions {
     pub domain: Option<String>,
 }
 
+/// What a load keeps of each dialogue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Everything.
+    All,
+    /// Id, task id, domain and the user turns: what fingerprints read.
+    UserTurns,
+}
+
 /// Load every file, in order, concatenating their dialogues.
 pub fn load_many(paths: &[PathBuf], opts: &LoadOptions) -> Result<Vec<Dialogue>> {
-    let mut out = Vec::new();
-    for p in paths {
-        out.extend(load(p, opts)?);
-    }
-    Ok(out)
+    load_many_keeping(paths, opts, Keep::All)
 }
 
 /// Load one trace file (`-` reads standard input).
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue>> {
+    load_keeping(path, opts, Keep::All)
+}
+
+/// Parse trace text; `path` is used for error messages and default ids. A leading UTF-8
+/// byte-order mark is ignored.
+pub fn parse(text: &str, path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue>> {
+    parse_keeping(text, path, opts, Keep::All)
+}
+
+/// [`load_many`] for fingerprinting: the same files accepted, the same errors, the same ids,
+/// task ids and domains, but each dialogue keeps only what fingerprints read, its user turns
+/// ([`Dialogue::meta`] is empty). Other turns and the metadata are still checked, not kept,
+/// which makes JSON Lines files much cheaper to load.
+pub fn load_many_user_turns(paths: &[PathBuf], opts: &LoadOptions) -> Result<Vec<Dialogue>> {
+    load_many_keeping(paths, opts, Keep::UserTurns)
+}
+
+/// [`parse`] keeping only the user turns (see [`load_many_user_turns`]).
+pub fn parse_user_turns(text: &str, path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue>> {
+    parse_keeping(text, path, opts, Keep::UserTurns)
+}
+
+fn load_many_keeping(paths: &[PathBuf], opts: &LoadOptions, keep: Keep) -> Result<Vec<Dialogue>> {
+    let mut out = Vec::new();
+    for p in paths {
+        out.extend(load_keeping(p, opts, keep)?);
+    }
+    Ok(out)
+}
+
+fn load_keeping(path: &Path, opts: &LoadOptions, keep: Keep) -> Result<Vec<Dialogue>> {
     let (bytes, shown) = if path == Path::new("-") {
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
@@ -77,7 +114,7 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue>> {
         let bytes = std::fs::read(path).map_err(|e| Error::io("reading", path, e))?;
         (bytes, path)
     };
-    parse(&utf8_text(bytes, shown)?, path, opts)
+    parse_keeping(&utf8_text(bytes, shown)?, path, opts, keep)
 }
 
 /// The bytes as text, checked in parallel pieces; the error names the line of the first byte
@@ -131,18 +168,24 @@ fn newline_pieces(bytes: &[u8]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-/// Parse trace text; `path` is used for error messages and default ids. A leading UTF-8
-/// byte-order mark is ignored.
-pub fn parse(text: &str, path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue>> {
+fn parse_keeping(text: &str, path: &Path, opts: &LoadOptions, keep: Keep) -> Result<Vec<Dialogue>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let dialogues = match sniff(text, path)? {
-        Some(TraceFormat::Jsonl) => parse_jsonl(text, path)?,
-        Some(TraceFormat::Text) => parse_text(text, path)?,
-        Some(format) => match typed_whole(format, text, path) {
-            Some(parsed) => parsed?,
-            None => parse_whole_value(text, path)?,
-        },
-        None => parse_whole_value(text, path)?,
+        Some(TraceFormat::Jsonl) => parse_jsonl(text, path, keep)?,
+        format => {
+            let all = match format {
+                Some(TraceFormat::Text) => parse_text(text, path)?,
+                Some(format) => match typed_whole(format, text, path) {
+                    Some(parsed) => parsed?,
+                    None => parse_whole_value(text, path)?,
+                },
+                None => parse_whole_value(text, path)?,
+            };
+            match keep {
+                Keep::All => all,
+                Keep::UserTurns => all.into_iter().map(user_turns_only).collect(),
+            }
+        }
     };
     Ok(match &opts.domain {
         Some(d) => dialogues
@@ -151,6 +194,13 @@ pub fn parse(text: &str, path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue
             .collect(),
         None => dialogues,
     })
+}
+
+/// The dialogue with its user turns only and no metadata.
+fn user_turns_only(mut d: Dialogue) -> Dialogue {
+    d.turns.retain(|t| t.role == Role::User);
+    d.meta = Map::new();
+    d
 }
 
 /// Decide the format from the content. A text starting with `[` is a JSON array (a syntax error
@@ -209,30 +259,30 @@ fn json_error(path: &Path, e: &serde_json::Error) -> Error {
 
 /// JSON Lines: pieces of the text are parsed in parallel and the dialogues returned in file
 /// order; the first bad line (in file order) is the error.
-fn parse_jsonl(text: &str, path: &Path) -> Result<Vec<Dialogue>> {
+fn parse_jsonl(text: &str, path: &Path, keep: Keep) -> Result<Vec<Dialogue>> {
     let stem = stem(path);
-    let pieces: Vec<&str> = newline_pieces(text.as_bytes())
-        .into_iter()
-        .map(|r| &text[r])
-        .collect();
-    // The number of the first line of each piece.
-    let mut first_line: Vec<usize> = pieces
-        .par_iter()
-        .map(|p| p.bytes().filter(|&b| b == b'\n').count())
+    // Each piece ends with a newline (but the last), so its lines are the file's lines.
+    let pieces: Vec<Vec<&str>> = newline_pieces(text.as_bytes())
+        .into_par_iter()
+        .map(|r| text[r].lines().collect())
         .collect();
     let mut next = 1;
-    for n in &mut first_line {
-        (*n, next) = (next, next + *n);
-    }
+    let first_line: Vec<usize> = pieces
+        .iter()
+        .map(|lines| {
+            next += lines.len();
+            next - lines.len()
+        })
+        .collect();
     let parsed: Vec<Vec<Result<Dialogue>>> = pieces
         .par_iter()
         .zip(first_line)
-        .map(|(piece, first)| {
-            piece
-                .lines()
+        .map(|(lines, first)| {
+            lines
+                .iter()
                 .enumerate()
                 .filter(|(_, line)| !line.trim().is_empty())
-                .map(|(i, line)| jsonl_line(line, first + i, path, &stem))
+                .map(|(i, line)| jsonl_line(line, first + i, path, &stem, keep))
                 .collect()
         })
         .collect();
@@ -243,12 +293,23 @@ fn parse_jsonl(text: &str, path: &Path) -> Result<Vec<Dialogue>> {
     Ok(out)
 }
 
-fn jsonl_line(line: &str, lineno: usize, path: &Path, stem: &str) -> Result<Dialogue> {
+fn jsonl_line(line: &str, lineno: usize, path: &Path, stem: &str, keep: Keep) -> Result<Dialogue> {
     let loc = format!("line {lineno}");
     let default_id = format!("{stem}:{lineno}");
-    match serde_json::from_str::<Fields>(line) {
+    if keep == Keep::UserTurns {
+        if let Ok(UserTurnFields(fields)) = serde_json::from_str(line) {
+            return fields
+                .into_dialogue(path, &loc, &default_id)
+                .map(user_turns_only);
+        }
+    }
+    let dialogue = match serde_json::from_str::<Fields>(line) {
         Ok(fields) => fields.into_dialogue(path, &loc, &default_id),
         Err(_) => jsonl_line_value(line, path, &loc, &default_id),
+    };
+    match keep {
+        Keep::All => dialogue,
+        Keep::UserTurns => dialogue.map(user_turns_only),
     }
 }
 
@@ -593,6 +654,10 @@ impl<'de> Deserialize<'de> for HasConversation {
 enum Key {
     Conversation,
     Turns,
+    Id,
+    TaskId,
+    Domain,
+    Metadata,
     Role,
     Content,
     ToolCalls,
@@ -612,6 +677,10 @@ impl<'de> Deserialize<'de> for Key {
                 Ok(match s {
                     "conversation" => Key::Conversation,
                     "turns" => Key::Turns,
+                    "id" => Key::Id,
+                    "task_id" => Key::TaskId,
+                    "domain" => Key::Domain,
+                    "metadata" => Key::Metadata,
                     "role" => Key::Role,
                     "content" => Key::Content,
                     "tool_calls" => Key::ToolCalls,
@@ -757,7 +826,7 @@ impl<'de> Deserialize<'de> for TypedTurn {
                         Key::Role | Key::Content | Key::ToolCalls | Key::ToolCallId => {
                             return Err(declined())
                         }
-                        Key::Conversation | Key::Turns | Key::Other => {
+                        _ => {
                             map.next_value::<Value>()?;
                         }
                     }
@@ -778,6 +847,220 @@ impl<'de> Deserialize<'de> for TypedTurn {
             }
         }
         d.deserialize_map(V)
+    }
+}
+
+/// One dialogue object read for its user turns: the keys that name the dialogue (`id`,
+/// `task_id`, `domain`, `metadata`, `turns`) as values, the conversation's user turns, and every
+/// other key checked to be valid JSON but not kept. A repeated key is declined.
+struct UserTurnFields(Fields);
+
+impl<'de> Deserialize<'de> for UserTurnFields {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = UserTurnFields;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a dialogue object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<UserTurnFields, A::Error> {
+                let mut obj = Map::new();
+                let mut turns = None;
+                while let Some(key) = map.next_key::<Key>()? {
+                    let (name, value) = match key {
+                        Key::Conversation => {
+                            turns = Some(map.next_value::<UserTurnList>()?.0);
+                            ("conversation", Value::Null)
+                        }
+                        Key::Turns => ("turns", map.next_value()?),
+                        Key::Id => ("id", map.next_value()?),
+                        Key::TaskId => ("task_id", map.next_value()?),
+                        Key::Domain => ("domain", map.next_value()?),
+                        Key::Metadata => ("metadata", map.next_value()?),
+                        _ => {
+                            map.next_value::<Checked>()?;
+                            continue;
+                        }
+                    };
+                    if obj.insert(name.to_string(), value).is_some() {
+                        return Err(de::Error::custom(DECLINED));
+                    }
+                }
+                Ok(UserTurnFields(Fields { obj, turns }))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A conversation read for its user turns; the others are checked as [`TypedTurn`] checks them.
+struct UserTurnList(Vec<Turn>);
+
+impl<'de> Deserialize<'de> for UserTurnList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = UserTurnList;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of turns")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<UserTurnList, A::Error> {
+                let mut turns = Vec::new();
+                while let Some(UserTurn(turn)) = seq.next_element()? {
+                    turns.extend(turn);
+                }
+                Ok(UserTurnList(turns))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// One turn checked as [`TypedTurn`] does, kept only when it is a user turn. Text is borrowed
+/// from the input where it has no escapes, so turns that are not kept cost no allocation.
+struct UserTurn(Option<Turn>);
+
+impl<'de> Deserialize<'de> for UserTurn {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = UserTurn;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a turn object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<UserTurn, A::Error> {
+                let declined = || de::Error::custom(DECLINED);
+                let mut role = None;
+                let mut content: Option<Option<Cow<'de, str>>> = None;
+                let mut tool_calls: Option<Value> = None;
+                let mut tool_call_id: Option<Value> = None;
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key {
+                        Key::Role if role.is_none() => role = Some(map.next_value::<RoleName>()?.0),
+                        Key::Content if content.is_none() => {
+                            content = Some(map.next_value::<Text<'de>>()?.0)
+                        }
+                        Key::ToolCalls if tool_calls.is_none() => {
+                            tool_calls = Some(map.next_value()?)
+                        }
+                        Key::ToolCallId if tool_call_id.is_none() => {
+                            tool_call_id = Some(map.next_value()?)
+                        }
+                        Key::Role | Key::Content | Key::ToolCalls | Key::ToolCallId => {
+                            return Err(declined())
+                        }
+                        _ => {
+                            map.next_value::<Checked>()?;
+                        }
+                    }
+                }
+                let role = role.ok_or_else(declined)?;
+                let tool_calls = match tool_calls {
+                    Some(Value::Array(calls)) => read_tool_calls(&calls).map_err(|_| declined())?,
+                    _ => Vec::new(),
+                };
+                if role != Role::User {
+                    return Ok(UserTurn(None));
+                }
+                Ok(UserTurn(Some(Turn {
+                    role,
+                    content: content.flatten().map(Cow::into_owned).unwrap_or_default(),
+                    tool_calls,
+                    tool_call_id: match tool_call_id {
+                        Some(Value::String(s)) => Some(s),
+                        _ => None,
+                    },
+                })))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A string or null, borrowed from the input when it has no escapes.
+struct Text<'de>(Option<Cow<'de, str>>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or null")
+            }
+            fn visit_borrowed_str<E: de::Error>(
+                self,
+                s: &'de str,
+            ) -> std::result::Result<Text<'de>, E> {
+                Ok(Text(Some(Cow::Borrowed(s))))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<Text<'de>, E> {
+                Ok(Text(Some(Cow::Owned(s.to_string()))))
+            }
+            fn visit_unit<E: de::Error>(self) -> std::result::Result<Text<'de>, E> {
+                Ok(Text(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Any JSON value, parsed as strictly as [`serde_json::Value`] but not kept.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Checked;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Checked, A::Error> {
+                while map.next_key::<Checked>()?.is_some() {
+                    map.next_value::<Checked>()?;
+                }
+                Ok(Checked)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Checked, A::Error> {
+                while seq.next_element::<Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_unit<E: de::Error>(self) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -851,7 +1134,7 @@ fn parse_whole_value(text: &str, path: &Path) -> Result<Vec<Dialogue>> {
             Ok(vec![dialogue_from_value(v, path, "$", &stem(path))?])
         }
         (TraceFormat::Text, _) => parse_text(text, path),
-        _ => parse_jsonl(text, path),
+        _ => parse_jsonl(text, path, Keep::All),
     }
 }
 
@@ -1345,11 +1628,21 @@ mod tests {
     }
 
     /// `parse` (typed pass first) and the general reader give the same dialogues, with metadata
-    /// keys in the same order, or the same error.
+    /// keys in the same order, or the same error; `parse_user_turns` gives the same as the
+    /// general reader's dialogues cut to their user turns.
     fn assert_same(name: &str, text: &str) {
         let path = Path::new(name);
-        let typed = parse(text, path, &LoadOptions::default());
         let general = general(text, path);
+        let users = parse_user_turns(text, path, &LoadOptions::default());
+        match (&users, &general) {
+            (Ok(a), Ok(b)) => {
+                let b: Vec<Dialogue> = b.iter().cloned().map(user_turns_only).collect();
+                assert_eq!(a, &b, "{name}: user turns");
+            }
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{name}: user turns"),
+            _ => panic!("{name}: user turns {users:?} vs general {general:?}"),
+        }
+        let typed = parse(text, path, &LoadOptions::default());
         match (&typed, &general) {
             (Ok(a), Ok(b)) => {
                 assert_eq!(a, b, "{name}");
@@ -1393,6 +1686,13 @@ mod tests {
             ("conversation_object.jsonl", r#"{"conversation":{"role":"user"}}"#.into()),
             // valid JSON for a skipping scanner, not for serde_json::Value
             ("huge_number.jsonl", r#"{"conversation":[{"role":"user","content":"x","n":1e400}]}"#.into()),
+            ("huge_number_lines.jsonl", format!("{{\"conversation\":[{turn}]}}\n{{\"conversation\":[{turn},{{\"role\":\"assistant\",\"content\":\"x\",\"n\":1e400}}]}}")),
+            ("huge_number_meta_lines.jsonl", format!("{{\"conversation\":[{turn}]}}\n{{\"conversation\":[{turn}],\"extra\":{{\"a\":[1,-1e400]}}}}")),
+            ("lone_surrogate_lines.jsonl", format!("{{\"conversation\":[{turn}]}}\n{{\"conversation\":[{turn}],\"extra\":\"\\ud800 x\"}}")),
+            ("assistant_bad_content.jsonl", format!("{{\"conversation\":[{turn}]}}\n{{\"conversation\":[{turn},{{\"role\":\"assistant\",\"content\":[1]}}]}}")),
+            ("assistant_nameless_tool.jsonl", format!("{{\"conversation\":[{turn}]}}\n{{\"conversation\":[{turn},{{\"role\":\"assistant\",\"tool_calls\":[{{\"id\":\"c\"}}]}}]}}")),
+            ("assistant_dup_role.jsonl", format!("{{\"conversation\":[{turn}]}}\n{{\"conversation\":[{{\"role\":\"assistant\",\"content\":\"a\",\"role\":\"user\"}}]}}")),
+            ("dup_id_lines.jsonl", format!("{{\"conversation\":[{turn}]}}\n{{\"id\":\"a\",\"conversation\":[{turn}],\"id\":\"b\",\"metadata\":{{\"task_id\":1}}}}")),
             ("huge_number_meta.json", r#"{"conversation":[{"role":"user","content":"x"}],"n":-1e400}"#.into()),
             ("not_an_object.jsonl", format!("[1]\n{{\"conversation\":[{turn}]}}\n\"s\"\n")),
             // the first bad line in file order is the error, whatever order lines are parsed in
