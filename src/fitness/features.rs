@@ -107,6 +107,12 @@ impl FeatureSet {
         }
     }
 
+    /// Compile the set's patterns now instead of on first use (once per process), so a caller
+    /// can overlap the compilation with other work, such as loading the traces.
+    pub fn compile(self) {
+        self.compiled();
+    }
+
     fn compiled(self) -> &'static Compiled {
         static SETS: [OnceLock<Compiled>; 2] = [OnceLock::new(), OnceLock::new()];
         let idx = self as usize;

@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
+use rayon::prelude::*;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use crate::fitness::features::{fingerprint_many, FeatureSet, Fingerprint, FEATURE_NAMES};
@@ -50,27 +51,37 @@ impl Serialize for Features<'_> {
 /// Run `ppol fingerprint`: one JSONL line per dialogue, in input order, written at once
 /// (atomically to a file).
 pub fn run(args: FingerprintArgs) -> anyhow::Result<()> {
-    let ds = traces::load_many(
-        &args.traces,
-        &LoadOptions {
-            domain: args.domain,
-        },
-    )?;
+    let opts = LoadOptions {
+        domain: args.domain,
+    };
+    // Only the user turns are fingerprinted; the patterns compile while the traces load.
+    let (ds, ()) = rayon::join(
+        || traces::load_many_user_turns(&args.traces, &opts),
+        || args.feature_set.compile(),
+    );
+    let ds = ds?;
     let fps = fingerprint_many(&ds, args.feature_set);
-    let mut out = Vec::with_capacity(ds.len() * 700);
-    for (d, f) in ds.iter().zip(&fps) {
-        let row = Row {
-            id: &d.id,
-            task_id: d.task_id.as_deref(),
-            features: Features(f),
-        };
-        serde_json::to_writer(&mut out, &row)?;
-        out.push(b'\n');
-    }
+    let pieces = ds
+        .par_chunks(256)
+        .zip(fps.par_chunks(256))
+        .map(|(ds, fps)| {
+            let mut out = Vec::with_capacity(ds.len() * 700);
+            for (d, f) in ds.iter().zip(fps) {
+                let row = Row {
+                    id: &d.id,
+                    task_id: d.task_id.as_deref(),
+                    features: Features(f),
+                };
+                serde_json::to_writer(&mut out, &row)?;
+                out.push(b'\n');
+            }
+            Ok(out)
+        })
+        .collect::<serde_json::Result<Vec<Vec<u8>>>>()?;
     // Freeing the dialogues is off the path to the written file (the process may exit first).
     let n = ds.len();
     rayon::spawn(move || drop(ds));
-    super::write_output(args.output.as_deref(), &out)?;
+    super::write_output(args.output.as_deref(), &pieces.concat())?;
     if let Some(p) = &args.output {
         eprintln!(
             "wrote {n} fingerprints ({}) to {}",
