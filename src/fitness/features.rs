@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
-use regex::Regex;
+use regex::{Regex, RegexSet};
 use serde::{Deserialize, Serialize};
 
 use crate::dialogue::Dialogue;
@@ -226,6 +226,10 @@ struct Compiled {
     front_loading: FrontLoading,
     repetition_min_count: u32,
     rate_banks: Vec<(usize, Regex)>,
+    /// The rate banks again, as one set (pattern `k` is bank `k`): one pass per ASCII turn
+    /// instead of one per bank. A set cannot use the bounded backtracker, so turns with other
+    /// characters (where `\b` makes the DFA give up) go bank by bank; the matches are the same.
+    rate_set: RegexSet,
     ack: Regex,
     ident: Regex,
     ident_keep_digit_or_at: bool,
@@ -304,6 +308,7 @@ impl Compiled {
         let repetition_min_count = rep.parse().map_err(|_| bad("repetition-min-count", rep))?;
 
         let mut rate_banks = Vec::new();
+        let mut rate_patterns = Vec::new();
         let mut ack = None;
         let mut ident = None;
         let mut ident_keep_digit_or_at = false;
@@ -324,7 +329,8 @@ impl Compiled {
             let modes: Vec<&str> = bank.modes.iter().map(String::as_str).collect();
             match modes.as_slice() {
                 [] | ["search"] => {
-                    rate_banks.push((bank.feature, compile(path, &loc, &alternation)?))
+                    rate_banks.push((bank.feature, compile(path, &loc, &alternation)?));
+                    rate_patterns.push(alternation);
                 }
                 ["fullmatch"] => {
                     ack = Some(compile(path, &loc, &format!(r"\A(?:{alternation})\z"))?)
@@ -361,6 +367,11 @@ impl Compiled {
             front_loading,
             repetition_min_count,
             rate_banks,
+            rate_set: regex::RegexSetBuilder::new(&rate_patterns)
+                .size_limit(64 << 20)
+                .dfa_size_limit(64 << 20)
+                .build()
+                .map_err(|e| Error::parse(path, "banks", format!("invalid regex set: {e}")))?,
             ack: ack.ok_or_else(|| {
                 Error::parse(path, "banks", "acknowledgment_rate must be fullmatch")
             })?,
@@ -426,8 +437,20 @@ impl Compiled {
             .sum::<usize>() as f64
             / nf;
         f[10] = lens[0];
-        for (idx, re) in &self.rate_banks {
-            f[*idx] = lowered.iter().filter(|t| re.is_match(t)).count() as f64 / nf;
+        let mut hits = vec![0usize; self.rate_banks.len()];
+        for t in &lowered {
+            if t.is_ascii() {
+                for k in self.rate_set.matches(t).iter() {
+                    hits[k] += 1;
+                }
+            } else {
+                for (k, (_, re)) in self.rate_banks.iter().enumerate() {
+                    hits[k] += usize::from(re.is_match(t));
+                }
+            }
+        }
+        for ((idx, _), n) in self.rate_banks.iter().zip(hits) {
+            f[*idx] = n as f64 / nf;
         }
         Fingerprint(f)
     }
