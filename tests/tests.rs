@@ -16,4 +16,5 @@ mod sandbox;
 mod scripted;
 mod study;
 mod tau2;
+mod traces;
 mod util;
