@@ -260,6 +260,7 @@ impl ChatModel for ScriptChatModel {
             model: "script".into(),
             cached: false,
             finish_reason: Some("stop".into()),
+            notes: Vec::new(),
         })
     }
 }
