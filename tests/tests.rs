@@ -6,6 +6,7 @@ mod cli;
 mod discriminator;
 mod episodes;
 mod evolve;
+mod interop;
 mod llm;
 mod mutation;
 mod parity;

@@ -44,7 +44,8 @@ static AGENT_VOICE: LazyLock<Vec<Regex>> = LazyLock::new(|| {
         r"\bthank you for (?:contacting|reaching out|calling|choosing|your patience)\b",
         r"\bour records (?:show|indicate|reflect)\b",
         r"\bi(?:'ll| will) (?:look into|check on|check|look up) (?:that|this|it) for you\b",
-        r"\bi(?:'d| would) be (?:happy|glad|delighted) to (?:help|assist)\b",
+        r"\bi(?:'d|'ll| would| will) be (?:happy|glad|delighted) to (?:help|assist)\b",
+        r"\b(?:help|assist) you with your (?:order|account|reservation|booking|business|request|inquiry)\b",
         r"\bi (?:don't|do not) have (?:the ability|access to (?:your|customer|the system|personal))",
         r"\b(?:please|kindly) (?:provide|share|confirm) (?:me with )?your (?:order|user|email|name|zip|account|reservation|booking)",
         r"\bcan you (?:please )?(?:provide|confirm|share) your (?:order|user|email|full name|zip|account|reservation|booking)",
@@ -452,6 +453,7 @@ mod tests {
             "Can you please confirm your email address?",
             "I'm an AI language model and cannot do that.",
             "I'll look into that for you.",
+            "I'm sorry for any confusion. I'll be happy to assist you with your business.",
         ] {
             assert!(speaks_as_agent(agent).is_some(), "missed: {agent}");
         }
