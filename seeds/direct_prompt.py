@@ -3,7 +3,7 @@
 One LLM call asks for N complete persona blocks as JSON. If fewer valid ones come back they
 are cycled (with suffixed ids) up to N, as the reference's baseline does. Unlike it, the
 answer is read with JSON repair (fences, chatter, single quotes, trailing commas, truncated
-arrays, objects without the array), a persona without "text" falls back to its other fields,
+arrays, objects without the array), "persona" or "instruction" stand in for a missing "text",
 and an answer with no usable persona is asked for once more before the program raises; the
 error then carries the first 2 KB of each raw reply. Repairs are reported on stderr.
 """
@@ -19,7 +19,7 @@ DIVERSITY_AXES = []
 TEMPERATURE = 0.8
 TOKENS_PER_PERSONA = 700
 MIN_TOKENS = 1800
-TEXT_KEYS = ("text", "persona", "expanded_instruction", "instruction", "description")
+TEXT_KEYS = ("text", "persona", "expanded_instruction", "instruction")
 
 SYSTEM = "You write personas for people who contact customer support. You answer with JSON only."
 

@@ -59,7 +59,7 @@ POPULATION_MAX_TOKENS = 8000
 POPULATION_TOKENS_PER_PERSONA = 250
 EXPANSION_TEMPERATURE = 0.7
 EXPANSION_MAX_TOKENS = 800
-MIN_INSTRUCTION_WORDS = 20
+MIN_INSTRUCTION_WORDS = 3
 RETRY_NOTE = "\n\nYour previous answer could not be used ({why}). Answer again with only the JSON array of {n} objects, nothing else."
 
 POPULATION_SYSTEM = "You design realistic, varied customer personas for testing customer-service conversations. You answer with JSON only."

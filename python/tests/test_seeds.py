@@ -145,7 +145,7 @@ def test_two_stage_retries_pads_and_falls_back_per_persona(monkeypatch, capsys):
     for r in rows:
         assert set(r["axis_placement"]) == set(names)
         assert all(isinstance(v, bool) for v in r["axis_placement"].values())
-        assert len(r["expanded_instruction"].split()) >= 20
+        assert len(r["expanded_instruction"].split()) >= 3
     assert len({r["persona_id"] for r in rows}) == 4
     # The pads are not copies: every persona has its own axis combination.
     assert len({tuple(sorted(r["axis_placement"].items())) for r in rows}) == 4
@@ -206,9 +206,14 @@ def test_direct_prompt_failure_carries_the_raw_reply(monkeypatch):
 
 def test_direct_prompt_takes_other_fields_when_text_is_missing(monkeypatch):
     seed = load(SEEDS / "direct_prompt.py",
-                ScriptedLLM(lambda p, r: LONE_OBJECT), monkeypatch)
+                ScriptedLLM(lambda p, r: '[{"persona_id": "p", "persona": "You are brisk."}]'),
+                monkeypatch)
     rows = seed.generate_personas_detailed(TASK, [], 2)
-    assert rows[0]["text"] == "You received your order."
+    assert rows[0]["text"] == "You are brisk."
+    # A description alone is not a persona text (as in the reference): nothing usable.
+    seed = load(SEEDS / "direct_prompt.py", ScriptedLLM(lambda p, r: LONE_OBJECT), monkeypatch)
+    with pytest.raises(ValueError, match="no usable persona"):
+        seed.generate_personas_detailed(TASK, [], 2)
 
 
 def test_helper_library_has_the_same_survival(monkeypatch, capsys):

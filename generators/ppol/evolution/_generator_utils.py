@@ -406,7 +406,7 @@ def active_traits_text(axes, placement):
 
 
 RETRY_NOTE = "\n\nYour previous answer could not be used ({why}). Answer again with only the JSON array of {n} objects, nothing else."
-MIN_INSTRUCTION_WORDS = 20
+MIN_INSTRUCTION_WORDS = 3
 
 
 def generate_population(task_context, axes, n, temperature=POPULATION_TEMPERATURE,
