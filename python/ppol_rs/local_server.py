@@ -138,7 +138,7 @@ def free_port() -> int:
 
 
 def llm_toml(url: str, n_ctx: int = DEFAULT_N_CTX, chat_alias: str = CHAT_ALIAS,
-             tools_alias: str = TOOLS_ALIAS, timeout_s: float = 180.0,
+             tools_alias: str = TOOLS_ALIAS, timeout_s: float = 300.0,
              tools_url: Optional[str] = None) -> str:
     """A ppol ``[llm]`` section for the server at ``url``: the chat alias for every role, the
     function-calling alias (at ``tools_url``, default ``url``) for the agent, one request at
@@ -182,7 +182,7 @@ class LocalServerUrl(str):
         """Base URL of the function-calling alias (the same URL in the ``one`` layout)."""
         return self.server.tools_url
 
-    def toml(self, timeout_s: float = 180.0) -> str:
+    def toml(self, timeout_s: float = 300.0) -> str:
         """The ``[llm]`` section for this server (see :func:`llm_toml`)."""
         return self.server.toml(timeout_s)
 
@@ -278,7 +278,7 @@ class LocalServer:
         raise LocalServerError("llama-cpp-python's server did not answer %s/models in time; "
                                "its log (%s) ends with:\n%s" % (url, self.log_path, self._log_tail()))
 
-    def toml(self, timeout_s: float = 180.0) -> str:
+    def toml(self, timeout_s: float = 300.0) -> str:
         """The ``[llm]`` section for this server (see :func:`llm_toml`)."""
         return llm_toml(self.url, self.n_ctx, self.chat_alias, self.tools_alias, timeout_s,
                         tools_url=self.tools_url)
