@@ -89,6 +89,8 @@ fn episode(d: &Dialogue, persona: &str, trial: u32) -> Episode {
         error: None,
         backend: "scripted".into(),
         usage: Value::Null,
+        role_confusion: 0,
+        notes: Vec::new(),
     }
 }
 

@@ -7,6 +7,7 @@ mod discriminator;
 mod episodes;
 mod evolve;
 mod hub;
+mod interop;
 mod llm;
 mod mutation;
 mod parity;

@@ -14,7 +14,7 @@ use super::EpisodeRunner;
 use super::{
     AgentSimulator, Plan, PlannedAction, Scenario, Termination, ToolEnv, ToolOutcome, UserSimulator,
 };
-use crate::llm::{ChatModel, ToolSpec};
+use crate::llm::{CallRole, ChatModel, ToolSpec};
 use crate::persona::{self, Persona};
 use crate::simulate::tau2::{self, Domain, Task, UserInstructions};
 
@@ -122,12 +122,19 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// `scripted` or the models' descriptions.
+    /// `scripted`, one model description when user and agent use the same model, else
+    /// `user=<model> agent=<model>` (each the model that answers that role).
     pub fn describe(&self) -> String {
         match self {
             Backend::Scripted => "scripted".into(),
             Backend::Llm { user, agent, .. } => {
-                format!("user={} agent={}", user.describe(), agent.describe())
+                let u = user.describe_for(CallRole::UserSim);
+                let a = agent.describe_for(CallRole::Agent);
+                if u == a {
+                    u
+                } else {
+                    format!("user={u} agent={a}")
+                }
             }
         }
     }
@@ -204,6 +211,8 @@ impl Tau2Runner {
             error: Some(why),
             backend: self.backend.describe(),
             usage: Value::Null,
+            role_confusion: 0,
+            notes: Vec::new(),
         }
     }
 }
@@ -211,10 +220,18 @@ impl Tau2Runner {
 /// Calls, cache hits, prompt and completion tokens, per role.
 type UsageCounts = Arc<std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>>;
 
-/// A [`ChatModel`] wrapper counting one episode's calls and tokens per role.
+/// Notes of one episode's LLM answers (trims, recovered tool calls, varied retries).
+type EpisodeNotes = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Notes kept per episode; later ones are counted, not stored.
+const MAX_NOTES: usize = 100;
+
+/// A [`ChatModel`] wrapper counting one episode's calls and tokens per role, and keeping the
+/// notes of its answers.
 struct Metered {
     inner: Arc<dyn ChatModel>,
     counts: UsageCounts,
+    notes: EpisodeNotes,
 }
 
 #[async_trait]
@@ -223,18 +240,41 @@ impl ChatModel for Metered {
         self.inner.describe()
     }
 
+    fn describe_for(&self, role: CallRole) -> String {
+        self.inner.describe_for(role)
+    }
+
     async fn chat(
         &self,
         request: &crate::llm::ChatRequest,
     ) -> crate::Result<crate::llm::ChatResponse> {
         let r = self.inner.chat(request).await?;
-        let mut c = self.counts.lock().expect("usage lock");
-        let e = c.entry(request.role.as_str().to_string()).or_default();
-        e.0 += 1;
-        e.1 += u64::from(r.cached);
-        e.2 += r.usage.prompt_tokens;
-        e.3 += r.usage.completion_tokens;
+        {
+            let mut c = self.counts.lock().expect("usage lock");
+            let e = c.entry(request.role.as_str().to_string()).or_default();
+            e.0 += 1;
+            e.1 += u64::from(r.cached);
+            e.2 += r.usage.prompt_tokens;
+            e.3 += r.usage.completion_tokens;
+        }
+        if !r.notes.is_empty() {
+            let mut n = self.notes.lock().expect("notes lock");
+            for note in &r.notes {
+                n.push(format!("{}: {note}", request.role.as_str()));
+            }
+        }
         Ok(r)
+    }
+}
+
+/// Append notes, keeping at most [`MAX_NOTES`] (then one line counting the rest).
+fn push_notes(all: &mut Vec<String>, more: impl IntoIterator<Item = String>) {
+    for note in more {
+        if all.len() < MAX_NOTES {
+            all.push(note);
+        } else if all.len() == MAX_NOTES {
+            all.push("(further notes not kept)".to_string());
+        }
     }
 }
 
@@ -305,13 +345,13 @@ impl EpisodeRunner for Tau2Runner {
             .map(|p| p.axis_placement.clone())
             .unwrap_or_default();
         let text = persona.map(|p| p.text.as_str()).unwrap_or("");
-        let counts: Arc<
-            std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>,
-        > = Default::default();
+        let counts: UsageCounts = Default::default();
+        let llm_notes: EpisodeNotes = Default::default();
         let meter = |m: &Arc<dyn ChatModel>| -> Arc<dyn ChatModel> {
             Arc::new(Metered {
                 inner: m.clone(),
                 counts: counts.clone(),
+                notes: llm_notes.clone(),
             })
         };
         let (mut user, mut agent): (Box<dyn UserSimulator>, Box<dyn AgentSimulator>) =
@@ -350,10 +390,20 @@ impl EpisodeRunner for Tau2Runner {
         let (conversation, termination, error) =
             run_dialogue(user.as_mut(), agent.as_mut(), &mut env, self.max_turns).await;
         let usage = usage_json(&counts.lock().expect("usage lock"));
+        let mut notes = Vec::new();
+        push_notes(
+            &mut notes,
+            std::mem::take(&mut *llm_notes.lock().expect("notes lock")),
+        );
+        push_notes(&mut notes, user.take_notes());
+        push_notes(&mut notes, agent.take_notes());
+        let role_confusion = user.role_confusion();
         if let Some(why) = error {
             let mut e = self.failed(task_id, persona, trial, seed, why);
             e.conversation = conversation;
             e.usage = usage;
+            e.notes = notes;
+            e.role_confusion = role_confusion;
             return e;
         }
         let premature =
@@ -386,6 +436,8 @@ impl EpisodeRunner for Tau2Runner {
             error: None,
             backend: self.backend.describe(),
             usage,
+            role_confusion,
+            notes,
         }
     }
 }
