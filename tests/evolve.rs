@@ -574,3 +574,86 @@ fn run_settings_are_refused_before_anything_is_created() {
         assert!(!out.exists(), "{toml}: the run directory was created");
     }
 }
+
+/// A mutator that never writes a usable answer: after `rewrite_after_failures` unparsable
+/// diffs the loop asks for a full rewrite, after as many programless rewrites it makes a
+/// structural edit, and the run goes on. Each failure keeps the model's raw reply, and
+/// `run_stopped` counts the outcomes per operator.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_weak_mutator_falls_back_to_rewrite_then_structural() {
+    use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
+    let script = MockScript {
+        rules: vec![MockRule {
+            contains: Some("<<<<<<< SEARCH".into()),
+            reply: MockReply::text("I would make the personas WEAK_REPLY_MARKER more human."),
+            ..Default::default()
+        }],
+        default: MockReply::text("The personas read as human enough."),
+        ..Default::default()
+    };
+    let server = serve(script).await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = llm_config(tmp.path(), &server.base_url());
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("iterations = 3", "iterations = 4")
+        .replace("[llm]\n", "[mutation]\nrewrite_after_failures = 1\n[llm]\n");
+    std::fs::write(&cfg, text).unwrap();
+    let out = tmp.path().join("run");
+    let (cfg_s, out_s) = (
+        cfg.to_str().unwrap().to_string(),
+        out.to_str().unwrap().to_string(),
+    );
+    let res = tokio::task::spawn_blocking(move || {
+        run_ppol(&["evolve", "--config", &cfg_s, "--out", &out_s, "--quiet"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(res.0, 0, "{}", res.2);
+    let log = read(&out.join("log.jsonl")).unwrap();
+    let attempts: Vec<(String, String, String)> = log
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::CandidateFailed {
+                mutation, failure, ..
+            } => Some((
+                mutation.clone(),
+                failure.stage.clone(),
+                failure.raw_reply.clone(),
+            )),
+            Event::CandidateEvaluated { mutation, .. } if mutation != "seed" => {
+                Some((mutation.clone(), "applied".into(), String::new()))
+            }
+            _ => None,
+        })
+        .collect();
+    let ops: Vec<(&str, &str)> = attempts
+        .iter()
+        .map(|(m, s, _)| (m.as_str(), s.as_str()))
+        .collect();
+    assert_eq!(
+        ops[..3],
+        [
+            ("diff", "mutation:unparsable"),
+            ("rewrite", "mutation:no-program"),
+            ("structural", "applied"),
+        ],
+        "{attempts:?}"
+    );
+    assert!(attempts[0].2.contains("WEAK_REPLY_MARKER"), "{attempts:?}");
+    assert!(!attempts[1].2.is_empty(), "{attempts:?}");
+    let counts = log
+        .iter()
+        .find_map(|r| match &r.event {
+            Event::RunStopped { mutations, .. } => Some(mutations.clone()),
+            _ => None,
+        })
+        .expect("run_stopped");
+    assert_eq!(counts.get("diff:unparsable"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("rewrite:no-program"), Some(&1), "{counts:?}");
+    assert!(
+        counts.get("structural:applied").copied().unwrap_or(0) >= 1,
+        "{counts:?}"
+    );
+    assert!(res.1.contains("mutations: "), "{}", res.1);
+}

@@ -317,6 +317,11 @@ pub fn write_fixture_run(dir: &Path) {
                     stage: stage.into(),
                     reason: format!("generator raised ValueError <{it}>"),
                     stderr_tail: "Traceback ...".into(),
+                    raw_reply: if stage == "syntax" {
+                        format!("RAW_REPLY_MARKER <{it}> def broken(:")
+                    } else {
+                        String::new()
+                    },
                 },
                 requeued: false,
             })
@@ -381,6 +386,7 @@ pub fn write_fixture_run(dir: &Path) {
         best_program_id: Some(LINEAGE[4].into()),
         best_metrics: Some(best_metrics.clone()),
         cost: cost(12 * ITERATIONS, 0.55),
+        mutations: BTreeMap::new(),
     })
     .unwrap();
     drop(log);
@@ -473,6 +479,19 @@ fn report_is_self_contained_and_complete() {
         assert!(html.contains(s), "header lacks {s}");
     }
     assert!(html.contains("train 4 · val 2 · test 2"));
+    // mutation outcomes over the run, and the raw reply of the latest unusable answer
+    assert!(
+        html.contains("mutations (whole run)") && html.contains("applied"),
+        "no mutation outcomes in the summary"
+    );
+    assert!(
+        html.contains("the model&#39;s raw reply (first 2 KB)")
+            || html.contains("the model's raw reply (first 2 KB)")
+    );
+    assert!(
+        html.contains("RAW_REPLY_MARKER &lt;"),
+        "the raw reply is shown escaped"
+    );
     // score curves: one point per evaluated candidate, × per failure, ◆ per validation
     let n_eval = ITERATIONS as usize - FAILED.len();
     for title in [

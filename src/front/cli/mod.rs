@@ -167,11 +167,6 @@ fn run(command: Command) -> anyhow::Result<Outcome> {
     })
 }
 
-/// The runtime for commands that do async work ([`crate::front::ops::runtime`]).
-pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(crate::front::ops::runtime()?)
-}
-
 /// A progress bar on stderr (hidden with `quiet` or when stderr is not a terminal).
 pub(crate) fn progress(len: u64, what: &str, quiet: bool) -> indicatif::ProgressBar {
     if quiet {
