@@ -187,6 +187,41 @@ class LocalServerUrl(str):
         return self.server.toml(timeout_s)
 
 
+# llama-cpp-python (0.3.x) ignores a request's ``max_tokens`` on the tool-call branch of its
+# ``chatml-function-calling`` handler (it calls ``create_completion(max_tokens=None)``), so a weak
+# model writing tool arguments can generate until the context window is full, and its loop of
+# "another tool call?" choices never ends while the model keeps naming tools — minutes on a CPU
+# while every other request waits. The launcher starts the server through this snippet, which
+# hands the chat request's ``max_tokens`` down to those inner completions and ends the loop after
+# two tool calls in one answer; nothing else changes, and the HTTP API is the stock one.
+# ``bound_tool_calls=False`` (``--stock``) starts ``python -m llama_cpp.server`` unchanged.
+BOUND_TOOL_CALLS_BOOT = r"""
+import runpy, sys, threading
+import llama_cpp
+_request = threading.local()
+_chat, _complete = llama_cpp.Llama.create_chat_completion, llama_cpp.Llama.create_completion
+MAX_TOOL_CALLS = 2  # tool calls in one answer; then the handler's loop is ended
+def create_chat_completion(self, *args, **kwargs):
+    _request.max_tokens, _request.completions = kwargs.get("max_tokens"), 0
+    try:
+        return _chat(self, *args, **kwargs)
+    finally:
+        _request.max_tokens = None
+def create_completion(self, *args, **kwargs):
+    if "max_tokens" in kwargs and kwargs["max_tokens"] is None:
+        _request.completions = getattr(_request, "completions", 0) + 1
+        # the handler's loop: 1 choice, then arguments + next choice per call; a 1-token
+        # next choice names no tool and ends the loop
+        ended = _request.completions > 2 * MAX_TOOL_CALLS
+        kwargs["max_tokens"] = 1 if ended else getattr(_request, "max_tokens", None)
+    return _complete(self, *args, **kwargs)
+llama_cpp.Llama.create_chat_completion = create_chat_completion
+llama_cpp.Llama.create_completion = create_completion
+sys.argv = ["llama_cpp.server"] + sys.argv[1:]
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
 class LocalServer:
     """Running llama-cpp-python server process(es) (see the module docs). Stop with
     :meth:`stop` or use :func:`local_server` as a context manager."""
@@ -195,13 +230,15 @@ class LocalServer:
                  python: Optional[str] = None, model: Optional[str] = None,
                  chat_alias: str = CHAT_ALIAS, tools_alias: str = TOOLS_ALIAS,
                  threads: Optional[int] = None, startup_timeout: float = 180.0,
-                 log: Optional[str] = None, layout: str = "split"):
+                 log: Optional[str] = None, layout: str = "split",
+                 bound_tool_calls: bool = True):
         if n_ctx < 512:
             raise LocalServerError("n_ctx must be at least 512, got %d" % n_ctx)
         if layout not in ("split", "one"):
             raise LocalServerError("layout must be 'split' or 'one', got %r" % layout)
         self.python = python or sys.executable
         self.n_ctx = n_ctx
+        self.bound_tool_calls = bound_tool_calls
         self.chat_alias = chat_alias
         self.tools_alias = tools_alias
         self.model = model or find_gguf(self.python)
@@ -238,7 +275,9 @@ class LocalServer:
                     json.dump({"host": "127.0.0.1", "port": p, "models": models}, f, indent=1)
                 try:
                     self.processes.append(subprocess.Popen(
-                        [self.python, "-m", "llama_cpp.server", "--config_file", path],
+                        [self.python] + (["-c", BOUND_TOOL_CALLS_BOOT] if bound_tool_calls
+                                         else ["-m", "llama_cpp.server"])
+                        + ["--config_file", path],
                         stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                         start_new_session=True, preexec_fn=_die_with_parent,
                     ))
@@ -358,6 +397,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--toml", default=None, metavar="FILE", help="also write the [llm] section to FILE")
     p.add_argument("--log", default=None, metavar="FILE", help="server log (default: a temporary file)")
     p.add_argument("--startup-timeout", type=float, default=180.0)
+    p.add_argument("--stock", action="store_true",
+                   help="start llama-cpp-python's server unchanged: its function-calling format then "
+                        "ignores max_tokens on tool calls (a weak model can fill the context)")
     args = p.parse_args(argv)
 
     stop = {"signal": None}
@@ -371,6 +413,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         server = LocalServer(n_ctx=args.n_ctx, port=args.port, python=args.python, model=args.model,
                              chat_alias=args.chat_alias, tools_alias=args.tools_alias,
                              threads=args.threads, startup_timeout=args.startup_timeout,
+                             bound_tool_calls=not args.stock,
                              log=args.log, layout=args.layout)
     except LocalServerError as e:
         print("error: %s" % e, file=sys.stderr)
