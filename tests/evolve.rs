@@ -657,3 +657,58 @@ async fn a_weak_mutator_falls_back_to_rewrite_then_structural() {
     );
     assert!(res.1.contains("mutations: "), "{}", res.1);
 }
+
+/// `ppol eval` scores what a program generated: a task whose generation fails is reported with
+/// its reason and the share of personas generated, and the row is still computed from the
+/// other tasks (it used to be skipped as a whole).
+#[test]
+fn eval_scores_what_was_generated_and_reports_failed_tasks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--iterations",
+        "1",
+        "--seed",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // the best program now fails on the test task about transfers (task 7), only there
+    let best = out.join("best/program.py");
+    let program = std::fs::read_to_string(&best).unwrap().replace(
+        "def generate_personas_detailed(task_context, axes, n):\n",
+        "def generate_personas_detailed(task_context, axes, n):\n    if 'price match' in task_context:\n        raise ValueError('TASK7_MARKER')\n",
+    );
+    assert!(program.contains("TASK7_MARKER"));
+    std::fs::write(&best, program).unwrap();
+    let (code, stdout, stderr) = run_ppol(&["eval", out.to_str().unwrap(), "--json", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    let table: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let rows = table["rows"].as_array().unwrap();
+    let evolved = rows.iter().find(|r| r["name"] == "evolved").unwrap();
+    assert!(evolved.get("skipped").is_none(), "{evolved}");
+    let n = evolved["personas_generated"][1].as_u64().unwrap();
+    assert_eq!(
+        evolved["personas_generated"][0].as_u64().unwrap(),
+        n * 2 / 3
+    );
+    let failures = evolved["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let f = failures[0].as_str().unwrap();
+    assert!(
+        f.starts_with("task 7: generation failed") && f.contains("TASK7_MARKER"),
+        "{f}"
+    );
+    assert!(evolved["n_dialogues"].as_u64().unwrap() > 0);
+    // the seed row is untouched
+    let seed = rows.iter().find(|r| r["name"] == "seed").unwrap();
+    assert_eq!(seed["personas_generated"][0], seed["personas_generated"][1]);
+    let (_, text, _) = run_ppol(&["eval", out.to_str().unwrap(), "--quiet"]);
+    assert!(
+        text.contains("evolved: task 7: generation failed"),
+        "{text}"
+    );
+}

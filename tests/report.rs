@@ -414,6 +414,8 @@ pub fn write_fixture_run(dir: &Path) {
             success_rate: if name == "human" { None } else { Some(0.7) },
             n_dialogues: 24,
             skipped: skipped.map(str::to_string),
+            personas_generated: None,
+            failures: Vec::new(),
         }
     };
     let table = EvalTable {

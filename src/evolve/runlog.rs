@@ -378,6 +378,13 @@ pub struct EvalRow {
     /// Why the row could not be computed (e.g. "direct" needs an LLM endpoint), when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    /// Personas the program wrote, of those asked for (persona rows only): the row scores what
+    /// was generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personas_generated: Option<(usize, usize)>,
+    /// What failed, per task (`task 3: generation failed (import): ...`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
 }
 
 /// The output of `ppol eval` (`RUN_DIR/eval-<split>.json`).
