@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ppol::evolve::runlog::{read, Event};
+use ppol::evolve::runlog::{read, Event, FailureInfo};
 
 use crate::util::{ppol, root, run_ppol};
 
@@ -711,4 +711,101 @@ fn eval_scores_what_was_generated_and_reports_failed_tasks() {
         text.contains("evolved: task 7: generation failed"),
         "{text}"
     );
+}
+
+/// A new best whose validation fails is logged (`validation_failed`, with the reason), and
+/// `best/` says so: `program.json` has no validation metrics but the failure, and there are no
+/// empty `personas.jsonl` / `episodes.jsonl` files.
+#[test]
+fn a_failed_validation_is_logged_and_best_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    // a first run tells which task the run validates on
+    let probe = tmp.path().join("probe");
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--iterations",
+        "1",
+        "--seed",
+        "1",
+        "--out",
+        probe.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let log = read(&probe.join("log.jsonl")).unwrap();
+    let val = match &log[0].event {
+        Event::RunStarted { splits, .. } => splits["val"][0].clone(),
+        e => panic!("{e:?}"),
+    };
+    let tasks: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("src/simulate/tau2/demo/tasks.json")).unwrap(),
+    )
+    .unwrap();
+    let reason = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == val.as_str())
+        .unwrap()["user_scenario"]["instructions"]["reason_for_call"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // the seed program fails on the validation task only
+    let seed = std::fs::read_to_string(root().join("seeds/offline_templates.py"))
+        .unwrap()
+        .replace(
+            "def generate_personas_detailed(task_context, axes, n):\n",
+            &format!(
+                "def generate_personas_detailed(task_context, axes, n):\n    if {:?} in task_context:\n        raise ValueError('VAL_MARKER')\n",
+                reason
+            ),
+        );
+    let seed_path = tmp.path().join("seed.py");
+    std::fs::write(&seed_path, seed).unwrap();
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[search]\niterations = 1\nseed = 1\nseed_program = {:?}\n",
+            seed_path.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let log = read(&out.join("log.jsonl")).unwrap();
+    let failed: Vec<&FailureInfo> = log
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::ValidationFailed { failure, .. } => Some(failure),
+            _ => None,
+        })
+        .collect();
+    assert!(!failed.is_empty(), "no validation_failed event");
+    assert!(
+        failed[0].reason.contains("VAL_MARKER") || failed[0].stderr_tail.contains("VAL_MARKER"),
+        "{failed:?}"
+    );
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("best/program.json")).unwrap())
+            .unwrap();
+    assert!(info["validation"].is_null(), "{info}");
+    assert!(
+        info["validation_failure"]
+            .as_str()
+            .unwrap()
+            .contains("sandbox:"),
+        "{info}"
+    );
+    assert!(!out.join("best/personas.jsonl").exists());
+    assert!(!out.join("best/episodes.jsonl").exists());
+    assert!(out.join("best/program.py").exists());
 }

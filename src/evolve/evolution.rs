@@ -746,21 +746,55 @@ impl Evolution {
                 self.ctx.dir.write_best(&Best {
                     program,
                     train,
-                    validation: &metrics,
+                    validation: Ok(&metrics),
                     lineage,
                     personas: &persona_records,
                     episodes: &episodes,
                 })
             }
-            _ => self.ctx.dir.write_best(&Best {
+            CandidateOutcome::Failed(failure) => self.validation_failed(k, program, train, failure),
+            CandidateOutcome::Infrastructure(why) => self.validation_failed(
+                k,
                 program,
                 train,
-                validation: &EvalMetrics::default(),
-                lineage,
-                personas: &[] as &[Persona],
-                episodes: &[] as &[Episode],
-            }),
+                FailureInfo {
+                    stage: "infrastructure".into(),
+                    reason: why,
+                    ..FailureInfo::default()
+                },
+            ),
         }
+    }
+
+    /// Log a failed validation of the new best and write `best/` without validation results.
+    fn validation_failed(
+        &mut self,
+        k: u64,
+        program: &Program,
+        train: &EvalMetrics,
+        failure: FailureInfo,
+    ) -> Result<()> {
+        tracing::warn!(
+            iteration = k,
+            program = program.id.0.as_str(),
+            "validation of the new best failed ({}): {}",
+            failure.stage,
+            crate::io::printable(&failure.reason)
+        );
+        let why = format!("{}: {}", failure.stage, failure.reason);
+        self.log.append(Event::ValidationFailed {
+            iteration: k,
+            program_id: program.id.0.clone(),
+            failure,
+        })?;
+        self.ctx.dir.write_best(&Best {
+            program,
+            train,
+            validation: Err(&why),
+            lineage: self.state.lineage(&program.id.0),
+            personas: &[] as &[Persona],
+            episodes: &[] as &[Episode],
+        })
     }
 
     /// The LLM cost so far (a note offline).

@@ -190,6 +190,16 @@ pub enum Event {
         /// Metrics with the final N and fixed weights.
         metrics: EvalMetrics,
     },
+    /// The new best program's validation could not score it (its generation failed, or the
+    /// LLM was unavailable): `best/program.json` says so and holds no validation metrics.
+    ValidationFailed {
+        /// Iteration at which it ran.
+        iteration: u64,
+        /// Program id.
+        program_id: String,
+        /// What failed.
+        failure: FailureInfo,
+    },
     /// A checkpoint was written.
     Checkpoint {
         /// Iteration.
@@ -228,6 +238,7 @@ impl Event {
             Event::CandidateEvaluated { .. } => "candidate_evaluated",
             Event::CandidateFailed { .. } => "candidate_failed",
             Event::Validation { .. } => "validation",
+            Event::ValidationFailed { .. } => "validation_failed",
             Event::Checkpoint { .. } => "checkpoint",
             Event::Resumed { .. } => "resumed",
             Event::RunStopped { .. } => "run_stopped",

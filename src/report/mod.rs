@@ -390,6 +390,19 @@ impl<'a> LogView<'a> {
                 } => v.validations.push((*iteration, program_id, metrics)),
                 Event::Checkpoint { .. } => v.checkpoints += 1,
                 Event::Resumed { from_iteration } => v.resumed.push(*from_iteration),
+                Event::ValidationFailed {
+                    iteration,
+                    program_id,
+                    failure,
+                } => v.failed.push(Failed {
+                    iteration: *iteration,
+                    program_id: Some(program_id),
+                    mutation: "validation",
+                    stage: &failure.stage,
+                    reason: &failure.reason,
+                    raw_reply: &failure.raw_reply,
+                    requeued: false,
+                }),
             }
         }
         v
