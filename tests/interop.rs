@@ -775,3 +775,52 @@ max_usd = 2.5
     assert_eq!(cfg.spec(CallRole::Agent).max_concurrency, Some(1));
     assert!(root().join("python/ppol_rs/local_server.py").is_file());
 }
+
+/// An agent that calls tools forever is made to answer after `max_tool_rounds` rounds
+/// (`episodes.max_tool_rounds`, `ppol episodes --max-tool-rounds`): each round is a request, so
+/// the bound is what a slow model costs per turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_that_only_calls_tools_answers_after_max_tool_rounds() {
+    let rounds_of = |max_tool_rounds: usize| async move {
+        // a different call every round (an identical call repeated ends the round early)
+        let rules = (0..40)
+            .map(|i| MockRule {
+                has_tools: Some(true),
+                times: Some(1),
+                reply: MockReply::tool_call(
+                    "find_customer_by_email",
+                    json!({"email": format!("user{i}@example.com")}),
+                ),
+                ..Default::default()
+            })
+            .collect();
+        let script = MockScript {
+            rules,
+            // the user's turns, and the agent's answer once it must answer without tools
+            default: MockReply::text("please cancel order #P1001, i'm ada.moss@example.com"),
+            ..Default::default()
+        };
+        let server = serve(script).await.unwrap();
+        let client = LlmClient::from_config(&mock_config(&server.base_url())).unwrap();
+        let runner = Tau2Runner::new(load_domain("demo", None).unwrap(), llm_backend(&client), 2)
+            .with_max_tool_rounds(max_tool_rounds);
+        let ep = runner.run("0", None, 0, 1).await;
+        assert_eq!(ep.status, EpisodeStatus::Ok, "{:?}", ep.error);
+        let tool_turns = ep
+            .conversation
+            .iter()
+            .filter(|t| t.role == Role::Tool)
+            .count();
+        (tool_turns, ep.notes)
+    };
+    let (two, notes) = rounds_of(2).await;
+    let (twelve, _) = rounds_of(12).await;
+    assert!(
+        two < twelve,
+        "{two} tool turns with 2 rounds, {twelve} with 12"
+    );
+    assert!(
+        notes.iter().any(|n| n.contains("3 rounds of tool calls")),
+        "{notes:?}"
+    );
+}

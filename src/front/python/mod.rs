@@ -599,6 +599,7 @@ fn episodes<'py>(
         trials,
         llm: llm_of(llm.as_deref(), &cfg)?,
         max_turns: max_turns.or(Some(cfg.episodes.val_max_turns)),
+        max_tool_rounds: Some(cfg.episodes.max_tool_rounds),
         user_temperature: Some(cfg.episodes.user_temperature),
         seed,
         concurrency,

@@ -202,6 +202,9 @@ impl UserSimulator for LlmUser {
     }
 }
 
+/// Tool-call rounds an agent may make before it must answer the user, by default.
+pub const DEFAULT_MAX_TOOL_ROUNDS: usize = 12;
+
 /// An agent backed by an LLM with the domain tools as function tools.
 pub struct LlmAgent {
     model: Arc<dyn ChatModel>,
@@ -226,7 +229,7 @@ impl LlmAgent {
             system,
             temperature,
             seed,
-            max_tool_rounds: 12,
+            max_tool_rounds: DEFAULT_MAX_TOOL_ROUNDS,
             notes: Vec::new(),
         }
     }

@@ -147,6 +147,8 @@ pub struct Tau2Runner {
     guidelines: String,
     /// User turns before the episode is cut (`max_turns`).
     pub max_turns: usize,
+    /// Tool-call rounds an LLM agent may make before it must answer (`max_tool_rounds`).
+    pub max_tool_rounds: usize,
 }
 
 impl Tau2Runner {
@@ -158,7 +160,14 @@ impl Tau2Runner {
             backend,
             guidelines,
             max_turns,
+            max_tool_rounds: crate::simulate::episode::llm::DEFAULT_MAX_TOOL_ROUNDS,
         }
+    }
+
+    /// The same runner with at most `rounds` tool-call rounds per LLM agent turn.
+    pub fn with_max_tool_rounds(mut self, rounds: usize) -> Self {
+        self.max_tool_rounds = rounds.max(1);
+        self
     }
 
     /// The domain.
@@ -378,12 +387,16 @@ impl EpisodeRunner for Tau2Runner {
                             *user_temperature,
                             Some(seed),
                         )),
-                        Box::new(LlmAgent::new(
-                            meter(agent),
-                            agent_system_prompt(&self.domain.policy),
-                            *agent_temperature,
-                            Some(seed),
-                        )),
+                        Box::new({
+                            let mut agent = LlmAgent::new(
+                                meter(agent),
+                                agent_system_prompt(&self.domain.policy),
+                                *agent_temperature,
+                                Some(seed),
+                            );
+                            agent.max_tool_rounds = self.max_tool_rounds;
+                            agent
+                        }),
                     )
                 }
             };
