@@ -463,7 +463,8 @@ def _expansion_request(task_context, persona, axes, temperature, max_tokens, ret
 
 
 def _population(task_context, axes, n):
-    """Stage 1 with one retry and padding; raises when no usable profile came back."""
+    """Stage 1 with one retry and padding; with no usable profile at all, profiles placed on
+    distinct axis combinations (the raw replies go to stderr)."""
     prompt = POPULATION_PROMPT.format(
         task=task_context,
         n=n,
@@ -492,11 +493,23 @@ def _population(task_context, axes, n):
         if len(profiles) >= n:
             break
     if not profiles:
-        note(raw_replies_text(raws))
-        raise ValueError(
-            "the population answer contained no persona objects (%d attempts)\n%s"
-            % (len(raws), raw_replies_text(raws))
-        )
+        # No usable profile at all: place the personas on distinct axis combinations here and
+        # let stage 2 write each one's instruction, rather than losing the whole candidate.
+        names = [a["behavior"] for a in axes]
+        corners = _corners(len(names))[1:] or [()] if names else [()]
+        profiles = [
+            {
+                "persona_id": "profile_%d" % (i + 1),
+                "description": "",
+                "axis_placement": {k: bool(b) for k, b in zip(names, corners[i % len(corners)])},
+                "reasoning": "Stage 1 gave no usable profile (%d attempts): placed on the axes "
+                             "by the program; stage 2 wrote the instruction." % len(raws),
+            }
+            for i in range(n)
+        ]
+        note("the population answer contained no persona objects (%d attempts); %d profiles "
+             "placed on axis combinations instead. %s" % (len(raws), n, raw_replies_text(raws)))
+        return profiles
     profiles, padded = pad_population(_unique_ids(profiles), axes, n)
     if padded:
         note("stage 1 gave %d of %d usable profiles after %d attempt(s); padded %d from them. %s"

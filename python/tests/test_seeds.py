@@ -173,15 +173,21 @@ def test_two_stage_survives_what_the_small_model_wrote(first, monkeypatch):
     assert len(rows) == 3 and len({r["persona_id"] for r in rows}) == 3
 
 
-def test_two_stage_failure_carries_the_raw_replies(monkeypatch):
+def test_two_stage_without_any_profile_places_them_and_keeps_the_raw_replies(monkeypatch, capsys):
+    # Stage 1 answers prose twice; stage 2 still writes every instruction.
     seed = load(SEEDS / "two_stage_llm.py",
-                ScriptedLLM(lambda p, r: PROSE + " " + "z" * 3000), monkeypatch)
-    with pytest.raises(ValueError) as e:
-        seed.generate_personas_detailed(TASK, seed.DIVERSITY_AXES, 3)
-    msg = str(e.value)
-    assert msg.startswith("the population answer contained no persona objects (2 attempts)")
-    assert "raw reply 1 (first 2 KB): It's not possible" in msg
-    assert "raw reply 2 (first 2 KB)" in msg
+                ScriptedLLM(lambda p, r: INSTRUCTION if "instruction" in p.lower() and "persona_id" not in p
+                            else PROSE + " " + "z" * 3000), monkeypatch)
+    rows = seed.generate_personas_detailed(TASK, seed.DIVERSITY_AXES, 3)
+    assert [r["persona_id"] for r in rows] == ["profile_1", "profile_2", "profile_3"]
+    placements = [tuple(sorted(r["axis_placement"].items())) for r in rows]
+    assert len(set(placements)) == 3, placements
+    assert all(r["expanded_instruction"] for r in rows)
+    assert all("placed on the axes" in r["reasoning"] for r in rows)
+    err = capsys.readouterr().err
+    assert "the population answer contained no persona objects (2 attempts)" in err
+    assert "raw reply 1 (first 2 KB): It's not possible" in err
+    assert "raw reply 2 (first 2 KB)" in err
 
 
 def test_direct_prompt_repairs_retries_and_cycles(monkeypatch, capsys):
