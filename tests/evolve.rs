@@ -809,3 +809,51 @@ fn a_failed_validation_is_logged_and_best_says_so() {
     assert!(!out.join("best/episodes.jsonl").exists());
     assert!(out.join("best/program.py").exists());
 }
+
+/// A seed program that fails leaves nothing to evolve: the run exits with an error naming it,
+/// and its log ends with `run_stopped` giving the reason (with the LLM cost so far).
+#[test]
+fn a_failing_seed_stops_the_run_with_a_logged_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let seed = tmp.path().join("seed.py");
+    std::fs::write(
+        &seed,
+        std::fs::read_to_string(root().join("seeds/offline_templates.py"))
+            .unwrap()
+            .replace(
+                "def generate_personas_detailed(task_context, axes, n):\n",
+                "def generate_personas_detailed(task_context, axes, n):\n    raise ValueError('SEED_MARKER')\n",
+            ),
+    )
+    .unwrap();
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[search]\niterations = 2\nseed_program = {:?}\n",
+            seed.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("the seed program failed"), "{stderr}");
+    let log = read(&out.join("log.jsonl")).unwrap();
+    match &log.last().unwrap().event {
+        Event::RunStopped { reason, .. } => {
+            assert!(
+                reason.starts_with("seed_failed: sandbox:") && reason.contains("SEED_MARKER"),
+                "{reason}"
+            )
+        }
+        e => panic!("the log ends with {e:?}"),
+    }
+}

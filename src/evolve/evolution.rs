@@ -643,6 +643,16 @@ impl Evolution {
                     requeued: false,
                 })?;
                 if self.state.archive.is_empty() {
+                    // nothing to evolve from: the run stops, and says why in its log
+                    let cost = self.cost();
+                    self.log.append(Event::RunStopped {
+                        reason: format!("seed_failed: {}: {}", f.stage, f.reason),
+                        iterations: self.state.iteration,
+                        best_program_id: None,
+                        best_metrics: None,
+                        cost,
+                        mutations: BTreeMap::new(),
+                    })?;
                     return Err(Error::Run {
                         path: self.ctx.dir.path().to_path_buf(),
                         message: format!(
