@@ -492,6 +492,12 @@ def _population(task_context, axes, n):
                 profiles.append(p)
         if len(profiles) >= n:
             break
+    if not profiles and all(r.startswith("(no reply: LLMError") for r in raws):
+        # the model never answered: an unavailable LLM is not a weak one
+        raise ValueError(
+            "the population answer contained no persona objects (%d attempts)\n%s"
+            % (len(raws), raw_replies_text(raws))
+        )
     if not profiles:
         # No usable profile at all: place the personas on distinct axis combinations here and
         # let stage 2 write each one's instruction, rather than losing the whole candidate.
