@@ -751,35 +751,14 @@ fn a_failed_validation_is_logged_and_best_says_so() {
         .unwrap()
         .to_string();
     // the seed program fails on the validation task only
-    let seed = std::fs::read_to_string(root().join("seeds/offline_templates.py"))
-        .unwrap()
-        .replace(
-            "def generate_personas_detailed(task_context, axes, n):\n",
-            &format!(
-                "def generate_personas_detailed(task_context, axes, n):\n    if {:?} in task_context:\n        raise ValueError('VAL_MARKER')\n",
-                reason
-            ),
-        );
-    let seed_path = tmp.path().join("seed.py");
-    std::fs::write(&seed_path, seed).unwrap();
-    let cfg = tmp.path().join("run.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[search]\niterations = 1\nseed = 1\nseed_program = {:?}\n",
-            seed_path.to_str().unwrap()
+    let (out, code, stderr) = evolve_with_patched_seed(
+        tmp.path(),
+        &format!(
+            "    if {:?} in task_context:\n        raise ValueError('VAL_MARKER')\n",
+            reason
         ),
-    )
-    .unwrap();
-    let out = tmp.path().join("run");
-    let (code, _, stderr) = run_ppol(&[
-        "evolve",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
+        "iterations = 1\nseed = 1",
+    );
     assert_eq!(code, 0, "{stderr}");
     let log = read(&out.join("log.jsonl")).unwrap();
     let failed: Vec<&FailureInfo> = log
@@ -815,35 +794,11 @@ fn a_failed_validation_is_logged_and_best_says_so() {
 #[test]
 fn a_failing_seed_stops_the_run_with_a_logged_reason() {
     let tmp = tempfile::tempdir().unwrap();
-    let seed = tmp.path().join("seed.py");
-    std::fs::write(
-        &seed,
-        std::fs::read_to_string(root().join("seeds/offline_templates.py"))
-            .unwrap()
-            .replace(
-                "def generate_personas_detailed(task_context, axes, n):\n",
-                "def generate_personas_detailed(task_context, axes, n):\n    raise ValueError('SEED_MARKER')\n",
-            ),
-    )
-    .unwrap();
-    let cfg = tmp.path().join("run.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[search]\niterations = 2\nseed_program = {:?}\n",
-            seed.to_str().unwrap()
-        ),
-    )
-    .unwrap();
-    let out = tmp.path().join("run");
-    let (code, _, stderr) = run_ppol(&[
-        "evolve",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
+    let (out, code, stderr) = evolve_with_patched_seed(
+        tmp.path(),
+        "    raise ValueError('SEED_MARKER')\n",
+        "iterations = 2",
+    );
     assert_ne!(code, 0);
     assert!(stderr.contains("the seed program failed"), "{stderr}");
     let log = read(&out.join("log.jsonl")).unwrap();
@@ -856,4 +811,34 @@ fn a_failing_seed_stops_the_run_with_a_logged_reason() {
         }
         e => panic!("the log ends with {e:?}"),
     }
+}
+
+/// `ppol evolve` (offline) in `dir/run` with the offline seed program, `body` inserted at the top
+/// of its `generate_personas_detailed`, and `search` settings: (run dir, exit code, stderr).
+fn evolve_with_patched_seed(dir: &Path, body: &str, search: &str) -> (PathBuf, i32, String) {
+    let marker = "def generate_personas_detailed(task_context, axes, n):\n";
+    let seed = std::fs::read_to_string(root().join("seeds/offline_templates.py"))
+        .unwrap()
+        .replace(marker, &format!("{marker}{body}"));
+    let seed_path = dir.join("seed.py");
+    std::fs::write(&seed_path, seed).unwrap();
+    let cfg = dir.join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[search]\n{search}\nseed_program = {:?}\n",
+            seed_path.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    (out, code, stderr)
 }
