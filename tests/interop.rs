@@ -824,3 +824,94 @@ async fn an_agent_that_only_calls_tools_answers_after_max_tool_rounds() {
         "{notes:?}"
     );
 }
+
+/// A mutator prompt that would not fit the model's context window is cut to fit — inspirations
+/// and history first, the parent program never — and the log says so on every attempt. Before,
+/// the whole prompt was sent: the server refused it (400, maximum context length) or clamped
+/// the answer to what the window left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutator_prompts_are_cut_to_the_models_context_window() {
+    use ppol::evolve::runlog::{read, Event};
+    const WINDOW: u32 = 6000;
+    let diff = "Terser users.\n<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.8, \"skeptical\": 0.2, \"frustrated\": 0.4, \"ambiguous\": 0.5}\n>>>>>>> REPLACE\n";
+    let script = MockScript {
+        rules: vec![MockRule {
+            contains: Some("<<<<<<< SEARCH".into()),
+            reply: MockReply::text(diff),
+            ..Default::default()
+        }],
+        default: MockReply::text("The terse personas read as human."),
+        ..Default::default()
+    };
+    let options = MockOptions {
+        n_ctx: Some(u64::from(WINDOW)),
+        ..Default::default()
+    };
+    let server = serve_with(script, options).await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[run]\nname = \"window\"\n[search]\niterations = 6\nseed = 3\nseed_program = \"{}\"\n\
+             [episodes]\nbackend = \"scripted\"\n[mutation]\nmode = \"llm\"\nrewrite_after_failures = 99\n\
+             [llm]\nmax_retries = 1\nbackoff_base_ms = 1\nbackoff_max_ms = 5\n\
+             [llm.default]\nprovider = \"openai\"\nmodel = \"mock-model\"\nbase_url = \"{}\"\ncontext_window = {WINDOW}\n",
+            root().join("seeds/offline_templates.py").display(),
+            server.base_url()
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let (cfg_s, out_s) = (cfg.display().to_string(), out.display().to_string());
+    let res = tokio::task::spawn_blocking(move || {
+        run_ppol(&["evolve", "--config", &cfg_s, "--out", &out_s, "--quiet"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(res.0, 0, "{}", res.2);
+    let log = read(&out.join("log.jsonl")).unwrap();
+    let mut fits = Vec::new();
+    let mut failures = Vec::new();
+    for r in &log {
+        match &r.event {
+            Event::CandidateEvaluated {
+                mutation,
+                prompt_fit,
+                ..
+            } if mutation == "diff" => fits.push(prompt_fit.clone().unwrap_or_default()),
+            Event::CandidateFailed { failure, .. } => failures.push(failure.clone()),
+            _ => {}
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+    let stats = server.stats();
+    assert_eq!(stats.statuses.get(&400), None, "{:?}", stats.statuses);
+    // every mutator request left the answer its share of the window (the client lowers
+    // `max_tokens` to what an over-long prompt leaves: a diff cut off mid-block)
+    let reserve = ppol::evolve::mutation::completion_reserve(WINDOW, 8192);
+    let mutator: Vec<u64> = server
+        .bodies()
+        .iter()
+        .filter(|b| b.to_string().contains("<<<<<<< SEARCH"))
+        .map(|b| b["max_tokens"].as_u64().unwrap_or(0))
+        .collect();
+    assert!(mutator.len() >= 4, "{mutator:?}");
+    assert!(
+        mutator.iter().all(|m| *m >= u64::from(reserve)),
+        "{mutator:?} < {reserve}"
+    );
+    assert!(fits.len() >= 4, "{fits:?}");
+    assert!(
+        fits.iter().all(|f| f.starts_with(&format!(
+            "context window {WINDOW} tokens: user prompt capped at"
+        ))),
+        "{fits:?}"
+    );
+    // once the archive offers inspirations, they are what gives way
+    assert!(fits.iter().any(|f| f.contains("left out: ")), "{fits:?}");
+    assert!(
+        !fits.iter().any(|f| f.contains("still over")),
+        "the parent fits in this window: {fits:?}"
+    );
+}

@@ -231,6 +231,7 @@ fn failures() -> Vec<ChildFailure> {
             summary: Some("over-generate".into()),
             operator: Some("diff".into()),
             raw_reply: None,
+            prompt_fit: None,
         },
     ]
 }

@@ -322,6 +322,11 @@ pub fn write_fixture_run(dir: &Path) {
                     } else {
                         String::new()
                     },
+                    prompt_fit: if stage == "syntax" {
+                        "context window 4096 tokens: PROMPT_FIT_MARKER".into()
+                    } else {
+                        String::new()
+                    },
                 },
                 requeued: false,
             })
@@ -343,6 +348,7 @@ pub fn write_fixture_run(dir: &Path) {
                 second_parent_id: None,
                 island: (it % 2) as usize,
                 mutation: mutation.into(),
+                prompt_fit: None,
                 mutation_summary: format!("step {it}: shorter turns & more <pushback>"),
                 epoch: 1 + it / 10,
                 batch_in_epoch: it % 10,
@@ -489,6 +495,12 @@ fn report_is_self_contained_and_complete() {
     assert!(
         html.contains("the model&#39;s raw reply (first 2 KB)")
             || html.contains("the model's raw reply (first 2 KB)")
+    );
+    assert!(
+        html.contains(
+            "the mutator prompt was cut to fit: context window 4096 tokens: PROMPT_FIT_MARKER"
+        ),
+        "the prompt fit of a failed mutation is shown"
     );
     assert!(
         html.contains("RAW_REPLY_MARKER &lt;"),

@@ -578,6 +578,7 @@ impl Evolution {
                 reason: failure.message.clone(),
                 stderr_tail: failure.stderr_tail.clone().unwrap_or_default(),
                 raw_reply: failure.raw_reply.clone().unwrap_or_default(),
+                prompt_fit: failure.prompt_fit.clone().unwrap_or_default(),
             },
             requeued: false,
         })?;
@@ -689,6 +690,7 @@ impl Evolution {
                     island,
                     mutation: program.mutation.kind.as_str().into(),
                     mutation_summary: program.mutation.summary.clone(),
+                    prompt_fit: program.mutation.prompt_fit.clone(),
                     epoch: s.plan.epoch,
                     batch_in_epoch: s.plan.batch_in_epoch,
                     tasks: s.tasks,

@@ -100,6 +100,10 @@ pub struct MutationInfo {
     /// The mutation angle id given to the LLM (see [`crate::evolve::mutation::MUTATION_ANGLES`]), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub angle: Option<String>,
+    /// How the mutator prompt was cut to fit the model's context window (see
+    /// [`crate::evolve::mutation::PromptBuilder::for_context`]), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_fit: Option<String>,
     /// One line on what changed (the LLM's stated reasoning, or the structural operator summary).
     #[serde(default)]
     pub summary: String,
@@ -111,6 +115,7 @@ impl MutationInfo {
         MutationInfo {
             kind: MutationKind::Seed,
             angle: None,
+            prompt_fit: None,
             summary: "seed program".to_string(),
         }
     }
@@ -120,6 +125,7 @@ impl MutationInfo {
         MutationInfo {
             kind,
             angle: None,
+            prompt_fit: None,
             summary: summary.into(),
         }
     }
@@ -348,6 +354,9 @@ pub struct ChildFailure {
     /// The first [`RAW_REPLY_BYTES`] of the mutator's answer when it could not be used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_reply: Option<String>,
+    /// How the mutator prompt was cut to fit the model's context window, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_fit: Option<String>,
 }
 
 /// How much of a model's unusable answer is kept with its failure (log, report, `-v`).
@@ -374,6 +383,7 @@ impl ChildFailure {
             summary: None,
             operator: None,
             raw_reply: None,
+            prompt_fit: None,
         }
     }
 }

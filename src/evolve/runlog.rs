@@ -75,6 +75,9 @@ pub struct FailureInfo {
     /// mutation, a rewrite without a program).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub raw_reply: String,
+    /// How the mutator prompt was cut to fit the model's context window, if it was.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prompt_fit: String,
 }
 
 /// Token and cost use per role, plus totals.
@@ -141,6 +144,9 @@ pub enum Event {
         mutation: String,
         /// One-line summary of the change.
         mutation_summary: String,
+        /// How the mutator prompt was cut to fit the model's context window, if it was.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt_fit: Option<String>,
         /// Curriculum epoch.
         epoch: u64,
         /// Batch within the epoch.

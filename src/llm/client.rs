@@ -40,8 +40,9 @@ use tokio::sync::Semaphore;
 use super::context::{self, Calibration};
 use super::endpoint::{Endpoint, Reachability};
 use super::{
-    llm_error, AttemptError, Budget, CallRole, ChatModel, ChatRequest, ChatResponse, FailureKind,
-    LlmConfig, ModelSpec, OpenAiProvider, Provider, ProviderKind, ResponseCache, ScriptedModel,
+    llm_error, AttemptError, Budget, CallRole, ChatModel, ChatRequest, ChatResponse, ContextBudget,
+    FailureKind, LlmConfig, ModelSpec, OpenAiProvider, Provider, ProviderKind, ResponseCache,
+    ScriptedModel,
 };
 use crate::{Error, Result};
 
@@ -853,6 +854,15 @@ impl ChatModel for LlmClient {
             .map(|r| format!("{}={}", r.as_str(), self.describe_role(*r)))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    fn context_budget(&self, role: CallRole) -> Option<ContextBudget> {
+        let window = self.context_window(role)?;
+        let key = &self.inner.routes[&role].window_key;
+        Some(ContextBudget {
+            window,
+            chars_per_token: self.window(key).calibration.chars_per_token,
+        })
     }
 
     /// Route by `request.role`, with cache, budget, concurrency limit, timeout and retries.

@@ -27,7 +27,7 @@ use crate::dialogue::{Role, Turn};
 pub const DEFAULT_CHARS_PER_TOKEN: f64 = 3.0;
 
 /// Tokens a chat template adds per message (role markers, separators), roughly.
-const TOKENS_PER_MESSAGE: u32 = 6;
+pub const TOKENS_PER_MESSAGE: u32 = 6;
 
 /// The smallest completion budget [`fit`] leaves when it has to lower `max_tokens`.
 pub const MIN_COMPLETION_TOKENS: u32 = 64;

@@ -209,6 +209,18 @@ pub struct ChatResponse {
     pub notes: Vec<String>,
 }
 
+/// What a router knows of one role's context window, for callers that size their own prompts
+/// (the mutator prompt is cut to fit, rather than left for the server to refuse or clamp).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ContextBudget {
+    /// The model's context window in tokens (configured as `context_window`, or learned from
+    /// a context-length error).
+    pub window: u32,
+    /// Characters per prompt token for that model: measured from its `usage` once it has
+    /// answered, [`context::DEFAULT_CHARS_PER_TOKEN`] before.
+    pub chars_per_token: f64,
+}
+
 /// Anything that answers chat requests.
 #[async_trait]
 pub trait ChatModel: Send + Sync {
@@ -219,6 +231,12 @@ pub trait ChatModel: Send + Sync {
     fn describe_for(&self, role: CallRole) -> String {
         let _ = role;
         self.describe()
+    }
+    /// The context window of the model answering `role`, when it is known. `None` (the
+    /// default) means unknown: the caller keeps its own limits.
+    fn context_budget(&self, role: CallRole) -> Option<ContextBudget> {
+        let _ = role;
+        None
     }
     /// Answer one request.
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse>;

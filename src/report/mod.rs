@@ -310,6 +310,7 @@ struct Failed<'a> {
     stage: &'a str,
     reason: &'a str,
     raw_reply: &'a str,
+    prompt_fit: &'a str,
     requeued: bool,
 }
 
@@ -381,6 +382,7 @@ impl<'a> LogView<'a> {
                     stage: &failure.stage,
                     reason: &failure.reason,
                     raw_reply: &failure.raw_reply,
+                    prompt_fit: &failure.prompt_fit,
                     requeued: *requeued,
                 }),
                 Event::Validation {
@@ -401,6 +403,7 @@ impl<'a> LogView<'a> {
                     stage: &failure.stage,
                     reason: &failure.reason,
                     raw_reply: &failure.raw_reply,
+                    prompt_fit: &failure.prompt_fit,
                     requeued: false,
                 }),
             }
@@ -1373,6 +1376,13 @@ fn section_lineage(out: &mut String, files: &RunFiles, view: &LogView) {
                 .unwrap_or_default(),
             esc(last.reason)
         );
+        if !last.prompt_fit.is_empty() {
+            let _ = write!(
+                out,
+                r#"<tr><td colspan="4" class="l">the mutator prompt was cut to fit: {}</td></tr>"#,
+                esc(last.prompt_fit)
+            );
+        }
         if !last.raw_reply.is_empty() {
             let _ = write!(
                 out,

@@ -28,7 +28,7 @@ use crate::evolve::mutation::structural::{
 };
 use crate::evolve::mutation::{failure_from_diff_error, ChildFailure, FailureKind};
 use crate::evolve::program::{raw_reply, MutationInfo, MutationKind, Program, ProgramId};
-use crate::llm::ChatModel;
+use crate::llm::{CallRole, ChatModel};
 use crate::seed::mix;
 use crate::{Error, Result};
 
@@ -214,17 +214,34 @@ impl Mutator {
             failures: &failures,
             stagnation,
         };
+        let prompt_failed =
+            |e: Error| ChildFailure::new(FailureKind::NoProgram, format!("prompt: {e}"));
+        let (builder, window_note) = self
+            .builder
+            .for_context(model.context_budget(CallRole::Mutator))
+            .map_err(prompt_failed)?;
         let prompt = if rewrite {
-            self.builder.rewrite_request(&ctx, seed)
+            builder.rewrite_request(&ctx, seed)
         } else {
-            self.builder.diff_request(&ctx, seed)
+            builder.diff_request(&ctx, seed)
         }
-        .map_err(|e| ChildFailure::new(FailureKind::NoProgram, format!("prompt: {e}")))?;
+        .map_err(prompt_failed)?;
+        let prompt_fit = window_note.map(|note| {
+            if prompt.reductions.is_empty() {
+                format!("{note}; nothing had to be left out")
+            } else {
+                format!("{note}; left out: {}", prompt.reductions.join(", "))
+            }
+        });
+        if let Some(fit) = &prompt_fit {
+            tracing::info!(parent = %parent.id, "mutator prompt: {fit}");
+        }
         let angle = prompt.angle.id.to_string();
         let operator = if rewrite { "rewrite" } else { "diff" };
         let with_angle = |mut f: ChildFailure| {
             f.angle = Some(angle.clone());
             f.operator = Some(operator.into());
+            f.prompt_fit = prompt_fit.clone();
             f
         };
         let answer = model
@@ -265,6 +282,7 @@ impl Mutator {
         };
         let mut mutation = MutationInfo::new(kind, summary_line(&answer));
         mutation.angle = Some(angle);
+        mutation.prompt_fit = prompt_fit;
         Ok(Child {
             code,
             mutation,

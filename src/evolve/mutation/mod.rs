@@ -79,8 +79,8 @@ pub use diff::{
 };
 pub use dispatch::{Child, Mutator, Operator};
 pub use prompt::{
-    sample_angle, MutationAngle, MutationContext, MutationPrompt, PromptBuilder, PromptConfig,
-    MUTATION_ANGLES,
+    completion_reserve, sample_angle, MutationAngle, MutationContext, MutationPrompt,
+    PromptBuilder, PromptConfig, MUTATION_ANGLES,
 };
 pub use structural::{
     crossover, crossover_batch, crossover_with, structural_mutate, structural_mutate_batch,

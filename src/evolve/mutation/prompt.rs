@@ -11,7 +11,8 @@
 //! sampled with a seed from [`MUTATION_ANGLES`]. When the prompt exceeds
 //! [`PromptConfig::max_prompt_chars`], inspirations lose their code first, then disappear,
 //! then previous attempts, then the reflection and failures are shortened; the parent program
-//! is never cut.
+//! is never cut. [`PromptBuilder::for_context`] lowers that cap to what a model's context
+//! window holds once the system message and room for the answer are set aside, and says so.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -24,7 +25,8 @@ use super::{head, tail, ChildFailure};
 use crate::dialogue::{Role, Turn};
 use crate::evolve::archive::{Inspiration, InspirationKind};
 use crate::evolve::program::Program;
-use crate::llm::{CallRole, ChatRequest};
+use crate::llm::context::TOKENS_PER_MESSAGE;
+use crate::llm::{CallRole, ChatRequest, ContextBudget};
 use crate::{Error, Result};
 
 /// The system message template.
@@ -256,6 +258,12 @@ pub struct MutationContext<'a> {
     pub stagnation: u64,
 }
 
+/// Tokens a prompt fitted by [`PromptBuilder::for_context`] leaves for the answer: a quarter of
+/// the window, at least 256, at most the configured `max_tokens`.
+pub fn completion_reserve(window: u32, max_tokens: u32) -> u32 {
+    (window / 4).max(256).min(max_tokens)
+}
+
 /// Iterations without a new best after which the prompt asks for structural changes.
 pub const STALL_ITERATIONS: u64 = 5;
 
@@ -357,6 +365,37 @@ impl PromptBuilder {
     /// The system message.
     pub fn system_message(&self) -> Result<String> {
         fill_template("system.md", SYSTEM_TEMPLATE, &BTreeMap::new())
+    }
+
+    /// This builder with its prompt cap lowered to what `budget`'s context window holds, and a
+    /// note saying so; unchanged (and no note) when the window is unknown or large enough.
+    ///
+    /// The answer keeps [`completion_reserve`] tokens; the system message and the chat
+    /// template's per-message overhead come off the rest, which is converted to characters with
+    /// the model's measured characters-per-token ratio less 5% (the estimate must err low).
+    pub fn for_context(
+        &self,
+        budget: Option<ContextBudget>,
+    ) -> Result<(PromptBuilder, Option<String>)> {
+        let Some(b) = budget else {
+            return Ok((self.clone(), None));
+        };
+        let system = self.system_message()?.chars().count() as f64;
+        let reserve = completion_reserve(b.window, self.cfg.max_tokens);
+        let prompt_tokens = b.window.saturating_sub(reserve + 2 * TOKENS_PER_MESSAGE);
+        let chars =
+            (f64::from(prompt_tokens) * b.chars_per_token * 0.95 - system).max(0.0) as usize;
+        if chars >= self.cfg.max_prompt_chars {
+            return Ok((self.clone(), None));
+        }
+        let note = format!(
+            "context window {} tokens: user prompt capped at {chars} characters \
+             (~{:.1} characters/token, {reserve} tokens kept for the answer)",
+            b.window, b.chars_per_token
+        );
+        let mut cfg = self.cfg.clone();
+        cfg.max_prompt_chars = chars;
+        Ok((PromptBuilder { cfg }, Some(note)))
     }
 
     /// A SEARCH/REPLACE diff request for `ctx`, with the angle drawn from `seed`.
@@ -631,6 +670,38 @@ impl PromptBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prompt_is_capped_only_by_a_window_that_needs_it() {
+        let b = PromptBuilder::new(PromptConfig::default()).unwrap();
+        let (same, note) = b.for_context(None).unwrap();
+        assert_eq!((same.cfg.max_prompt_chars, note), (60_000, None));
+        let large = ContextBudget {
+            window: 128_000,
+            chars_per_token: 4.0,
+        };
+        assert_eq!(b.for_context(Some(large)).unwrap().1, None);
+        let small = ContextBudget {
+            window: 4096,
+            chars_per_token: 3.0,
+        };
+        let (capped, note) = b.for_context(Some(small)).unwrap();
+        let system = b.system_message().unwrap().chars().count();
+        // prompt + system + overhead in tokens, plus the answer's reserve, within the window
+        let tokens = (capped.cfg.max_prompt_chars + system) as f64 / 3.0;
+        assert!(tokens + 1024.0 + 12.0 <= 4096.0, "{tokens}");
+        assert!(
+            capped.cfg.max_prompt_chars > 6_000,
+            "{}",
+            capped.cfg.max_prompt_chars
+        );
+        assert!(note
+            .unwrap()
+            .starts_with("context window 4096 tokens: user prompt capped at"));
+        assert_eq!(completion_reserve(4096, 8192), 1024);
+        assert_eq!(completion_reserve(512, 8192), 256);
+        assert_eq!(completion_reserve(128_000, 2048), 2048);
+    }
 
     #[test]
     fn formatter_is_strict_and_single_pass() {

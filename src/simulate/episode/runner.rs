@@ -253,6 +253,10 @@ impl ChatModel for Metered {
         self.inner.describe_for(role)
     }
 
+    fn context_budget(&self, role: CallRole) -> Option<crate::llm::ContextBudget> {
+        self.inner.context_budget(role)
+    }
+
     async fn chat(
         &self,
         request: &crate::llm::ChatRequest,
