@@ -4,8 +4,11 @@ One LLM call asks for N complete persona blocks as JSON. If fewer valid ones com
 are cycled (with suffixed ids) up to N, as the reference's baseline does. Unlike it, the
 answer is read with JSON repair (fences, chatter, single quotes, trailing commas, truncated
 arrays, objects without the array), "persona" or "instruction" stand in for a missing "text",
-and an answer with no usable persona is asked for once more before the program raises; the
-error then carries the first 2 KB of each raw reply. Repairs are reported on stderr.
+and an answer with no usable persona is asked for once more. When neither answer holds a JSON
+persona, persona descriptions written as prose (a numbered list, paragraphs, at least
+PROSE_MIN_WORDS words each, not a refusal) are taken as the personas' texts: this baseline's
+personas are prose anyway. Only then does the program raise; the error carries the first 2 KB
+of each raw reply. Repairs and prose fallbacks are reported on stderr.
 """
 
 import json
@@ -32,6 +35,10 @@ PROMPT = """A customer contacts a support agent about this task:
 Write {n} different personas for this customer. Each persona is a complete description, in the second person, of how this person behaves in a text chat with the agent: their background, how they write, what they feel, how they react to questions, proposals and refusals. Keep every goal and fact of the task unchanged and never mention tests, simulations or AI.
 
 Return a JSON array of {n} objects with "persona_id" (snake_case, unique), "description" (two or three sentences), "reasoning" (one sentence: what makes this persona different from the others) and "text" (the persona, 120-250 words)."""
+
+PROSE_MIN_WORDS = 25
+_PROSE_MARKER = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|#+|(?:\*\*)?persona\s*\d*\s*[:.)-])\s*", re.I)
+_NOT_A_PERSONA = re.compile(r"^(?:i'?m sorry|i am sorry|sorry|i cannot|i can'?t|as an ai|it'?s not possible|it is not possible)", re.I)
 
 RETRY_NOTE = "\n\nYour previous answer contained no usable persona. Answer again with only the JSON array of {n} objects, each with a non-empty \"text\"."
 
@@ -260,6 +267,48 @@ def _personas(raw):
     return out
 
 
+def _prose_personas(raw):
+    """Persona descriptions an answer wrote as prose: blocks split at blank lines and list
+    markers, JSON-looking lines dropped, each kept when it has PROSE_MIN_WORDS words or more and
+    does not open with a refusal."""
+    if raw.startswith("(no reply"):
+        return []
+    blocks, cur = [], []
+    for line in _FENCE.sub("", raw).splitlines():
+        stripped = line.replace("**", "").strip()
+        looks_json = stripped[:1] in "{}[]" and stripped != "" or re.search(r'"\s*:', stripped)
+        if not stripped or looks_json or _PROSE_MARKER.match(stripped):
+            if cur:
+                blocks.append(" ".join(cur))
+            cur = []
+            while not looks_json and _PROSE_MARKER.match(stripped):
+                rest = _PROSE_MARKER.sub("", stripped, count=1)
+                if rest == stripped:
+                    break
+                stripped = rest
+            stripped = "" if looks_json else stripped
+        if stripped:
+            cur.append(stripped)
+    if cur:
+        blocks.append(" ".join(cur))
+    out = []
+    for block in blocks:
+        text = re.sub(r"\s+", " ", block).strip()
+        if len(text.split()) < PROSE_MIN_WORDS or _NOT_A_PERSONA.match(text):
+            continue
+        first = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0][:200]
+        out.append(
+            {
+                "persona_id": "prose_%d" % (len(out) + 1),
+                "description": first,
+                "axis_placement": {},
+                "reasoning": "taken from a prose answer (no JSON persona in it)",
+                "text": text,
+            }
+        )
+    return out
+
+
 def _note(message):
     print("direct_prompt: " + message, file=sys.stderr, flush=True)
 
@@ -285,6 +334,17 @@ def generate_personas_detailed(task_context, axes, n):
         if valid:
             break
     excerpts = "\n".join("raw reply %d (first 2 KB): %s" % (i + 1, raw_excerpt(r)) for i, r in enumerate(raws))
+    if not valid:
+        seen = set()
+        for r in raws:
+            for p in _prose_personas(r):
+                if p["text"] not in seen:
+                    seen.add(p["text"])
+                    p["persona_id"] = "prose_%d" % (len(valid) + 1)
+                    valid.append(p)
+        if valid:
+            _note("no JSON persona in %d answer(s); took %d persona(s) from their prose. %s"
+                  % (len(raws), len(valid), excerpts))
     if not valid:
         _note(excerpts)
         raise ValueError("the model returned no usable persona (%d attempts)\n%s" % (len(raws), excerpts))

@@ -210,6 +210,34 @@ def test_direct_prompt_failure_carries_the_raw_reply(monkeypatch):
     assert "raw reply 1 (first 2 KB): " + PROSE in str(e.value)
 
 
+PROSE_PERSONAS = """Sure! Here are two personas:
+
+1. **Persona 1:** You are Dana, a nurse coming off a night shift. You type short messages on your phone, skip greetings, and get curt when the agent asks for details you already gave. You want the refund today and say so twice.
+
+2. **Persona 2:** You are Mr. Okafor, a retired teacher who writes long, polite messages with full sentences. You ask the agent to explain each step, double-check every number, and only agree once you understand the fee."""
+
+LONG_REFUSAL = ("I'm sorry, but as a customer service assistant I am not able to write personas for "
+                "real customers, because that would mean inventing details about people who contact "
+                "support and I do not have that information.")
+
+
+def test_direct_prompt_takes_personas_written_as_prose(monkeypatch, capsys):
+    seed = load(SEEDS / "direct_prompt.py", ScriptedLLM(lambda p, r: PROSE_PERSONAS), monkeypatch)
+    rows = seed.generate_personas_detailed(TASK, [], 3)
+    assert [r["persona_id"] for r in rows] == ["prose_1", "prose_2", "prose_1_2"]
+    assert rows[0]["text"].startswith("You are Dana, a nurse coming off a night shift.")
+    assert rows[0]["text"].endswith("say so twice.")
+    assert rows[1]["text"].startswith("You are Mr. Okafor")
+    assert "Persona" not in rows[1]["text"] and "**" not in rows[1]["text"]
+    assert rows[0]["description"] == "You are Dana, a nurse coming off a night shift."
+    err = capsys.readouterr().err
+    assert "took 2 persona(s) from their prose" in err and "raw reply 1" in err
+    # a refusal, however long, is not a persona
+    seed = load(SEEDS / "direct_prompt.py", ScriptedLLM(lambda p, r: LONG_REFUSAL), monkeypatch)
+    with pytest.raises(ValueError, match="no usable persona"):
+        seed.generate_personas_detailed(TASK, [], 2)
+
+
 def test_direct_prompt_takes_other_fields_when_text_is_missing(monkeypatch):
     seed = load(SEEDS / "direct_prompt.py",
                 ScriptedLLM(lambda p, r: '[{"persona_id": "p", "persona": "You are brisk."}]'),
