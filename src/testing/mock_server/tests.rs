@@ -152,12 +152,13 @@ async fn serial_mode_computes_one_request_at_a_time_and_reports_the_wait() {
     assert_eq!(s.max_computing, 1);
     assert_eq!(s.max_in_flight, 3);
     assert!(s.max_waiting >= 2, "{s:?}");
-    // The last one waited for the two others.
-    assert!(s.queue_wait_ms_max >= 390, "{s:?}");
-    assert!(s.queue_wait_ms_total >= 200 + 400 - 20, "{s:?}");
+    // Two were queued at once, so the last one waited at least one whole computation (the
+    // one queued ahead of it); how much more depends on when the scheduler let it arrive.
+    assert!(s.queue_wait_ms_max >= 190, "{s:?}");
+    assert!(s.queue_wait_ms_total >= 190, "{s:?}");
     let mut waits: Vec<u64> = server.records().iter().map(|r| r.queue_wait_ms).collect();
     waits.sort_unstable();
-    assert!(waits[0] < 100 && waits[2] >= 390, "{waits:?}");
+    assert!(waits[0] < 100 && waits[2] >= 190, "{waits:?}");
 
     // Two slots: two at once.
     let server = serve_with(
