@@ -171,5 +171,5 @@ def test_default_format_is_unchanged_and_unknown_formats_are_refused(episodes_fi
     path, _ = episodes_file
     rec = ppol_rs.export_sft([path], all=True)["train"][0]
     assert set(rec) == {"messages", "tools", "metadata"}
-    with pytest.raises(ppol_rs.ConfigError, match="unknown export format 'jsonl'; use ppol, openai or hf"):
+    with pytest.raises(ppol_rs.ConfigError, match="unknown export format 'jsonl'; use ppol, openai, hf or llamafactory"):
         ppol_rs.export_sft([path], format="jsonl")
