@@ -737,4 +737,50 @@ mod tests {
             .to_string()
             .contains("ppol, openai, hf or llamafactory"));
     }
+
+    #[test]
+    fn llamafactory_rows_may_end_on_a_call_but_never_open_with_one() {
+        let call = |id: &str| {
+            json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": id, "name": "find", "arguments": {"id": "W1"}}]})
+        };
+        // cut by the turn limit after a call: the row ends on the function_call
+        let cut = episode(json!([
+            {"role": "assistant", "content": "Hi!"},
+            {"role": "user", "content": "find W1"},
+            call("c"),
+            {"role": "tool", "tool_call_id": "c", "content": "W1 ok"},
+        ]));
+        let r = sft_record_as(SftFormat::Llamafactory, &cut, "p", &[tool()]).unwrap();
+        let conv = r.record["conversations"].as_array().unwrap();
+        assert_eq!(conv.len(), 2);
+        assert_eq!(conv[1]["from"], "function_call");
+        assert_eq!(r.dropped_texts, 0);
+        // a tool schema without properties gets an empty object (LLaMA-Factory reads it)
+        let tools: Value = serde_json::from_str(r.record["tools"].as_str().unwrap()).unwrap();
+        assert_eq!(tools[0]["parameters"]["properties"], json!({}));
+        let early = episode(json!([
+            call("c"),
+            {"role": "tool", "tool_call_id": "c", "content": "W1 ok"},
+            {"role": "user", "content": "hm?"},
+            {"role": "assistant", "content": "Found W1."},
+        ]));
+        assert_eq!(
+            sft_record_as(SftFormat::Llamafactory, &early, "p", &[]).unwrap_err(),
+            Unexported::Unfit("the agent called tools before the user spoke".into())
+        );
+        let stray = episode(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "tool", "tool_call_id": "zz", "content": "?"},
+            {"role": "assistant", "content": "Hello."},
+        ]));
+        assert!(matches!(
+            sft_record_as(SftFormat::Llamafactory, &stray, "p", &[]),
+            Err(Unexported::Invalid(why)) if why.contains("call 'zz'")
+        ));
+        assert_eq!(
+            merge_dataset_info(Some("[1]"), &[]).unwrap_err().1,
+            "not a JSON object of datasets"
+        );
+    }
 }
