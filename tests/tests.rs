@@ -6,6 +6,7 @@ mod cli;
 mod discriminator;
 mod episodes;
 mod evolve;
+mod export;
 mod hub;
 mod interop;
 mod llm;

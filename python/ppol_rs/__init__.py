@@ -354,14 +354,27 @@ def export_sft(
     heldout_fraction: float = 0.0,
     seed: int = 0,
     format: str = "ppol",
+    output: Optional[Union[str, "os.PathLike[str]"]] = None,
+    heldout_output: Optional[Union[str, "os.PathLike[str]"]] = None,
+    dataset_name: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Agent-hardening training records from episode files (as ``ppol export sft``):
-    ``{"train": [...], "heldout": [...], "heldout_personas", "n_episodes", "clusters"}``.
+    ``{"train": [...], "heldout": [...], "heldout_personas", "n_episodes", "clusters",
+    "skipped", "dropped_texts", "written", "datasets"}``.
 
     ``format`` is ``"ppol"`` (messages + tools + metadata), ``"openai"`` (OpenAI chat
-    fine-tuning records) or ``"hf"`` (TRL ``SFTTrainer`` / transformers chat-template rows:
-    ``messages`` with tool-call arguments as dicts, ``tools`` a JSON string). Held-out personas
-    go to ``heldout`` in every format.
+    fine-tuning records), ``"hf"`` (TRL ``SFTTrainer`` / transformers chat-template rows:
+    ``messages`` with tool-call arguments as dicts, ``tools`` a JSON string) or
+    ``"llamafactory"`` (LLaMA-Factory ShareGPT rows: ``conversations`` of human / gpt /
+    function_call / observation turns, ``system``, ``tools``). Held-out personas go to
+    ``heldout`` in every format. Episodes the format cannot hold (LLaMA-Factory's turn
+    alternation) are listed in ``skipped`` with the reason; ``dropped_texts`` counts agent texts
+    written beside tool calls that had no place.
+
+    With ``output`` the records are also written (``heldout_output``: where the held-out ones
+    go, by default ``output`` with ``.heldout`` before the extension), and for
+    ``llamafactory`` registered in the ``dataset_info.json`` next to each file under
+    ``dataset_name`` (default: the file's stem; the held-out file as ``NAME.heldout``).
 
     >>> import ppol_rs, tempfile, os, json
     >>> out = os.path.join(tempfile.mkdtemp(), "eps.jsonl")
@@ -372,7 +385,15 @@ def export_sft(
     (2, 'system')
     """
     return _core.export_sft(
-        [os.fspath(e) for e in episodes], all, tau2_data, heldout_fraction, seed, format
+        [os.fspath(e) for e in episodes],
+        all,
+        tau2_data,
+        heldout_fraction,
+        seed,
+        format,
+        output,
+        heldout_output,
+        dataset_name,
     )
 
 

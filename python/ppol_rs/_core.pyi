@@ -79,6 +79,9 @@ def export_sft(
     heldout_fraction: float = 0.0,
     seed: int = 0,
     format: str = "ppol",
+    output: Optional[_Path] = None,
+    heldout_output: Optional[_Path] = None,
+    dataset_name: Optional[str] = None,
 ) -> Dict[str, Any]: ...
 def evolve_start(
     config: Optional[_Path] = None,

@@ -1,4 +1,5 @@
-"""`ppol export sft --format openai|hf|ppol`: each format read back by its toolkit's reader.
+"""`ppol export sft --format openai|hf|llamafactory|ppol`: each format read back by its
+toolkit's reader.
 
 * ``hf`` is loaded with Hugging Face ``datasets.load_dataset("json", data_files=...)``, the
   reader TRL's SFTTrainer is fed from (skipped when ``datasets`` is not installed).
@@ -72,6 +73,105 @@ def check_openai_record(rec):
             assert isinstance(m["content"], str)
     assert not pending
     assert isinstance(rec["parallel_tool_calls"], bool)
+
+
+LF_COLUMNS = ("messages", "system", "tools", "images", "videos", "audios", "prompt", "query", "response")
+LF_TAGS = ("role_tag", "content_tag", "user_tag", "assistant_tag", "observation_tag", "function_tag", "system_tag")
+LF_DEFAULT_TAGS = ("from", "value", "human", "gpt", "observation", "function_call", "system")
+
+
+def lf_dataset_attr(entry):
+    """LLaMA-Factory's ``DatasetAttr.join``: an entry's ``columns`` / ``tags`` replace every
+    default, the ones it leaves out become None."""
+    attr = {"formatting": entry.get("formatting", "alpaca"), "ranking": entry.get("ranking", False)}
+    attr.update({"messages": "conversations", "system": None, "tools": None})
+    attr.update(zip(LF_TAGS, LF_DEFAULT_TAGS))
+    if "columns" in entry:
+        attr.update({c: entry["columns"].get(c) for c in LF_COLUMNS})
+    if "tags" in entry:
+        attr.update({t: entry["tags"].get(t) for t in LF_TAGS})
+    return attr
+
+
+def lf_load_rows(path):
+    """LLaMA-Factory's loader: the reader by extension (json / jsonl -> the ``json`` builder)."""
+    ext = os.path.splitext(path)[1][1:]
+    assert ext in ("json", "jsonl"), f"LLaMA-Factory would read {path} with the {ext!r} builder"
+    try:
+        import datasets
+    except ImportError:
+        if os.environ.get("PPOL_REQUIRE_TOOLKITS") == "1":
+            pytest.fail("PPOL_REQUIRE_TOOLKITS=1 but the datasets package is not installed")
+        with open(path) as f:
+            return json.load(f) if ext == "json" else [json.loads(line) for line in f if line.strip()]
+    return list(datasets.load_dataset("json", data_files=path, split="train"))
+
+
+def lf_function_calls(content):
+    """``FunctionFormatter._parse_functions``: one call object or a list of them."""
+    calls = json.loads(content)  # a JSONDecodeError here is LLaMA-Factory's RuntimeError
+    if not isinstance(calls, list):
+        calls = [calls]
+    return [(c["name"], json.dumps(c["arguments"], ensure_ascii=False)) for c in calls]
+
+
+def lf_tool_prompt(tools):
+    """``ToolFormatter`` + ``DefaultToolUtils.tool_formatter``: the tool prompt, built from the
+    keys it reads (a missing one is LLaMA-Factory's KeyError)."""
+    text = ""
+    for tool in json.loads(tools):
+        tool = tool.get("function", "") if tool.get("type") == "function" else tool
+        args = "".join(
+            f"  - {name} ({param.get('type', '')}): {param.get('description', '')}\n"
+            for name, param in tool["parameters"]["properties"].items()
+        )
+        text += f"> Tool Name: {tool['name']}\nTool Description: {tool.get('description', '')}\nTool Args:\n{args}\n"
+    return text
+
+
+def lf_convert(row, attr):
+    """``SharegptDatasetConverter`` then the supervised processor's check: the aligned
+    messages, or None where LLaMA-Factory would skip the example."""
+    user, assistant, obs, func, system_tag = (attr[t] for t in ("user_tag", "assistant_tag", "observation_tag", "function_tag", "system_tag"))
+    messages = row[attr["messages"]]
+    if system_tag and messages and messages[0][attr["role_tag"]] == system_tag:
+        messages = messages[1:]
+    accept = ((user, obs), (assistant, func))
+    roles = {user: "user", assistant: "assistant", obs: "observation", func: "function"}
+    aligned = []
+    for i, m in enumerate(messages):
+        if m[attr["role_tag"]] not in accept[i % 2]:
+            return None  # "Invalid role tag"
+        aligned.append((roles[m[attr["role_tag"]]], m[attr["content_tag"]]))
+    if len(aligned) % 2 != 0:
+        return None  # "Invalid message count"
+    prompt, response = aligned[:-1], aligned[-1:]
+    if len(prompt) % 2 != 1 or len(response) != 1:
+        return None  # "Dropped invalid example"
+    return aligned
+
+
+def read_llamafactory_dataset(dataset_dir, name):
+    """What LLaMA-Factory's ``get_dataset`` makes of ``dataset: name`` in ``dataset_dir``: the
+    rows it keeps as (system, tool prompt, aligned messages); it fails on the first it drops."""
+    with open(os.path.join(dataset_dir, "dataset_info.json")) as f:
+        info = json.load(f)
+    entry = info[name]
+    attr = lf_dataset_attr(entry)
+    assert attr["formatting"] == "sharegpt" and not attr["ranking"]
+    assert attr["messages"] and attr["role_tag"] and attr["content_tag"]
+    out = []
+    for i, row in enumerate(lf_load_rows(os.path.join(dataset_dir, entry["file_name"]))):
+        aligned = lf_convert(row, attr)
+        assert aligned is not None, f"LLaMA-Factory drops row {i}: {row[attr['messages']]}"
+        for role, content in aligned:
+            assert isinstance(content, str)
+            if role == "function":
+                lf_function_calls(content)
+        tools = row[attr["tools"]] if attr["tools"] else ""
+        system = row[attr["system"]] if attr["system"] else ""
+        out.append((system, lf_tool_prompt(tools) if tools else "", aligned))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -150,10 +250,70 @@ def test_hf_rows_load_with_datasets_and_keep_arguments(episodes_file, tmp_path):
     assert n_calls > 0
 
 
+def test_llamafactory_datasets_read_back_as_llamafactory_reads_them(episodes_file, tmp_path):
+    path, eps = episodes_file
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(data / "dataset_info.json", "w") as f:
+        json.dump({"identity": {"file_name": "identity.json"}}, f)
+    r = ppol_rs.export_sft(
+        [path], all=True, heldout_fraction=0.4, seed=3, format="llamafactory",
+        output=data / "tau.jsonl", dataset_name="tau_demo",
+    )
+    assert r["skipped"] == [] and r["dropped_texts"] == 0
+    assert r["written"] == [str(data / "tau.jsonl"), str(data / "tau.heldout.jsonl")]
+    assert r["datasets"] == {n: str(data / "dataset_info.json") for n in ("tau_demo", "tau_demo.heldout")}
+    with open(data / "dataset_info.json") as f:
+        assert list(json.load(f)) == ["identity", "tau_demo", "tau_demo.heldout"]
+    train = read_llamafactory_dataset(str(data), "tau_demo")
+    held = read_llamafactory_dataset(str(data), "tau_demo.heldout")
+    assert len(train) == len(r["train"]) and len(held) == len(r["heldout"])
+    assert len(train) + len(held) == len(eps)
+    # every call of the episodes survives as a function_call LLaMA-Factory parses
+    want = [
+        (c["name"], c["arguments"])
+        for e in eps
+        for t in e["conversation"]
+        for c in t.get("tool_calls", [])
+    ]
+    got = [
+        (name, json.loads(args))
+        for _, _, aligned in train + held
+        for role, content in aligned
+        if role == "function"
+        for name, args in lf_function_calls(content)
+    ]
+    assert want and sorted(map(json.dumps, got)) == sorted(map(json.dumps, want))
+    # the agent's prompt and the domain's tools on every row
+    assert len({system for system, _, _ in train + held}) == 1 and train[0][0]
+    assert all(f"> Tool Name: {name}\n" in train[0][1] for name, _ in want)
+
+
+def test_llamafactory_skips_what_it_cannot_alternate_and_says_why(tmp_path):
+    eps = ppol_rs.episodes("demo", "0,1")
+    broken = json.loads(json.dumps(eps[1]))
+    first_user = next(i for i, t in enumerate(broken["conversation"]) if t["role"] == "user")
+    broken["conversation"].insert(first_user + 1, {"role": "user", "content": "hello??"})
+    broken["id"] = "broken"
+    path = tmp_path / "eps.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in [eps[0], broken]))
+    r = ppol_rs.export_sft([path], format="llamafactory", output=tmp_path / "lf.json")
+    assert [(s["episode_id"], s["reason"]) for s in r["skipped"]] == [("broken", "the user spoke twice in a row")]
+    assert len(r["train"]) == 1
+    rows = read_llamafactory_dataset(str(tmp_path), "lf")
+    assert len(rows) == 1
+    # the same record through openai keeps both: only llamafactory's alternation skips
+    assert len(ppol_rs.export_sft([path], format="openai")["train"]) == 2
+    with pytest.raises(ppol_rs.ConfigError, match="reads datasets from .json or .jsonl"):
+        ppol_rs.export_sft([path], format="llamafactory", output=tmp_path / "lf.parquet")
+    with pytest.raises(ppol_rs.ConfigError, match="needs --format llamafactory"):
+        ppol_rs.export_sft([path], format="hf", output=tmp_path / "hf.jsonl", dataset_name="x")
+
+
 def test_held_out_personas_stay_apart_in_every_format(episodes_file):
     path, eps = episodes_file
     sizes = set()
-    for fmt in ("ppol", "openai", "hf"):
+    for fmt in ("ppol", "openai", "hf", "llamafactory"):
         r = ppol_rs.export_sft([path], all=True, heldout_fraction=0.4, seed=3, format=fmt)
         assert r["heldout"] and r["train"], fmt
         assert len(r["train"]) + len(r["heldout"]) == len(eps)
@@ -171,5 +331,5 @@ def test_default_format_is_unchanged_and_unknown_formats_are_refused(episodes_fi
     path, _ = episodes_file
     rec = ppol_rs.export_sft([path], all=True)["train"][0]
     assert set(rec) == {"messages", "tools", "metadata"}
-    with pytest.raises(ppol_rs.ConfigError, match="unknown export format 'jsonl'; use ppol, openai or hf"):
+    with pytest.raises(ppol_rs.ConfigError, match="unknown export format 'jsonl'; use ppol, openai, hf or llamafactory"):
         ppol_rs.export_sft([path], format="jsonl")

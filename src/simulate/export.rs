@@ -12,11 +12,30 @@
 //!   templates — `{"messages", "tools"}` with `arguments` a JSON object and `tools` a JSON
 //!   string of the schemas (TRL's preferred form: Arrow would otherwise merge the schemas of
 //!   different tools into one struct padded with nulls), loadable with
-//!   `datasets.load_dataset("json", data_files=...)`.
+//!   `datasets.load_dataset("json", data_files=...)`;
+//! * `llamafactory`: LLaMA-Factory's ShareGPT tool-calling layout — `{"conversations",
+//!   "system", "tools"}`, each message `{"from", "value"}` with `from` one of `human`, `gpt`,
+//!   `function_call`, `observation`, described by a `dataset_info.json` entry
+//!   ([`llamafactory_dataset_entry`], merged into an existing file by [`merge_dataset_info`]).
+//!   LLaMA-Factory's converter (`SharegptDatasetConverter`) drops a conversation unless
+//!   `human` / `observation` sit at the odd positions and `gpt` / `function_call` at the even
+//!   ones, ending on the agent. So: the agent's opening lines before the user's first message
+//!   (the fixed greeting) are dropped; the calls of one agent turn are one `function_call`
+//!   (`{"name", "arguments"}` with `arguments` an object, or a JSON list of them for several
+//!   calls, which LLaMA-Factory's `FunctionFormatter` reads as parallel calls) and their
+//!   results one `observation` (in call order; several joined by
+//!   [`LLAMAFACTORY_RESULT_SEPARATOR`], as LLaMA-Factory's own `openai` converter joins
+//!   consecutive tool messages); an agent text written beside tool calls has no place in a
+//!   `function_call` (its value must be the calls' JSON) and is dropped and counted
+//!   ([`SftRecord::dropped_texts`]); `tools` is a JSON string of `{"name", "description",
+//!   "parameters"}` schemas. An episode whose turns still break the alternation (two user
+//!   turns in a row, a tool call without its result, ...) is [`Unexported::Unfit`]: the
+//!   export skips it and says why.
 //!
-//! In `openai` and `hf`, turns after the agent's last message (the user's goodbye) are dropped:
-//! they teach the agent nothing. Tool-call ids are kept when they are unique within the
-//! episode, else renumbered `call_1`, `call_2`, ... with the results following them.
+//! In `openai`, `hf` and `llamafactory`, turns after the agent's last message (the user's
+//! goodbye) are dropped: they teach the agent nothing. Tool-call ids are kept when they are
+//! unique within the episode, else renumbered `call_1`, `call_2`, ... with the results
+//! following them.
 
 use serde_json::{json, Value};
 
@@ -43,11 +62,18 @@ pub enum SftFormat {
     Openai,
     /// TRL / transformers conversational tool-calling rows.
     Hf,
+    /// LLaMA-Factory ShareGPT rows (with a `dataset_info.json` entry).
+    Llamafactory,
 }
 
 impl SftFormat {
     /// Every format, by name.
-    pub const ALL: [SftFormat; 3] = [SftFormat::Ppol, SftFormat::Openai, SftFormat::Hf];
+    pub const ALL: [SftFormat; 4] = [
+        SftFormat::Ppol,
+        SftFormat::Openai,
+        SftFormat::Hf,
+        SftFormat::Llamafactory,
+    ];
 
     /// The name used on the command line and in Python.
     pub fn name(self) -> &'static str {
@@ -55,6 +81,7 @@ impl SftFormat {
             SftFormat::Ppol => "ppol",
             SftFormat::Openai => "openai",
             SftFormat::Hf => "hf",
+            SftFormat::Llamafactory => "llamafactory",
         }
     }
 
@@ -66,7 +93,7 @@ impl SftFormat {
             .ok_or_else(|| {
                 crate::Error::config(
                     "--format",
-                    format!("unknown export format '{s}'; use ppol, openai or hf"),
+                    format!("unknown export format '{s}'; use ppol, openai, hf or llamafactory"),
                 )
             })
     }
@@ -85,18 +112,55 @@ impl std::str::FromStr for SftFormat {
     }
 }
 
-/// One record of `episode` in `format`. The error (a tool result that answers no call) names
-/// the episode.
+/// Why an episode was not exported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unexported {
+    /// The episode is malformed (a tool result that answers no call, no agent message): the
+    /// export stops with an error naming it.
+    Invalid(String),
+    /// The episode is well formed but the format cannot hold it (LLaMA-Factory's turn
+    /// alternation): the export skips it and reports the reason.
+    Unfit(String),
+}
+
+impl std::fmt::Display for Unexported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unexported::Invalid(why) | Unexported::Unfit(why) => f.write_str(why),
+        }
+    }
+}
+
+/// One exported record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SftRecord {
+    /// The record in the format asked for.
+    pub record: Value,
+    /// Agent texts written beside tool calls that the format has no place for (dropped; only
+    /// `llamafactory` drops any).
+    pub dropped_texts: usize,
+}
+
+/// One record of `episode` in `format`. An [`Unexported::Invalid`] error (a tool result that
+/// answers no call) says what is wrong with the episode; [`Unexported::Unfit`] why the format
+/// cannot hold it.
 pub fn sft_record_as(
     format: SftFormat,
     episode: &Episode,
     system_prompt: &str,
     tools: &[ToolSpec],
-) -> Result<Value, String> {
-    match format {
-        SftFormat::Ppol => Ok(sft_record(episode, system_prompt, tools)),
-        SftFormat::Openai | SftFormat::Hf => toolkit_record(format, episode, system_prompt, tools),
-    }
+) -> Result<SftRecord, Unexported> {
+    let record = match format {
+        SftFormat::Ppol => sft_record(episode, system_prompt, tools),
+        SftFormat::Openai | SftFormat::Hf => {
+            toolkit_record(format, episode, system_prompt, tools).map_err(Unexported::Invalid)?
+        }
+        SftFormat::Llamafactory => return llamafactory_record(episode, system_prompt, tools),
+    };
+    Ok(SftRecord {
+        record,
+        dropped_texts: 0,
+    })
 }
 
 fn toolkit_record(
@@ -164,12 +228,7 @@ fn toolkit_record(
                     None => (!pending.is_empty()).then_some(0),
                 };
                 let Some(pos) = pos else {
-                    return Err(format!(
-                        "a tool result answers {} that no earlier agent turn made",
-                        t.tool_call_id
-                            .as_deref()
-                            .map_or("a call".to_string(), |i| format!("call '{i}'"))
-                    ));
+                    return Err(unanswered(t.tool_call_id.as_deref()));
                 };
                 let (_, id, name) = pending.remove(pos).expect("position is in range");
                 messages.push(match format {
@@ -200,6 +259,251 @@ fn toolkit_record(
             "parallel_tool_calls": parallel,
         }),
     })
+}
+
+/// The message of a tool result that answers no earlier call.
+fn unanswered(call_id: Option<&str>) -> String {
+    format!(
+        "a tool result answers {} that no earlier agent turn made",
+        call_id.map_or("a call".to_string(), |i| format!("call '{i}'"))
+    )
+}
+
+/// How the results of several calls made in one agent turn are joined into one LLaMA-Factory
+/// `observation` (the separator LLaMA-Factory's `openai` converter puts between consecutive
+/// tool messages; the `<tool_response>` tags close and reopen inside the templates that wrap
+/// an observation in them).
+pub const LLAMAFACTORY_RESULT_SEPARATOR: &str = "\n</tool_response>\n<tool_response>\n";
+
+/// A ShareGPT message being built: the agent's calls and their results (filled in as they
+/// arrive, in call order) are kept apart until the row is written.
+enum LfMessage {
+    Human(String),
+    Gpt(String),
+    Call(Vec<Value>),
+    Observation(Vec<Option<String>>),
+}
+
+impl LfMessage {
+    /// Whether LLaMA-Factory wants it at an odd position (1-based): `human` / `observation`.
+    fn odd(&self) -> bool {
+        matches!(self, LfMessage::Human(_) | LfMessage::Observation(_))
+    }
+}
+
+/// Whether the last message is an observation still missing a result.
+fn open_results(messages: &[LfMessage]) -> bool {
+    matches!(messages.last(), Some(LfMessage::Observation(r)) if r.iter().any(Option::is_none))
+}
+
+fn llamafactory_record(
+    episode: &Episode,
+    system_prompt: &str,
+    tools: &[ToolSpec],
+) -> Result<SftRecord, Unexported> {
+    let conv = &episode.conversation;
+    let Some(last) = conv.iter().rposition(|t| t.role == Role::Assistant) else {
+        return Err(Unexported::Invalid(
+            "no agent message to train on".to_string(),
+        ));
+    };
+    // the agent's opening lines (the greeting) come before anything they could answer
+    let start = conv[..=last]
+        .iter()
+        .position(|t| {
+            !(t.role == Role::System || t.role == Role::Assistant && t.tool_calls.is_empty())
+        })
+        .unwrap_or(last + 1);
+    let unfit = |why: &str| Err(Unexported::Unfit(why.to_string()));
+    let no_result = "a tool call has no result";
+    let mut messages: Vec<LfMessage> = Vec::new();
+    // (call id as written, slot in the last observation)
+    let mut pending: Vec<(String, usize)> = Vec::new();
+    let mut dropped_texts = 0;
+    for t in &conv[start..=last] {
+        if t.role != Role::Tool && t.role != Role::System && open_results(&messages) {
+            return unfit(no_result);
+        }
+        match t.role {
+            Role::System => continue,
+            Role::User => messages.push(LfMessage::Human(t.content.clone())),
+            Role::Assistant if t.tool_calls.is_empty() => {
+                messages.push(LfMessage::Gpt(t.content.clone()))
+            }
+            Role::Assistant => {
+                dropped_texts += usize::from(!t.content.trim().is_empty());
+                pending = t
+                    .tool_calls
+                    .iter()
+                    .enumerate()
+                    .map(|(slot, c)| (c.id.clone(), slot))
+                    .collect();
+                messages.push(LfMessage::Call(
+                    t.tool_calls
+                        .iter()
+                        .map(|c| json!({"name": c.name, "arguments": c.arguments}))
+                        .collect(),
+                ));
+                messages.push(LfMessage::Observation(vec![None; t.tool_calls.len()]));
+            }
+            Role::Tool => {
+                let pos = match &t.tool_call_id {
+                    Some(id) => pending.iter().position(|(orig, _)| orig == id),
+                    None => (!pending.is_empty()).then_some(0),
+                };
+                let Some(pos) = pos else {
+                    return Err(Unexported::Invalid(unanswered(t.tool_call_id.as_deref())));
+                };
+                let (_, slot) = pending.remove(pos);
+                if let Some(LfMessage::Observation(results)) = messages.last_mut() {
+                    results[slot] = Some(t.content.clone());
+                }
+            }
+        }
+    }
+    // the last agent turn's results come after it: the row ends on the calls
+    if matches!(messages.last(), Some(LfMessage::Observation(r)) if r.iter().all(Option::is_none)) {
+        messages.pop();
+    }
+    if open_results(&messages) {
+        return unfit(no_result);
+    }
+    if messages.is_empty() {
+        return unfit("no agent message after the user's first");
+    }
+    for (i, m) in messages.iter().enumerate() {
+        if m.odd() == (i % 2 == 0) {
+            continue;
+        }
+        return unfit(match (i.checked_sub(1).map(|p| &messages[p]), m) {
+            (None, _) => "the agent called tools before the user spoke",
+            (Some(LfMessage::Observation(_)), _) => {
+                "the user spoke before the agent answered the tool results"
+            }
+            (Some(_), LfMessage::Human(_) | LfMessage::Observation(_)) => {
+                "the user spoke twice in a row"
+            }
+            (Some(_), _) => "the agent spoke twice in a row",
+        });
+    }
+    if messages.len() % 2 != 0 {
+        return unfit("the conversation does not end with the agent");
+    }
+    let conversations: Vec<Value> = messages
+        .into_iter()
+        .map(|m| {
+            let (from, value) = match m {
+                LfMessage::Human(v) => ("human", v),
+                LfMessage::Gpt(v) => ("gpt", v),
+                LfMessage::Call(mut calls) => (
+                    "function_call",
+                    if calls.len() == 1 {
+                        calls.remove(0).to_string()
+                    } else {
+                        Value::Array(calls).to_string()
+                    },
+                ),
+                LfMessage::Observation(results) => (
+                    "observation",
+                    results
+                        .into_iter()
+                        .map(|r| r.expect("every result arrived"))
+                        .collect::<Vec<_>>()
+                        .join(LLAMAFACTORY_RESULT_SEPARATOR),
+                ),
+            };
+            json!({"from": from, "value": value})
+        })
+        .collect();
+    let schemas: Vec<Value> = tools
+        .iter()
+        .map(|t| {
+            // LLaMA-Factory's tool prompts read `parameters.properties` unconditionally
+            let mut parameters = match &t.parameters {
+                Value::Object(p) => p.clone(),
+                _ => serde_json::Map::from_iter([("type".to_string(), json!("object"))]),
+            };
+            parameters.entry("properties").or_insert_with(|| json!({}));
+            json!({"name": t.name, "description": t.description, "parameters": parameters})
+        })
+        .collect();
+    Ok(SftRecord {
+        record: json!({
+            "conversations": conversations,
+            "system": system_prompt,
+            "tools": Value::Array(schemas).to_string(),
+        }),
+        dropped_texts,
+    })
+}
+
+/// The `dataset_info.json` entry that describes a `llamafactory` export written to
+/// `file_name` (relative to the `dataset_info.json` directory, LLaMA-Factory's `dataset_dir`).
+/// Every column and tag is spelled out: LLaMA-Factory resets the ones an entry's `columns` /
+/// `tags` leave out.
+pub fn llamafactory_dataset_entry(file_name: &str) -> Value {
+    json!({
+        "file_name": file_name,
+        "formatting": "sharegpt",
+        "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
+        "tags": {
+            "role_tag": "from",
+            "content_tag": "value",
+            "user_tag": "human",
+            "assistant_tag": "gpt",
+            "observation_tag": "observation",
+            "function_tag": "function_call",
+            "system_tag": "system",
+        },
+    })
+}
+
+/// Add `entries` (name → entry) to the `dataset_info.json` contents `existing` (`None` when
+/// there is no file yet), keeping every other dataset and the order of the file. An entry
+/// replaces one of the same name only when both describe the same `file_name` (a re-export).
+/// The error is (where in the file, what is wrong).
+pub fn merge_dataset_info(
+    existing: Option<&str>,
+    entries: &[(String, Value)],
+) -> Result<String, (String, String)> {
+    let mut info = match existing {
+        None => serde_json::Map::new(),
+        Some(text) if text.trim().is_empty() => serde_json::Map::new(),
+        Some(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(m)) => m,
+            Ok(_) => {
+                return Err((
+                    "top level".to_string(),
+                    "not a JSON object of datasets".to_string(),
+                ))
+            }
+            Err(e) => {
+                return Err((
+                    format!("line {}, column {}", e.line(), e.column()),
+                    e.to_string(),
+                ))
+            }
+        },
+    };
+    for (name, entry) in entries {
+        if let Some(old) = info.get(name) {
+            if old.get("file_name") != entry.get("file_name") {
+                return Err((
+                    format!("dataset '{name}'"),
+                    format!(
+                        "already describes {}; pick another name (--dataset-name)",
+                        old.get("file_name")
+                            .and_then(Value::as_str)
+                            .map_or("another dataset".to_string(), |f| format!("'{f}'"))
+                    ),
+                ));
+            }
+        }
+        info.insert(name.clone(), entry.clone());
+    }
+    let mut text = serde_json::to_string_pretty(&Value::Object(info)).expect("serialisable");
+    text.push('\n');
+    Ok(text)
 }
 
 /// One fine-tuning record `{"messages": [...], "tools": [...], "metadata": {...}}` (the `ppol`
@@ -371,7 +675,9 @@ mod tests {
             {"role": "assistant", "content": "Both found."},
             {"role": "user", "content": "thanks bye"},
         ]));
-        let r = sft_record_as(SftFormat::Openai, &e, "policy", &[tool()]).unwrap();
+        let r = sft_record_as(SftFormat::Openai, &e, "policy", &[tool()])
+            .unwrap()
+            .record;
         let m = r["messages"].as_array().unwrap();
         assert_eq!(m.last().unwrap()["content"], "Both found.");
         assert_eq!(r["parallel_tool_calls"], true);
@@ -395,7 +701,9 @@ mod tests {
             (Some("call_3"), Some("W3 ok"))
         );
         assert!(r.get("metadata").is_none());
-        let h = sft_record_as(SftFormat::Hf, &e, "policy", &[tool()]).unwrap();
+        let h = sft_record_as(SftFormat::Hf, &e, "policy", &[tool()])
+            .unwrap()
+            .record;
         let hm = h["messages"].as_array().unwrap();
         assert_eq!(
             hm[3]["tool_calls"][0]["function"]["arguments"],
@@ -417,13 +725,62 @@ mod tests {
             {"role": "assistant", "content": "Hello."},
         ]));
         let err = sft_record_as(SftFormat::Hf, &e, "p", &[]).unwrap_err();
-        assert!(err.contains("call 'zz'"), "{err}");
+        assert!(
+            matches!(&err, Unexported::Invalid(why) if why.contains("call 'zz'")),
+            "{err}"
+        );
         let silent = episode(json!([{"role": "user", "content": "hi"}]));
         assert!(sft_record_as(SftFormat::Openai, &silent, "p", &[]).is_err());
         assert_eq!(SftFormat::parse("OpenAI").unwrap(), SftFormat::Openai);
         assert!(SftFormat::parse("jsonl")
             .unwrap_err()
             .to_string()
-            .contains("ppol, openai or hf"));
+            .contains("ppol, openai, hf or llamafactory"));
+    }
+
+    #[test]
+    fn llamafactory_rows_may_end_on_a_call_but_never_open_with_one() {
+        let call = |id: &str| {
+            json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": id, "name": "find", "arguments": {"id": "W1"}}]})
+        };
+        // cut by the turn limit after a call: the row ends on the function_call
+        let cut = episode(json!([
+            {"role": "assistant", "content": "Hi!"},
+            {"role": "user", "content": "find W1"},
+            call("c"),
+            {"role": "tool", "tool_call_id": "c", "content": "W1 ok"},
+        ]));
+        let r = sft_record_as(SftFormat::Llamafactory, &cut, "p", &[tool()]).unwrap();
+        let conv = r.record["conversations"].as_array().unwrap();
+        assert_eq!(conv.len(), 2);
+        assert_eq!(conv[1]["from"], "function_call");
+        assert_eq!(r.dropped_texts, 0);
+        // a tool schema without properties gets an empty object (LLaMA-Factory reads it)
+        let tools: Value = serde_json::from_str(r.record["tools"].as_str().unwrap()).unwrap();
+        assert_eq!(tools[0]["parameters"]["properties"], json!({}));
+        let early = episode(json!([
+            call("c"),
+            {"role": "tool", "tool_call_id": "c", "content": "W1 ok"},
+            {"role": "user", "content": "hm?"},
+            {"role": "assistant", "content": "Found W1."},
+        ]));
+        assert_eq!(
+            sft_record_as(SftFormat::Llamafactory, &early, "p", &[]).unwrap_err(),
+            Unexported::Unfit("the agent called tools before the user spoke".into())
+        );
+        let stray = episode(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "tool", "tool_call_id": "zz", "content": "?"},
+            {"role": "assistant", "content": "Hello."},
+        ]));
+        assert!(matches!(
+            sft_record_as(SftFormat::Llamafactory, &stray, "p", &[]),
+            Err(Unexported::Invalid(why)) if why.contains("call 'zz'")
+        ));
+        assert_eq!(
+            merge_dataset_info(Some("[1]"), &[]).unwrap_err().1,
+            "not a JSON object of datasets"
+        );
     }
 }

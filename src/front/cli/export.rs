@@ -1,5 +1,7 @@
-//! `ppol export sft EPISODES.jsonl -o train.jsonl [--format ppol|openai|hf]`: agent-hardening
-//! data in the format a training toolkit reads (see [`crate::simulate::export`]).
+//! `ppol export sft EPISODES.jsonl -o train.jsonl [--format ppol|openai|hf|llamafactory]`:
+//! agent-hardening data in the format a training toolkit reads (see
+//! [`crate::simulate::export`]); `llamafactory` also registers the files in the
+//! `dataset_info.json` next to them.
 
 use std::path::PathBuf;
 
@@ -22,8 +24,11 @@ pub enum ExportCommand {
     /// Chat fine-tuning records from the agent's point of view.
     Sft {
         /// Record format: `ppol` (messages + tools + metadata), `openai` (OpenAI chat
-        /// fine-tuning JSONL) or `hf` (TRL SFTTrainer / transformers chat templates:
-        /// `messages` + `tools`, for `datasets.load_dataset("json", ...)`).
+        /// fine-tuning JSONL), `hf` (TRL SFTTrainer / transformers chat templates: `messages` +
+        /// `tools`, for `datasets.load_dataset("json", ...)`) or `llamafactory` (LLaMA-Factory
+        /// ShareGPT rows with function_call / observation turns, a .json or .jsonl file, each
+        /// file registered in the dataset_info.json next to it; episodes that break its
+        /// human/agent alternation are skipped and counted).
         #[arg(long, default_value = "ppol")]
         format: SftFormat,
         /// Episode files written by `ppol episodes` or `ppol evolve`.
@@ -35,7 +40,7 @@ pub enum ExportCommand {
         /// Directory with τ² data (for the domain policy and tools).
         #[arg(long)]
         tau2_data: Option<PathBuf>,
-        /// Output JSONL.
+        /// Output JSONL (`llamafactory`: `.jsonl`, or `.json` for one JSON array).
         #[arg(short, long)]
         output: PathBuf,
         /// Share of personas held out (all their episodes go to --heldout-output, none to the
@@ -48,6 +53,10 @@ pub enum ExportCommand {
         /// Seed of the hold-out hash.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// `llamafactory`: the dataset name of OUTPUT in dataset_info.json (default: its file
+        /// stem); the held-out file is registered as NAME.heldout (default: its file stem).
+        #[arg(long)]
+        dataset_name: Option<String>,
     },
 }
 
@@ -62,6 +71,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
         heldout_fraction,
         heldout_output,
         seed,
+        dataset_name,
     } = args.command;
     let report = ops::export_sft(&ExportRequest {
         episodes,
@@ -70,21 +80,11 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
         heldout_fraction,
         seed,
         format,
+        output: Some(output.clone()),
+        heldout_output,
+        dataset_name,
     })?;
-    if report.train.is_empty() {
-        anyhow::bail!(
-            "none of the {} episodes was selected ({}); '{}' was not written",
-            report.n_episodes,
-            if all {
-                "none ran to an end"
-            } else {
-                "none was successful; --all exports every episode that ran"
-            },
-            output.display()
-        );
-    }
-    crate::io::write_jsonl(&output, &report.train)?;
-    eprintln!(
+    let mut line = format!(
         "wrote {} of {} episodes as {format} records to {} ({})",
         report.train.len(),
         report.n_episodes,
@@ -95,14 +95,43 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
             "successful only"
         }
     );
-    if heldout_fraction > 0.0 {
-        let path = heldout_output.unwrap_or_else(|| output.with_extension("heldout.jsonl"));
-        crate::io::write_jsonl(&path, &report.heldout)?;
+    if let Some(why) = report.skipped_by_reason() {
+        line += &format!(
+            "; skipped {} that {format} cannot hold: {why}",
+            report.skipped.len()
+        );
+    }
+    if report.dropped_texts > 0 {
+        line += &format!(
+            "; dropped {} agent texts written beside tool calls (a function_call holds only the calls)",
+            report.dropped_texts
+        );
+    }
+    eprintln!("{line}");
+    if let Some(path) = report.written.get(1) {
         eprintln!(
             "wrote {} episodes of {} held-out personas to {}",
             report.heldout.len(),
             report.heldout_personas.len(),
             path.display()
+        );
+    }
+    let mut by_info: std::collections::BTreeMap<&std::path::Path, Vec<&str>> = Default::default();
+    for (name, info) in &report.datasets {
+        by_info.entry(info.as_path()).or_default().push(name);
+    }
+    for (info, names) in by_info {
+        eprintln!(
+            "registered {} in {} (LLaMA-Factory: dataset_dir {})",
+            names
+                .iter()
+                .map(|n| format!("'{n}'"))
+                .collect::<Vec<_>>()
+                .join(" and "),
+            info.display(),
+            info.parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or(".".to_string(), |p| p.display().to_string())
         );
     }
     println!(

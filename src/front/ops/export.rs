@@ -1,13 +1,15 @@
-//! `export_sft`: episodes as agent-hardening training records.
+//! `export_sft`: episodes as agent-hardening training records, returned and (with an output
+//! path) written, with LLaMA-Factory's `dataset_info.json` for the `llamafactory` format.
 
-use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::load_domain;
 use crate::llm::ToolSpec;
 pub use crate::simulate::export::SftFormat;
+use crate::simulate::export::Unexported;
 use crate::{Error, Result};
 
 /// What `ppol export sft` needs.
@@ -24,6 +26,27 @@ pub struct ExportRequest {
     pub seed: u64,
     /// Record format (default `ppol`).
     pub format: SftFormat,
+    /// Where to write the training records (`None`: only return them). `llamafactory` writes
+    /// a JSON array to a `.json` file and JSON Lines to a `.jsonl` one (the file types
+    /// LLaMA-Factory reads); the other formats write JSON Lines.
+    pub output: Option<PathBuf>,
+    /// Where held-out personas' records go when `heldout_fraction` > 0 (default: `output`
+    /// with `.heldout` before the extension).
+    pub heldout_output: Option<PathBuf>,
+    /// `llamafactory`: the name of the training file's entry in `dataset_info.json` (default:
+    /// the file's stem); the held-out file's entry is then `NAME.heldout` (default: its stem).
+    pub dataset_name: Option<String>,
+}
+
+/// A selected episode the format cannot hold.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedEpisode {
+    /// The episode.
+    pub episode_id: String,
+    /// The file it came from.
+    pub file: PathBuf,
+    /// Why the format cannot hold it.
+    pub reason: String,
 }
 
 /// Training records and a summary.
@@ -33,16 +56,224 @@ pub struct ExportReport {
     pub train: Vec<serde_json::Value>,
     /// Records of held-out personas.
     pub heldout: Vec<serde_json::Value>,
-    /// Held-out persona ids.
+    /// Held-out persona ids (of the exported records).
     pub heldout_personas: Vec<String>,
     /// Episodes read.
     pub n_episodes: usize,
     /// pass^k and success per persona cluster.
     pub clusters: Vec<crate::simulate::export::ClusterSummary>,
+    /// Selected episodes left out because the format cannot hold them (`llamafactory`: its
+    /// turn alternation), with the reason.
+    pub skipped: Vec<SkippedEpisode>,
+    /// Agent texts written beside tool calls, dropped because the format has no place for
+    /// them (`llamafactory`).
+    pub dropped_texts: usize,
+    /// Files written: the training file, then the held-out file.
+    pub written: Vec<PathBuf>,
+    /// `llamafactory` with an output: each dataset name and the `dataset_info.json` that
+    /// describes it.
+    pub datasets: BTreeMap<String, PathBuf>,
+}
+
+impl ExportReport {
+    /// The skipped episodes counted by reason, most frequent first
+    /// (`"2 the user spoke twice in a row, 1 a tool call has no result"`); `None` when none was.
+    pub fn skipped_by_reason(&self) -> Option<String> {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for s in &self.skipped {
+            *counts.entry(s.reason.as_str()).or_default() += 1;
+        }
+        let mut counts: Vec<(&str, usize)> = counts.into_iter().collect();
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        (!counts.is_empty()).then(|| {
+            counts
+                .iter()
+                .map(|(why, n)| format!("{n} {why}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+    }
+}
+
+/// Where the records go and how they are registered, checked before anything is computed.
+struct Plan {
+    train: PathBuf,
+    heldout: Option<PathBuf>,
+    /// `llamafactory`: (entry name, file) for the training file and the held-out one.
+    entries: Vec<(String, PathBuf)>,
+    /// Write a JSON array instead of JSON Lines.
+    json_array: bool,
+}
+
+/// The `dataset_info.json` next to `file` (in LLaMA-Factory's `dataset_dir`).
+fn dataset_info_of(file: &Path) -> PathBuf {
+    file.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join("dataset_info.json")
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Merge `entries` into the `dataset_info.json` at `info`, returning the new text (nothing is
+/// written). The error names the file.
+fn merged_dataset_info(info: &Path, entries: &[(String, serde_json::Value)]) -> Result<String> {
+    let existing = if info.exists() {
+        Some(crate::io::read_to_string(info)?)
+    } else {
+        None
+    };
+    crate::simulate::export::merge_dataset_info(existing.as_deref(), entries)
+        .map_err(|(location, why)| Error::parse(info, location, why))
+}
+
+/// The entries of `plan` grouped by the `dataset_info.json` that will hold them.
+fn entries_by_info(
+    plan: &Plan,
+    files: &[PathBuf],
+) -> BTreeMap<PathBuf, Vec<(String, serde_json::Value)>> {
+    let mut by_info: BTreeMap<PathBuf, Vec<(String, serde_json::Value)>> = BTreeMap::new();
+    for (name, file) in plan.entries.iter().filter(|(_, f)| files.contains(f)) {
+        by_info.entry(dataset_info_of(file)).or_default().push((
+            name.clone(),
+            crate::simulate::export::llamafactory_dataset_entry(&file_name(file)),
+        ));
+    }
+    by_info
+}
+
+fn plan(req: &ExportRequest) -> Result<Option<Plan>> {
+    let lf = req.format == SftFormat::Llamafactory;
+    if req.dataset_name.is_some() && !lf {
+        return Err(Error::config(
+            "--dataset-name",
+            format!(
+                "names a LLaMA-Factory dataset_info.json entry; it needs --format llamafactory, not {}",
+                req.format
+            ),
+        ));
+    }
+    let Some(train) = req.output.clone() else {
+        if req.heldout_output.is_some() || req.dataset_name.is_some() {
+            return Err(Error::config(
+                if req.heldout_output.is_some() {
+                    "--heldout-output"
+                } else {
+                    "--dataset-name"
+                },
+                "is about the files written; give --output too",
+            ));
+        }
+        return Ok(None);
+    };
+    let ext = |p: &Path| p.extension().map(|e| e.to_string_lossy().into_owned());
+    let lf_ext = |key: &str, p: &Path| -> Result<String> {
+        match ext(p).as_deref() {
+            Some(e @ ("json" | "jsonl")) => Ok(e.to_string()),
+            _ => Err(Error::config(
+                key,
+                format!(
+                    "'{}': LLaMA-Factory reads datasets from .json or .jsonl files",
+                    p.display()
+                ),
+            )),
+        }
+    };
+    let train_ext = if lf {
+        lf_ext("--output", &train)?
+    } else {
+        "jsonl".to_string()
+    };
+    let heldout = (req.heldout_fraction > 0.0).then(|| {
+        req.heldout_output
+            .clone()
+            .unwrap_or_else(|| train.with_extension(format!("heldout.{train_ext}")))
+    });
+    if let Some(h) = &heldout {
+        if lf {
+            lf_ext("--heldout-output", h)?;
+        }
+        if h == &train {
+            return Err(Error::config(
+                "--heldout-output",
+                format!(
+                    "'{}' is also --output: held-out records need a file of their own",
+                    h.display()
+                ),
+            ));
+        }
+    }
+    let mut entries = Vec::new();
+    if lf {
+        let stem = |p: &Path| {
+            p.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        let name = match &req.dataset_name {
+            Some(n) if n.trim().is_empty() => {
+                return Err(Error::config("--dataset-name", "is empty"))
+            }
+            Some(n) => n.trim().to_string(),
+            None => stem(&train),
+        };
+        entries.push((name.clone(), train.clone()));
+        if let Some(h) = &heldout {
+            let held_name = match &req.dataset_name {
+                Some(_) => format!("{name}.heldout"),
+                None => stem(h),
+            };
+            if held_name == name {
+                return Err(Error::config(
+                    "--heldout-output",
+                    format!(
+                        "'{}' would be registered as dataset '{name}', like --output; give it another name",
+                        h.display()
+                    ),
+                ));
+            }
+            entries.push((held_name, h.clone()));
+        }
+    }
+    let plan = Plan {
+        json_array: lf && train_ext == "json",
+        train,
+        heldout,
+        entries,
+    };
+    // an unreadable dataset_info.json or a name clash stops the export before it writes
+    let files: Vec<PathBuf> = plan.entries.iter().map(|(_, f)| f.clone()).collect();
+    for (info, entries) in entries_by_info(&plan, &files) {
+        merged_dataset_info(&info, &entries)?;
+    }
+    Ok(Some(plan))
+}
+
+/// Records as the file's text: JSON Lines, or one JSON array (a record a line).
+fn records_text(records: &[serde_json::Value], json_array: bool) -> String {
+    if !json_array {
+        return crate::io::to_jsonl(records);
+    }
+    let rows: Vec<String> = records
+        .iter()
+        .map(|r| serde_json::to_string(r).expect("serialisable"))
+        .collect();
+    if rows.is_empty() {
+        "[]\n".to_string()
+    } else {
+        format!("[\n{}\n]\n", rows.join(",\n"))
+    }
 }
 
 /// Turn episodes into chat fine-tuning records from the agent's point of view, in
 /// `req.format`; personas held out by `req.heldout_fraction` go to `heldout` in every format.
+/// Episodes the format cannot hold are skipped and listed in `skipped`. With `req.output` the
+/// records are written (nothing is, when no record is left for training), and for
+/// `llamafactory` their entries are merged into the `dataset_info.json` next to each file.
 pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
     use crate::simulate::export::{held_out, selected, sft_record_as, Selection};
     if !(req.heldout_fraction.is_finite() && (0.0..1.0).contains(&req.heldout_fraction)) {
@@ -51,6 +282,7 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
             format!("must be in [0, 1), got {}", req.heldout_fraction),
         ));
     }
+    let plan = plan(req)?;
     let sel = if req.all {
         Selection::All
     } else {
@@ -81,6 +313,10 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
         heldout_personas: Vec::new(),
         n_episodes: loaded.len(),
         clusters: crate::simulate::export::cluster_summaries(&loaded),
+        skipped: Vec::new(),
+        dropped_texts: 0,
+        written: Vec::new(),
+        datasets: BTreeMap::new(),
     };
     let mut held_ids = BTreeSet::new();
     for (e, &file) in loaded.iter().zip(&origin).filter(|(e, _)| selected(e, sel)) {
@@ -95,15 +331,82 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
             );
         }
         let (system, tools) = &domains[&e.domain];
-        let record = sft_record_as(req.format, e, system, tools)
-            .map_err(|why| Error::parse(&req.episodes[file], format!("episode '{}'", e.id), why))?;
+        let record = match sft_record_as(req.format, e, system, tools) {
+            Ok(r) => r,
+            Err(Unexported::Unfit(reason)) => {
+                report.skipped.push(SkippedEpisode {
+                    episode_id: e.id.clone(),
+                    file: req.episodes[file].clone(),
+                    reason,
+                });
+                continue;
+            }
+            Err(Unexported::Invalid(why)) => {
+                return Err(Error::parse(
+                    &req.episodes[file],
+                    format!("episode '{}'", e.id),
+                    why,
+                ))
+            }
+        };
+        report.dropped_texts += record.dropped_texts;
         if held_out(&e.persona_id, req.heldout_fraction, req.seed) {
             held_ids.insert(e.persona_id.clone());
-            report.heldout.push(record);
+            report.heldout.push(record.record);
         } else {
-            report.train.push(record);
+            report.train.push(record.record);
         }
     }
     report.heldout_personas = held_ids.into_iter().collect();
+    if let Some(plan) = plan {
+        write(req, &plan, &mut report)?;
+    }
     Ok(report)
+}
+
+/// Write the records of `report` as `plan` says, then the `dataset_info.json` entries.
+fn write(req: &ExportRequest, plan: &Plan, report: &mut ExportReport) -> Result<()> {
+    if report.train.is_empty() {
+        let selected = report.train.len() + report.heldout.len() + report.skipped.len();
+        let why = if !report.heldout.is_empty() {
+            format!(
+                "all {} exported records belong to held-out personas (--heldout-fraction {})",
+                report.heldout.len(),
+                req.heldout_fraction
+            )
+        } else if let Some(skipped) = report.skipped_by_reason() {
+            format!(
+                "{} of {selected} selected episodes {} cannot hold: {skipped}",
+                report.skipped.len(),
+                req.format
+            )
+        } else if req.all {
+            "none ran to an end".to_string()
+        } else {
+            "none was successful; --all (Python: all=True) exports every episode that ran"
+                .to_string()
+        };
+        return Err(Error::Insufficient(format!(
+            "no record to train on from the {} episodes ({why}); '{}' was not written",
+            report.n_episodes,
+            plan.train.display()
+        )));
+    }
+    crate::io::write_atomic(
+        &plan.train,
+        records_text(&report.train, plan.json_array).as_bytes(),
+    )?;
+    report.written.push(plan.train.clone());
+    if let Some(h) = &plan.heldout {
+        crate::io::write_atomic(h, records_text(&report.heldout, plan.json_array).as_bytes())?;
+        report.written.push(h.clone());
+    }
+    for (info, entries) in entries_by_info(plan, &report.written) {
+        let text = merged_dataset_info(&info, &entries)?;
+        crate::io::write_atomic(&info, text.as_bytes())?;
+        for (name, _) in entries {
+            report.datasets.insert(name, info.clone());
+        }
+    }
+    Ok(())
 }

@@ -48,7 +48,7 @@ pub use episodes::{
     episode_backend, episodes, summary_ks, EpisodeSink, EpisodesReport, EpisodesRequest,
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
-pub use export::{export_sft, ExportReport, ExportRequest, SftFormat};
+pub use export::{export_sft, ExportReport, ExportRequest, SftFormat, SkippedEpisode};
 pub use generate::{generate, sandbox_config, GenerateReport, GenerateRequest, TaskGeneration};
 pub use study::{study_analyze, study_make, StudyMakeRequest};
 

@@ -610,10 +610,13 @@ fn episodes<'py>(
 }
 
 /// Export episodes as chat fine-tuning records (as `ppol export sft`) in `format` (`ppol`,
-/// `openai` or `hf`); returns `{"train", "heldout", "heldout_personas", "n_episodes",
-/// "clusters"}`.
+/// `openai`, `hf` or `llamafactory`); returns `{"train", "heldout", "heldout_personas",
+/// "n_episodes", "clusters", "skipped", "dropped_texts", "written", "datasets"}`. With `output`
+/// the records are written too (and, for `llamafactory`, registered in the
+/// `dataset_info.json` next to each file).
 #[pyfunction]
-#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0, format="ppol"))]
+#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0, format="ppol", output=None, heldout_output=None, dataset_name=None))]
+#[allow(clippy::too_many_arguments)]
 fn export_sft<'py>(
     py: Python<'py>,
     episodes: Vec<PathBuf>,
@@ -622,6 +625,9 @@ fn export_sft<'py>(
     heldout_fraction: f64,
     seed: u64,
     format: &str,
+    output: Option<PathBuf>,
+    heldout_output: Option<PathBuf>,
+    dataset_name: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let req = ops::ExportRequest {
         episodes,
@@ -630,6 +636,9 @@ fn export_sft<'py>(
         heldout_fraction,
         seed,
         format: ops::SftFormat::parse(format).map_err(to_py_err)?,
+        output,
+        heldout_output,
+        dataset_name,
     };
     let report = py.detach(|| ops::export_sft(&req)).map_err(to_py_err)?;
     to_py(py, &report)
