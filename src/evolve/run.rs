@@ -50,7 +50,9 @@ pub async fn resume(
         }
     }
     check_history(&dir, checkpoint.as_ref())?;
-    // The checkpoint is the commit point: drop log lines written after it.
+    // The checkpoint is the commit point: drop log lines written after it — but not the
+    // money they record.
+    crate::evolve::ledger::absorb(&dir)?;
     dir.truncate_log(checkpoint.as_ref().map(|c| c.log_seq))?;
     let ctx = RunContext::new(cfg, dir).await?;
     Evolution::start(ctx, checkpoint, control)
