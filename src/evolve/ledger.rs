@@ -368,6 +368,55 @@ mod tests {
     }
 
     #[test]
+    fn a_resume_keeps_the_money_the_log_and_checkpoint_recorded_beyond_the_ledger() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDir::open(tmp.path());
+        let snapshot = |calls: u64, usd: f64| Accounting {
+            roles: BTreeMap::from([(CallRole::UserSim, acc(calls, usd))]),
+            ..Accounting::default()
+        };
+        // the ledger saw 2 calls; the log's tail (after the checkpoint) 5; the checkpoint 3
+        let line = Line {
+            process: 1,
+            pid: 7,
+            time: "t".into(),
+            at: "call".into(),
+            roles: snapshot(2, 0.4).roles,
+        };
+        std::fs::write(path(&dir), serde_json::to_string(&line).unwrap() + "\n").unwrap();
+        let mut log = runlog::RunLog::open(&dir.log_path()).unwrap();
+        let cost = match serde_json::to_value(snapshot(5, 1.0)).unwrap() {
+            Value::Object(m) => m.into_iter().collect(),
+            _ => unreachable!(),
+        };
+        log.append(Event::RunStopped {
+            reason: "x".into(),
+            iterations: 0,
+            best_program_id: None,
+            best_metrics: None,
+            cost,
+            mutations: BTreeMap::new(),
+        })
+        .unwrap();
+        std::fs::write(
+            dir.checkpoint_path(),
+            serde_json::json!({"cost": snapshot(3, 2.0)}).to_string(),
+        )
+        .unwrap();
+        absorb(&dir).unwrap();
+        std::fs::remove_file(dir.log_path()).unwrap(); // as if cut back to the checkpoint
+        let lines = read(&path(&dir)).unwrap();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[1].at, "recovered");
+        let r = &lines[1].roles[&CallRole::UserSim];
+        assert_eq!((r.calls, r.usd), (5, 2.0));
+        assert_eq!(recover(&dir).unwrap()[&CallRole::UserSim].calls, 5);
+        // nothing more to absorb: no second line
+        absorb(&dir).unwrap();
+        assert_eq!(read(&path(&dir)).unwrap().len(), 2);
+    }
+
+    #[test]
     fn max_roles_takes_the_later_snapshot_counter_by_counter() {
         let a = BTreeMap::from([(CallRole::UserSim, acc(3, 1.0))]);
         let b = BTreeMap::from([
