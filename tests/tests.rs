@@ -14,6 +14,7 @@ mod mutation;
 mod parity;
 mod regression;
 mod report;
+mod restart;
 mod sandbox;
 mod scripted;
 mod study;

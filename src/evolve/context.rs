@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::dialogue::Dialogue;
 use crate::evolve::config::{EpisodeBackend, RunConfig};
 use crate::evolve::evaluate::{SandboxGenerator, TaskContext};
+use crate::evolve::ledger::{Ledger, Metered};
 use crate::evolve::rundir::RunDir;
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;
@@ -46,8 +47,11 @@ pub struct RunContext {
     pub humans_heldout: Vec<Dialogue>,
     /// Where the human traces came from.
     pub human_source: Vec<String>,
-    /// The LLM client (None offline).
+    /// The LLM client (None offline); its accounting holds the run's totals, earlier
+    /// processes included, when the run directory is open for writing.
     pub client: Option<LlmClient>,
+    /// The run's cost ledger (with a client and a locked run directory).
+    pub ledger: Option<Arc<Ledger>>,
     /// Training episodes.
     pub runner: Tau2Runner,
     /// Validation / eval episodes.
@@ -106,8 +110,13 @@ impl RunContext {
             }
         }
         let client = llm_cfg.as_ref().map(LlmClient::from_config).transpose()?;
-        let model: Option<Arc<dyn ChatModel>> =
-            client.clone().map(|c| Arc::new(c) as Arc<dyn ChatModel>);
+        // The writer of the run carries the run's spending over and records its own; a reader
+        // (`ppol eval`) does neither.
+        let ledger = match (&client, dir.is_locked()) {
+            (Some(c), true) => Some(Arc::new(Ledger::open(&dir, c)?)),
+            _ => None,
+        };
+        let model = metered(&client, &ledger);
         let backend = match (cfg.episodes.backend, &model) {
             (EpisodeBackend::Scripted, _) | (EpisodeBackend::Auto, None) => Backend::Scripted,
             (_, Some(m)) => Backend::Llm {
@@ -156,6 +165,7 @@ impl RunContext {
             humans_heldout,
             human_source,
             client,
+            ledger,
             runner,
             val_runner,
             generator,
@@ -176,43 +186,37 @@ impl RunContext {
 
     /// The LLM client as the model programs, the mutator and reflection call (None offline).
     pub fn model(&self) -> Option<Arc<dyn ChatModel>> {
-        self.client
-            .clone()
-            .map(|c| Arc::new(c) as Arc<dyn ChatModel>)
+        metered(&self.client, &self.ledger)
     }
 
-    /// The discriminator of the run and the baseline episodes it was trained against: read
-    /// from the run directory when both are there (a resumed run), else the persona-free
-    /// baseline is played on the train and validation tasks, saved, and the discriminator is
-    /// trained (human reference vs baseline) and saved.
+    /// The discriminator of the run and the baseline episodes it was trained against. A
+    /// complete baseline (`baseline/episodes.jsonl`) and discriminator are read back; otherwise
+    /// the persona-free baseline is played on the train and validation tasks, each episode
+    /// appended to `baseline/partial.jsonl` (and synced) as it finishes, so an earlier process
+    /// killed mid-baseline leaves its episodes there and they are reused, not played (and
+    /// paid for) again. A torn last line is dropped. Once all are played they are written in
+    /// job order to `baseline/episodes.jsonl` and the discriminator is trained and saved.
+    ///
+    /// `pause_after` is a test hook: play only that many more episodes, save them, then wait
+    /// to be killed ([`pause_for_kill`]).
     pub async fn baseline_and_discriminator(
         &self,
         reference: &HumanReference,
+        pause_after: Option<usize>,
     ) -> Result<(Discriminator, Vec<Episode>)> {
         let disc_path = self.dir.join("discriminator.json");
         let base_path = self.dir.join("baseline/episodes.jsonl");
-        if disc_path.exists() && base_path.exists() {
-            let d = Discriminator::load(&disc_path)?;
-            d.check_feature_set(reference.feature_set.name())?;
-            return Ok((
-                d,
-                crate::simulate::episode::record::load_episodes(&base_path)?,
-            ));
-        }
-        let seed = derive_seed(self.cfg.search.seed, "baseline");
-        let mut tasks: Vec<&String> = self.train.iter().chain(self.val.iter()).collect();
-        tasks.dedup();
-        let jobs: Vec<(&String, u32)> = tasks
-            .iter()
-            .flat_map(|t| (0..self.cfg.episodes.baseline_trials.max(1)).map(move |k| (*t, k)))
-            .collect();
-        let episodes: Vec<Episode> = futures::future::join_all(
-            jobs.iter()
-                .enumerate()
-                .map(|(i, (t, k))| self.runner.run(t, None, *k, mix(seed, i as u64))),
-        )
-        .await;
-        self.dir.write_jsonl("baseline/episodes.jsonl", &episodes)?;
+        let episodes = if base_path.exists() {
+            let episodes = crate::simulate::episode::record::load_episodes(&base_path)?;
+            if disc_path.exists() {
+                let d = Discriminator::load(&disc_path)?;
+                d.check_feature_set(reference.feature_set.name())?;
+                return Ok((d, episodes));
+            }
+            episodes
+        } else {
+            self.play_baseline(pause_after).await?
+        };
         let ok: Vec<Dialogue> = episodes
             .iter()
             .filter(|e| e.status == EpisodeStatus::Ok)
@@ -236,6 +240,153 @@ impl RunContext {
         d.save(&disc_path)?;
         Ok((d, episodes))
     }
+
+    /// Play the baseline episodes not yet in `baseline/partial.jsonl`, appending each as it
+    /// finishes; returns all of them in job order and writes `baseline/episodes.jsonl`.
+    async fn play_baseline(&self, pause_after: Option<usize>) -> Result<Vec<Episode>> {
+        use futures::stream::{FuturesUnordered, StreamExt};
+        use std::io::Write;
+        let seed = derive_seed(self.cfg.search.seed, "baseline");
+        let mut tasks: Vec<&String> = self.train.iter().chain(self.val.iter()).collect();
+        tasks.dedup();
+        let jobs: Vec<(&String, u32)> = tasks
+            .iter()
+            .flat_map(|t| (0..self.cfg.episodes.baseline_trials.max(1)).map(move |k| (*t, k)))
+            .collect();
+        let partial = self.dir.join("baseline/partial.jsonl");
+        let mut done = read_partial_baseline(&partial, &jobs)?;
+        if !done.is_empty() {
+            tracing::warn!(
+                "reusing {} of {} baseline episodes saved by an earlier process of this run \
+                 ({}); playing the other {}",
+                done.len(),
+                jobs.len(),
+                partial.display(),
+                jobs.len() - done.len()
+            );
+        }
+        let dir = partial.parent().expect("baseline/");
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&partial)
+            .map_err(|e| Error::io("opening", &partial, e))?;
+        let mut running: FuturesUnordered<_> = jobs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !done.contains_key(i))
+            .take(pause_after.unwrap_or(usize::MAX))
+            .map(|(i, (t, k))| async move {
+                (i, self.runner.run(t, None, *k, mix(seed, i as u64)).await)
+            })
+            .collect();
+        while let Some((job, episode)) = running.next().await {
+            let row = PartialBaseline {
+                job,
+                task_id: episode.task_id.clone(),
+                episode,
+            };
+            let line = serde_json::to_string(&row).expect("serialisable") + "\n";
+            file.write_all(line.as_bytes())
+                .and_then(|_| file.sync_data())
+                .map_err(|e| Error::io("appending to", &partial, e))?;
+            done.insert(job, row.episode);
+        }
+        if let Some(n) = pause_after {
+            pause_for_kill(&format!("baseline:{n}")).await;
+        }
+        let episodes: Vec<Episode> = done.into_values().collect();
+        self.dir.write_jsonl("baseline/episodes.jsonl", &episodes)?;
+        match std::fs::remove_file(&partial) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io("removing", &partial, e))
+            }
+            _ => {}
+        }
+        Ok(episodes)
+    }
+}
+
+/// One line of `baseline/partial.jsonl`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PartialBaseline {
+    /// Index of the job (task × trial) in the run's baseline plan.
+    job: usize,
+    /// Its task (checked against the plan on reuse).
+    task_id: String,
+    /// The episode.
+    episode: Episode,
+}
+
+/// The saved baseline episodes by job. A torn last line is dropped; any other unreadable line,
+/// or one that does not match the run's plan of jobs, is an error naming it.
+fn read_partial_baseline(
+    path: &Path,
+    jobs: &[(&String, u32)],
+) -> Result<std::collections::BTreeMap<usize, Episode>> {
+    let mut out = std::collections::BTreeMap::new();
+    if !path.exists() {
+        return Ok(out);
+    }
+    let text = crate::io::read_to_string(path)?;
+    let n = text.lines().count();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: PartialBaseline = match serde_json::from_str(line) {
+            Ok(r) => r,
+            Err(_) if i + 1 == n && !text.ends_with('\n') => break,
+            Err(e) => {
+                return Err(Error::parse(
+                    path,
+                    format!("line {}", i + 1),
+                    format!("bad baseline episode: {e}"),
+                ))
+            }
+        };
+        match jobs.get(row.job) {
+            Some((task, _)) if **task == row.task_id => {
+                out.insert(row.job, row.episode);
+            }
+            _ => {
+                return Err(Error::parse(
+                    path,
+                    format!("line {}", i + 1),
+                    format!(
+                        "baseline job {} (task {}) is not in this run's plan of {} jobs: the \
+                         file is from another configuration",
+                        row.job,
+                        row.task_id,
+                        jobs.len()
+                    ),
+                ))
+            }
+        }
+    }
+    // cut a torn tail so appended lines start on their own line
+    if !text.is_empty() && !text.ends_with('\n') {
+        let keep = text.rfind('\n').map(|i| &text[..=i]).unwrap_or("");
+        crate::io::write_atomic(path, keep.as_bytes())?;
+    }
+    Ok(out)
+}
+
+/// Test hook: say where the run stopped on stderr, then wait (forever) to be killed.
+pub async fn pause_for_kill(point: &str) -> ! {
+    eprintln!("ppol: paused at {point} (test hook): waiting to be killed");
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+    }
+}
+
+/// The client as a model, recording every call to the ledger when there is one.
+fn metered(client: &Option<LlmClient>, ledger: &Option<Arc<Ledger>>) -> Option<Arc<dyn ChatModel>> {
+    client.clone().map(|c| match ledger {
+        Some(l) => Arc::new(Metered::new(c, l.clone())) as Arc<dyn ChatModel>,
+        None => Arc::new(c) as Arc<dyn ChatModel>,
+    })
 }
 
 /// Deterministically carve validation tasks out of the train tasks (at least one when there

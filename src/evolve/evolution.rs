@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 
 use crate::evolve::archive::Archive;
 use crate::evolve::config::RunConfig;
-use crate::evolve::context::RunContext;
+use crate::evolve::context::{pause_for_kill, RunContext};
 use crate::evolve::evaluate::{
     evaluate_candidate, program_metric_names, program_metrics, rank, CandidateOutcome, TaskContext,
 };
@@ -46,12 +46,13 @@ use crate::evolve::program::{code_hash, Program, ProgramId};
 use crate::evolve::reflection::{self, Evidence};
 use crate::evolve::rundir::Best;
 use crate::evolve::runlog::{
-    self, CostSummary, EvalMetrics, Event, FailureInfo, PersonaOutcome, RunLog,
+    self, CostSummary, EvalMetrics, Event, FailureInfo, PersonaOutcome, ProcessShare, RunLog,
 };
 use crate::evolve::schedule::{BatchPlan, Schedule};
 use crate::fitness::coverage::CoverageOptions;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::score::{Scorer, Weights};
+use crate::llm::client::{Accounting, RoleAccounting};
 use crate::llm::{CallRole, ChatModel};
 use crate::persona::Persona;
 use crate::seed::{derive_seed, mix};
@@ -98,6 +99,12 @@ pub struct RunSummary {
     /// What became of every attempted child, over the whole run
     /// ([`runlog::mutation_outcomes`]).
     pub mutations: BTreeMap<String, u64>,
+    /// LLM usage and cost over every process of the run (None offline).
+    #[serde(default)]
+    pub cost: Option<RoleAccounting>,
+    /// What each process of the run (`evolve`, then each `resume`) spent.
+    #[serde(default)]
+    pub processes: Vec<ProcessShare>,
 }
 
 /// Options of a run beyond its configuration.
@@ -109,6 +116,10 @@ pub struct RunControl {
     pub progress: Option<ProgressFn>,
     /// Test hook: stop (as if killed) after this many iterations of this process.
     pub halt_after: Option<u64>,
+    /// Test hook: at this point — `baseline:N` (N more baseline episodes played and saved) or
+    /// `checkpoint:N` (the N-th commit of this process) — say so on stderr and wait to be
+    /// killed, with no LLM call in flight.
+    pub pause_at: Option<String>,
 }
 
 /// The state of a run between two iterations. It is the checkpoint: [`Evolution::commit`]
@@ -136,6 +147,10 @@ pub struct State {
     pub best_validation: Option<(String, EvalMetrics)>,
     /// Wall-clock seconds spent up to this commit, over every process of the run.
     pub elapsed_s: f64,
+    /// LLM usage and cost per role up to this commit, over every process of the run (None
+    /// offline, and in checkpoints written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Accounting>,
 }
 
 impl State {
@@ -152,6 +167,7 @@ impl State {
             parents: BTreeMap::new(),
             best_validation: None,
             elapsed_s: 0.0,
+            cost: None,
         })
     }
 
@@ -291,7 +307,9 @@ impl Evolution {
         if checkpoint.is_none() && log.next_seq() == 1 {
             log.append(run_started(&ctx))?;
         }
-        let (discriminator, baseline) = ctx.baseline_and_discriminator(&reference).await?;
+        let (discriminator, baseline) = ctx
+            .baseline_and_discriminator(&reference, control.pause_point("baseline"))
+            .await?;
         let scorer = Scorer::new(
             reference,
             discriminator,
@@ -366,6 +384,10 @@ impl Evolution {
                     self.commit()?;
                     self.iterations_here += 1;
                     self.say(message);
+                    if self.control.pause_point("checkpoint") == Some(self.iterations_here as usize)
+                    {
+                        pause_for_kill(&format!("checkpoint:{}", self.iterations_here)).await;
+                    }
                 }
                 Step::Requeued { backoff } => {
                     self.commit()?;
@@ -400,6 +422,7 @@ impl Evolution {
         })?;
         self.state.log_seq = rec.seq;
         self.state.elapsed_s = self.elapsed();
+        self.state.cost = self.ctx.client.as_ref().map(|c| c.accounting());
         self.ctx.dir.write_checkpoint(&self.state)
     }
 
@@ -834,6 +857,8 @@ impl Evolution {
             best_validation: None,
             offline: self.ctx.cfg.offline(),
             mutations: BTreeMap::new(),
+            cost: None,
+            processes: Vec::new(),
         }
     }
 
@@ -852,7 +877,17 @@ impl Evolution {
             })
         });
         let mutations = runlog::mutation_outcomes(&records);
-        let cost = self.cost();
+        let mut cost = self.cost();
+        let processes = match &self.ctx.ledger {
+            Some(_) => {
+                crate::evolve::ledger::process_shares(&crate::evolve::ledger::path(&self.ctx.dir))?
+            }
+            None => Vec::new(),
+        };
+        if !processes.is_empty() {
+            cost.insert("processes".into(), json!(processes));
+        }
+        let total = self.ctx.client.as_ref().map(|c| c.accounting().total);
         self.log.append(Event::RunStopped {
             reason: reason.clone(),
             iterations: self.state.iteration,
@@ -870,11 +905,19 @@ impl Evolution {
             best_validation: self.state.best_validation.map(|(_, m)| m),
             offline: self.ctx.cfg.offline(),
             mutations,
+            cost: total,
+            processes,
         })
     }
 }
 
 impl RunControl {
+    /// The N of the `pause_at` test hook when it names this point.
+    fn pause_point(&self, point: &str) -> Option<usize> {
+        let (p, n) = self.pause_at.as_deref()?.split_once(':')?;
+        (p == point).then(|| n.parse().ok()).flatten()
+    }
+
     fn say(&self, progress: Progress) {
         if let Some(p) = &self.progress {
             p(&progress);

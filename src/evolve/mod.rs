@@ -19,6 +19,7 @@ pub mod context;
 pub mod eval;
 pub mod evaluate;
 pub mod evolution;
+pub mod ledger;
 pub mod mutation;
 pub mod program;
 pub mod reflection;

@@ -11,6 +11,7 @@ use crate::evolve::config::RunConfig;
 use crate::evolve::context::RunContext;
 use crate::evolve::evolution::{check_config, Evolution, State, CHECKPOINT_FORMAT};
 use crate::evolve::rundir::RunDir;
+use crate::evolve::runlog::{self, Event};
 use crate::{Error, Result};
 
 pub use crate::evolve::eval::{evaluate_run, table_text};
@@ -32,7 +33,7 @@ pub async fn resume(
     control: RunControl,
     extra_iterations: Option<u64>,
 ) -> Result<RunSummary> {
-    let dir = RunDir::open(dir);
+    let dir = RunDir::open_for_writing(dir)?;
     let mut cfg = dir.load_config()?;
     if let Some(n) = extra_iterations {
         cfg.search.iterations = n;
@@ -48,11 +49,82 @@ pub async fn resume(
             ));
         }
     }
-    // The checkpoint is the commit point: drop log lines written after it.
+    check_history(&dir, checkpoint.as_ref())?;
+    // The checkpoint is the commit point: drop log lines written after it — but not the
+    // money they record.
+    crate::evolve::ledger::absorb(&dir)?;
     dir.truncate_log(checkpoint.as_ref().map(|c| c.log_seq))?;
     let ctx = RunContext::new(cfg, dir).await?;
     Evolution::start(ctx, checkpoint, control)
         .await?
         .run()
         .await
+}
+
+/// Refuse to resume when the run's files disagree about how far it got, rather than lose its
+/// history: a missing `log.jsonl` once the run has produced anything, a missing
+/// `checkpoint.json` when the log records committed iterations, or a log that does not hold
+/// the checkpoint's commit.
+fn check_history(dir: &RunDir, checkpoint: Option<&State>) -> Result<()> {
+    let refuse = |message: String| {
+        Err(Error::Run {
+            path: dir.path().to_path_buf(),
+            message,
+        })
+    };
+    if !dir.log_path().exists() {
+        let produced: Vec<&str> = [
+            "checkpoint.json",
+            "discriminator.json",
+            "baseline",
+            "best",
+            "costs.jsonl",
+        ]
+        .into_iter()
+        .filter(|f| dir.join(f).exists())
+        .collect();
+        if produced.is_empty() {
+            return Ok(()); // the run never started: it starts now
+        }
+        return refuse(format!(
+            "log.jsonl is missing but the run has produced {}: its history would be lost \
+             (restore log.jsonl, or start a new run with `ppol evolve`)",
+            produced.join(", ")
+        ));
+    }
+    let records = runlog::read(&dir.log_path())?;
+    let commits: Vec<(u64, u64)> = records
+        .iter()
+        .filter_map(|r| match r.event {
+            Event::Checkpoint { iteration } => Some((r.seq, iteration)),
+            _ => None,
+        })
+        .collect();
+    match checkpoint {
+        None => match commits.last() {
+            Some((_, iteration)) => refuse(format!(
+                "checkpoint.json is missing but log.jsonl records {} commit(s), up to \
+                 iteration {iteration}: resuming would start the run over (restore \
+                 checkpoint.json, or start a new run with `ppol evolve`)",
+                commits.len()
+            )),
+            None => Ok(()),
+        },
+        Some(c) => {
+            if c.log_seq == 0 || commits.contains(&(c.log_seq, c.iteration)) {
+                Ok(())
+            } else {
+                refuse(format!(
+                    "log.jsonl does not hold the commit of checkpoint.json (iteration {} at \
+                     seq {}; the log's last commit is {}): the log and the checkpoint are not \
+                     of the same run state",
+                    c.iteration,
+                    c.log_seq,
+                    commits.last().map_or("none".to_string(), |(s, i)| format!(
+                        "iteration {i} at seq {s}"
+                    ))
+                ))
+            }
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The run directory of `ppol evolve`: what lives where, and the file operations on it.
 //!
 //! ```text
+//! <run>/run.lock                 held (`flock`) by the one process writing the run: pid, host, start
 //! <run>/config.toml              the resolved configuration (written once, read by resume and eval)
 //! <run>/log.jsonl                the run log (runlog): the source of truth for reports
 //! <run>/checkpoint.json          the evolution state at the last commit point
@@ -8,14 +9,23 @@
 //! <run>/human_heldout.jsonl      human dialogues held out for `ppol eval`
 //! <run>/discriminator.json       the run's discriminator
 //! <run>/baseline/episodes.jsonl  persona-free episodes the discriminator was trained against
+//! <run>/baseline/partial.jsonl   the same, appended as they finish, until all are played
+//! <run>/costs.jsonl              the LLM cost ledger: the run's totals after every call (ledger)
 //! <run>/best/                    program.py, program.json, personas.jsonl, episodes.jsonl of the best program
 //! <run>/eval-<split>.json        the `ppol eval` table of a split
 //! ```
 //!
 //! The checkpoint is the commit point: a resumed run first cuts the log back to the checkpoint's
 //! sequence number ([`RunDir::truncate_log`]), so nothing written after the last commit is kept.
+//!
+//! A run directory has one writer at a time: [`RunDir::create`] and [`RunDir::open_for_writing`]
+//! take an exclusive `flock` on `run.lock` and keep it until the run ends (the kernel releases
+//! it when the process dies, kill -9 included, so there is no stale lock to clean). Readers
+//! (`ppol report`, `ppol eval`) use [`RunDir::open`] and never take it. Under the lock, the
+//! temporary files a killed writer left (`.ppol-tmp-*`, `.tmp*`) are swept.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -26,10 +36,86 @@ use crate::evolve::program::Program;
 use crate::evolve::runlog::{self, EvalMetrics};
 use crate::{Error, Result};
 
-/// A run directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A run directory (locked for writing when made by [`RunDir::create`] or
+/// [`RunDir::open_for_writing`]; clones share the lock).
+#[derive(Debug, Clone)]
 pub struct RunDir {
     path: PathBuf,
+    lock: Option<Arc<RunLock>>,
+}
+
+impl PartialEq for RunDir {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
+impl Eq for RunDir {}
+
+/// The exclusive lock on a run directory's `run.lock`, released when dropped (or when the
+/// process dies).
+#[derive(Debug)]
+pub struct RunLock {
+    _file: std::fs::File,
+}
+
+/// Name of the lock file in a run directory.
+pub const LOCK_FILE: &str = "run.lock";
+
+impl RunLock {
+    /// Take the lock of `dir` without waiting. Held by another process (or another handle in
+    /// this one): an error naming the directory and the holder's pid, host and start time.
+    pub fn acquire(dir: &Path) -> Result<RunLock> {
+        use std::io::{Read, Seek, Write};
+        let path = dir.join(LOCK_FILE);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io("opening", &path, e))?;
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                let holder = serde_json::from_str::<serde_json::Value>(&text)
+                    .ok()
+                    .map(|v| {
+                        format!(
+                            "pid {} on {} since {}",
+                            v["pid"],
+                            v["host"].as_str().unwrap_or("?"),
+                            v["started"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .unwrap_or_else(|| "a process that has not written its pid yet".into());
+                return Err(Error::Run {
+                    path: dir.to_path_buf(),
+                    message: format!(
+                        "in use by another ppol process ({holder}; {LOCK_FILE} is locked): \
+                         wait for it to finish or stop it first"
+                    ),
+                });
+            }
+            Err(e) => return Err(Error::io("locking", &path, e.into())),
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "unknown host".into());
+        let info = json!({
+            "pid": std::process::id(),
+            "host": host,
+            "started": crate::io::now_rfc3339(),
+        });
+        file.set_len(0)
+            .and_then(|_| file.rewind())
+            .and_then(|_| file.write_all(format!("{info}\n").as_bytes()))
+            .and_then(|_| file.sync_data())
+            .map_err(|e| Error::io("writing", &path, e))?;
+        Ok(RunLock { _file: file })
+    }
 }
 
 /// What `best/` holds about the best program.
@@ -49,11 +135,77 @@ pub struct Best<'a, P: Serialize, E: Serialize> {
 }
 
 impl RunDir {
-    /// The directory of an existing run (nothing is checked until a file is read).
+    /// The directory of an existing run, to read (nothing is checked until a file is read,
+    /// and no lock is taken: a running writer does not stop a reader).
     pub fn open(path: &Path) -> RunDir {
         RunDir {
             path: path.to_path_buf(),
+            lock: None,
         }
+    }
+
+    /// The directory of an existing run, to continue writing it: it must be a directory, its
+    /// lock is taken (see [`RunLock::acquire`]) and the temporary files a killed writer left
+    /// are removed.
+    pub fn open_for_writing(path: &Path) -> Result<RunDir> {
+        if !path.is_dir() {
+            return Err(Error::Run {
+                path: path.to_path_buf(),
+                message: "not a directory (expected a run directory made by `ppol evolve`)".into(),
+            });
+        }
+        let dir = RunDir {
+            path: path.to_path_buf(),
+            lock: Some(Arc::new(RunLock::acquire(path)?)),
+        };
+        dir.sweep_temporaries()?;
+        Ok(dir)
+    }
+
+    /// Whether this handle holds the directory's lock.
+    pub fn is_locked(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    /// Remove the temporary files of interrupted atomic writes (`.ppol-tmp-*`, `.tmp*`) in the
+    /// directory and its subdirectories; returns how many. Only ever called under the lock, so
+    /// no live writer owns them.
+    fn sweep_temporaries(&self) -> Result<usize> {
+        fn sweep(dir: &Path, depth: usize, removed: &mut usize) -> Result<()> {
+            let entries = match std::fs::read_dir(dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(Error::io("listing", dir, e)),
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                if kind.is_dir() && depth > 0 {
+                    sweep(&entry.path(), depth - 1, removed)?;
+                } else if kind.is_file()
+                    && (name.starts_with(".ppol-tmp-") || name.starts_with(".tmp"))
+                {
+                    match std::fs::remove_file(entry.path()) {
+                        Ok(()) => *removed += 1,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(Error::io("removing", entry.path(), e)),
+                    }
+                }
+            }
+            Ok(())
+        }
+        let mut removed = 0;
+        sweep(&self.path, 2, &mut removed)?;
+        if removed > 0 {
+            tracing::info!(
+                dir = %self.path.display(),
+                "removed {removed} temporary file(s) left by an interrupted write"
+            );
+        }
+        Ok(removed)
     }
 
     /// Where a new run of `cfg` goes: `run.out`, else `<run.runs_dir>/<UTC timestamp>-<run.name>`.
@@ -71,18 +223,19 @@ impl RunDir {
         }
     }
 
-    /// Create the directory of a new run and write its `config.toml`. A directory that already
-    /// holds a run (a `log.jsonl`) is refused, naming `ppol resume`.
+    /// Create the directory of a new run, lock it and write its `config.toml`. A directory
+    /// that already holds a run (a `log.jsonl`) is refused, naming `ppol resume`; one another
+    /// process is writing is refused naming that process.
     pub fn create(cfg: &RunConfig) -> Result<RunDir> {
-        let dir = RunDir::open(&RunDir::path_for(cfg));
+        let path = RunDir::path_for(cfg);
+        std::fs::create_dir_all(&path).map_err(|e| Error::io("creating directory", &path, e))?;
+        let dir = RunDir::open_for_writing(&path)?;
         if dir.log_path().exists() {
             return Err(Error::Run {
-                path: dir.path,
+                path: dir.path.clone(),
                 message: "already holds a run; use `ppol resume` or choose another --out".into(),
             });
         }
-        std::fs::create_dir_all(&dir.path)
-            .map_err(|e| Error::io("creating directory", &dir.path, e))?;
         crate::io::write_atomic(&dir.config_path(), cfg.to_toml().as_bytes())?;
         Ok(dir)
     }
@@ -102,9 +255,31 @@ impl RunDir {
         self.join("config.toml")
     }
 
-    /// The run's configuration.
+    /// The run's configuration. A missing `config.toml`, or one without a single key (the
+    /// defaults would silently replace the run's settings), is an error naming the file.
     pub fn load_config(&self) -> Result<RunConfig> {
-        RunConfig::load(&self.config_path())
+        let path = self.config_path();
+        if !path.is_file() {
+            return Err(Error::Run {
+                path: self.path.clone(),
+                message: format!(
+                    "{} is missing: the run's configuration is gone (restore it from the \
+                     `config` of log.jsonl's run_started event)",
+                    path.display()
+                ),
+            });
+        }
+        let text = crate::io::read_to_string(&path)?;
+        let empty = toml::from_str::<toml::Table>(&text).is_ok_and(|t| t.is_empty());
+        if empty {
+            return Err(Error::parse(
+                &path,
+                "file",
+                "holds no settings (empty): the run's configuration is gone; restore it (the \
+                 `config` of log.jsonl's run_started event has it) rather than run on defaults",
+            ));
+        }
+        RunConfig::from_toml_str(&text, &path)
     }
 
     /// `log.jsonl`.

@@ -80,8 +80,33 @@ pub struct FailureInfo {
     pub prompt_fit: String,
 }
 
-/// Token and cost use per role, plus totals.
+/// Token and cost use per role, plus totals: an LLM client's accounting as JSON (`roles`,
+/// `total`, `budget`, `models`), over every process of the run; in `run_stopped`, also
+/// `processes`, what each process spent ([`ProcessShare`]).
 pub type CostSummary = BTreeMap<String, Value>;
+
+/// What one process of a run (`ppol evolve`, then each `ppol resume`) spent on LLM calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessShare {
+    /// 1 for `ppol evolve`, then one more per `ppol resume`.
+    pub process: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// When it started (RFC 3339).
+    pub started: String,
+    /// Its last recorded call (RFC 3339).
+    pub last: String,
+    /// LLM calls it made.
+    pub calls: u64,
+    /// Requests it sent (first attempts and retries).
+    pub attempts: u64,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// USD.
+    pub usd: f64,
+}
 
 /// One event of the run log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -380,6 +380,17 @@ impl LlmClient {
         }
     }
 
+    /// Count what earlier processes of the same run spent (their per-role accounting, e.g. from
+    /// the run's checkpoint or cost ledger) as if this client had made those calls: the
+    /// accounting then reports the run's totals and the budget caps apply to them, not to this
+    /// process alone. Call it once, before the first call.
+    pub fn add_prior(&self, prior: &BTreeMap<CallRole, RoleAccounting>) {
+        let mut stats = self.lock_stats();
+        for (role, acc) in prior {
+            stats.entry(*role).or_default().add(acc);
+        }
+    }
+
     /// Why new calls are refused, if a budget cap is reached.
     pub fn budget_exhausted(&self) -> Option<String> {
         let stats = self.lock_stats();

@@ -590,7 +590,7 @@ pub fn render_files(files: &RunFiles) -> String {
     section_lineage(&mut body, files, &view);
     section_personas(&mut body, files);
     section_dialogues(&mut body, files);
-    section_costs(&mut body, &view);
+    section_costs(&mut body, files, &view);
     let mut html = String::with_capacity(body.len() + CSS.len() + 512);
     let _ = write!(
         html,
@@ -1602,13 +1602,34 @@ fn sum_costs<'a>(costs: impl Iterator<Item = &'a runlog::CostSummary>) -> runlog
     out
 }
 
-fn section_costs(out: &mut String, view: &LogView) {
+fn section_costs(out: &mut String, files: &RunFiles, view: &LogView) {
     out.push_str(r#"<section id="costs"><h2>Costs and time</h2>"#);
-    let (summary, source) = match view.stopped {
-        Some(Record {
-            event: Event::RunStopped { cost, .. },
-            ..
-        }) => (cost.clone(), "run_stopped"),
+    let ledger_path = files.dir.join("costs.jsonl");
+    let ledger = crate::evolve::ledger::read(&ledger_path);
+    let (summary, source) = match (view.stopped, &ledger) {
+        (
+            Some(Record {
+                event: Event::RunStopped { cost, .. },
+                ..
+            }),
+            _,
+        ) => (cost.clone(), "run_stopped, over every process of the run"),
+        (_, Ok(lines)) if !lines.is_empty() => {
+            let roles = &lines[lines.len() - 1].roles;
+            let summary: runlog::CostSummary = [
+                ("roles".to_string(), serde_json::json!(roles)),
+                (
+                    "total".to_string(),
+                    serde_json::json!(crate::evolve::ledger::total(roles)),
+                ),
+            ]
+            .into_iter()
+            .collect();
+            (
+                summary,
+                "the cost ledger (costs.jsonl), as there is no run_stopped event",
+            )
+        }
         _ => (
             sum_costs(view.evaluated.iter().map(|e| e.cost)),
             "the sum of candidate_evaluated costs, as there is no run_stopped event",
@@ -1658,6 +1679,7 @@ fn section_costs(out: &mut String, view: &LogView) {
             notice(out, &format!("Budget exhausted: {why}"));
         }
     }
+    section_cost_processes(out, &summary, &ledger_path, ledger.err());
     let start = view.started.and_then(|r| crate::io::parse_rfc3339(&r.time));
     let end = view
         .stopped
@@ -1691,6 +1713,63 @@ fn section_costs(out: &mut String, view: &LogView) {
     );
     fact(out, "checkpoints written", &view.checkpoints.to_string());
     out.push_str("</dl></section>");
+}
+
+/// What each process of the run (`evolve`, then each `resume`) spent: from `run_stopped`, else
+/// from the cost ledger.
+fn section_cost_processes(
+    out: &mut String,
+    summary: &runlog::CostSummary,
+    ledger_path: &Path,
+    ledger_error: Option<crate::Error>,
+) {
+    if let Some(e) = ledger_error {
+        notice(out, &format!("The cost ledger could not be read: {e}"));
+        return;
+    }
+    let shares: Vec<runlog::ProcessShare> = match summary.get("processes") {
+        Some(v) => serde_json::from_value(v.clone()).unwrap_or_default(),
+        None => crate::evolve::ledger::process_shares(ledger_path).unwrap_or_default(),
+    };
+    if shares.is_empty() {
+        return;
+    }
+    let total: f64 = shares.iter().map(|s| s.usd).sum();
+    let _ = write!(
+        out,
+        r#"<h3>Per process</h3><p class="meta">The run ran in {} process(es): <span class="mono">ppol evolve</span>, then one per <span class="mono">ppol resume</span> (after a stop, a crash or kill -9). Totals above are over all of them.</p><table><tr><th>Process</th><th>pid</th><th>started</th><th>calls</th><th>requests</th><th>tokens</th><th>USD</th><th>share</th></tr>"#,
+        shares.len()
+    );
+    for p in &shares {
+        let _ = write!(
+            out,
+            "<tr><td>#{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{}</td></tr>",
+            p.process,
+            p.pid,
+            esc(&p.started),
+            grouped(p.calls as i64),
+            grouped(p.attempts as i64),
+            grouped((p.prompt_tokens + p.completion_tokens) as i64),
+            p.usd,
+            if total > 0.0 {
+                format!("{:.0}%", 100.0 * p.usd / total)
+            } else {
+                "–".into()
+            }
+        );
+    }
+    let _ = write!(
+        out,
+        "<tr><td><b>run</b></td><td></td><td></td><td>{}</td><td>{}</td><td>{}</td><td><b>{total:.4}</b></td><td>100%</td></tr></table>",
+        grouped(shares.iter().map(|p| p.calls as i64).sum()),
+        grouped(shares.iter().map(|p| p.attempts as i64).sum()),
+        grouped(
+            shares
+                .iter()
+                .map(|p| (p.prompt_tokens + p.completion_tokens) as i64)
+                .sum()
+        ),
+    );
 }
 
 #[cfg(test)]

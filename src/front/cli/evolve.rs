@@ -51,6 +51,9 @@ pub struct EvolveArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Test hook: `baseline:N` or `checkpoint:N`, wait there to be killed.
+    #[arg(long, hide = true)]
+    pub pause_at: Option<String>,
 }
 
 /// Arguments of `ppol resume`.
@@ -67,6 +70,9 @@ pub struct ResumeArgs {
     /// Test hook: stop as if killed after this many iterations.
     #[arg(long, hide = true)]
     pub halt_after: Option<u64>,
+    /// Test hook: `baseline:N` or `checkpoint:N`, wait there to be killed.
+    #[arg(long, hide = true)]
+    pub pause_at: Option<String>,
 }
 
 /// Arguments of `ppol eval`.
@@ -172,6 +178,24 @@ fn print_summary(s: &RunSummary) {
             v.combined, v.human_likeness, v.coverage
         );
     }
+    if let Some(c) = &s.cost {
+        let shares: Vec<String> = s
+            .processes
+            .iter()
+            .map(|p| format!("#{} ${:.4}", p.process, p.usd))
+            .collect();
+        println!(
+            "LLM cost of the run: ${:.4}, {} tokens, {} calls{}",
+            c.usd,
+            c.tokens(),
+            c.calls,
+            if shares.len() > 1 {
+                format!(" over {} processes ({})", shares.len(), shares.join(", "))
+            } else {
+                String::new()
+            }
+        );
+    }
     if !s.mutations.is_empty() {
         println!(
             "mutations: {}",
@@ -231,7 +255,8 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
             cfg.run.domain, cfg.search.iterations
         );
     }
-    let (ctl, bar) = control(args.quiet, cfg.search.iterations);
+    let (mut ctl, bar) = control(args.quiet, cfg.search.iterations);
+    ctl.pause_at = args.pause_at.clone();
     let summary = run_with_ctrl_c(ctl.stop.clone(), ops::evolve(cfg, ctl))?;
     bar.finish_and_clear();
     let summary = summary?;
@@ -243,6 +268,7 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
 pub fn run_resume(args: ResumeArgs) -> anyhow::Result<Outcome> {
     let (mut ctl, bar) = control(args.quiet, args.iterations.unwrap_or(0));
     ctl.halt_after = args.halt_after;
+    ctl.pause_at = args.pause_at.clone();
     let summary = run_with_ctrl_c(
         ctl.stop.clone(),
         ops::resume(&args.run_dir, ctl, args.iterations),

@@ -1,0 +1,405 @@
+//! Nothing lost across restarts: one writer per run directory (`run.lock`), a strict `ppol
+//! resume` (issue #12), and LLM costs, budget and baseline episodes that survive kill -9
+//! (issue #17).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ppol::evolve::runlog::{read, Event};
+
+use crate::util::{ppol, run_ppol};
+
+/// An offline run of `iterations` into `dir` (exit 0 expected).
+fn offline_run(dir: &Path, iterations: &str) {
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--iterations",
+        iterations,
+        "--seed",
+        "7",
+        "--out",
+        dir.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+fn wait_for(what: &str, timeout: Duration, mut until: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !until() {
+        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn sigkill(child: &mut std::process::Child) {
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+    let _ = child.wait();
+}
+
+/// A second writer (`evolve --out` the same directory, or `resume`) exits 2 at once naming the
+/// directory and the holder's pid; readers (`report`) work meanwhile; after kill -9 of the
+/// holder the kernel has released the lock and `resume` proceeds.
+#[test]
+fn a_second_writer_is_refused_while_readers_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let cfg = tmp.path().join("c.toml");
+    std::fs::write(&cfg, "[search]\niterations = 100000\nseed = 3\n").unwrap();
+    let mut holder = ppol()
+        .args(["evolve", "--config", cfg.to_str().unwrap()])
+        .args(["--out", run.to_str().unwrap(), "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = holder.id();
+    wait_for("a first checkpoint", Duration::from_secs(120), || {
+        std::fs::read_to_string(run.join("log.jsonl"))
+            .is_ok_and(|t| t.contains("\"event\":\"checkpoint\""))
+    });
+    for args in [
+        vec![
+            "evolve",
+            "--iterations",
+            "3",
+            "--out",
+            run.to_str().unwrap(),
+        ],
+        vec!["resume", run.to_str().unwrap()],
+    ] {
+        let t0 = Instant::now();
+        let (code, _, stderr) = run_ppol(&[args.as_slice(), &["--quiet"]].concat());
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "not refused at once"
+        );
+        assert!(
+            stderr.contains(run.to_str().unwrap())
+                && stderr.contains(&format!("pid {pid}"))
+                && stderr.contains("run.lock"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let (code, _, stderr) = run_ppol(&["report", run.to_str().unwrap()]);
+    assert_eq!(
+        code, 0,
+        "a reader must work while the run holds the lock: {stderr}"
+    );
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "the holder was disturbed"
+    );
+    sigkill(&mut holder);
+    let (code, stdout, stderr) = run_ppol(&[
+        "resume",
+        run.to_str().unwrap(),
+        "--iterations",
+        "1",
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "the lock of a killed process is gone: {stderr}");
+    assert!(stdout.contains("stopped: iterations"), "{stdout}");
+}
+
+/// `resume` never quietly starts over or runs on defaults: a missing or empty `config.toml`,
+/// a missing `log.jsonl` once the run has produced files, a missing `checkpoint.json` when the
+/// log records commits, and a log that lacks the checkpoint's commit are errors naming the
+/// file; a run that never started does start; temporaries of a killed writer are swept.
+#[test]
+fn resume_refuses_lost_files_and_sweeps_temporaries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let done = tmp.path().join("done");
+    offline_run(&done, "2");
+    let case = |name: &str, damage: &dyn Fn(&Path)| -> (i32, String) {
+        let d = tmp.path().join(name);
+        copy_dir(&done, &d);
+        damage(&d);
+        let (code, _, stderr) = run_ppol(&[
+            "resume",
+            d.to_str().unwrap(),
+            "--iterations",
+            "3",
+            "--quiet",
+        ]);
+        (code, stderr)
+    };
+    let (code, e) = case("no-config", &|d| {
+        std::fs::remove_file(d.join("config.toml")).unwrap()
+    });
+    assert!(code == 2 && e.contains("config.toml is missing"), "{e}");
+    let (code, e) = case("empty-config", &|d| {
+        std::fs::write(d.join("config.toml"), "# nothing\n\n").unwrap()
+    });
+    assert!(
+        code == 2 && e.contains("config.toml") && e.contains("empty"),
+        "{e}"
+    );
+    let (code, e) = case("no-log", &|d| {
+        std::fs::remove_file(d.join("log.jsonl")).unwrap()
+    });
+    assert!(code == 2 && e.contains("log.jsonl is missing"), "{e}");
+    let (code, e) = case("no-checkpoint", &|d| {
+        std::fs::remove_file(d.join("checkpoint.json")).unwrap()
+    });
+    assert!(
+        code == 2 && e.contains("checkpoint.json is missing") && e.contains("2 commit(s)"),
+        "{e}"
+    );
+    let (code, e) = case("short-log", &|d| {
+        let text = std::fs::read_to_string(d.join("log.jsonl")).unwrap();
+        let cut: Vec<&str> = text.lines().take(3).collect();
+        std::fs::write(d.join("log.jsonl"), cut.join("\n") + "\n").unwrap();
+    });
+    assert!(code == 2 && e.contains("does not hold the commit"), "{e}");
+
+    // temporaries of interrupted atomic writes are removed when the run is opened for writing
+    let (code, e) = case("tmp", &|d| {
+        std::fs::write(d.join(".ppol-tmp-AbC123"), "half").unwrap();
+        std::fs::write(d.join("best/.tmpXyZ"), "half").unwrap();
+    });
+    assert_eq!(code, 0, "{e}");
+    let d = tmp.path().join("tmp");
+    assert!(!d.join(".ppol-tmp-AbC123").exists() && !d.join("best/.tmpXyZ").exists());
+
+    // a run killed before it wrote its log never started: resume starts it
+    let fresh = tmp.path().join("fresh");
+    std::fs::create_dir_all(&fresh).unwrap();
+    std::fs::copy(done.join("config.toml"), fresh.join("config.toml")).unwrap();
+    let (code, _, e) = run_ppol(&["resume", fresh.to_str().unwrap(), "--quiet"]);
+    assert_eq!(code, 0, "{e}");
+    assert!(read(&fresh.join("log.jsonl"))
+        .unwrap()
+        .iter()
+        .any(|r| matches!(r.event, Event::RunStopped { .. })));
+}
+
+/// Spawn `ppol ARGS` with stderr in `err` (stdout discarded).
+fn spawn(args: &[&str], err: &Path) -> std::process::Child {
+    ppol()
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(err).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait for the `--pause-at` hook to report it is waiting (the child must still be alive).
+fn wait_paused(child: &mut std::process::Child, err: &Path, point: &str) {
+    wait_for(point, Duration::from_secs(240), || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "exited ({status}) before {point}: {}",
+                std::fs::read_to_string(err).unwrap_or_default()
+            );
+        }
+        std::fs::read_to_string(err).is_ok_and(|t| t.contains(&format!("paused at {point}")))
+    });
+}
+
+/// The run's totals of `run_stopped` (the client's accounting over every process).
+fn stopped_cost(dir: &Path) -> (String, serde_json::Map<String, serde_json::Value>) {
+    read(&dir.join("log.jsonl"))
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find_map(|r| match r.event {
+            Event::RunStopped { reason, cost, .. } => Some((reason, cost.into_iter().collect())),
+            _ => None,
+        })
+        .expect("run_stopped")
+}
+
+/// Issue #17: a priced LLM run (every role on the mock) is killed with SIGKILL twice — in the
+/// middle of its baseline (before any checkpoint) and after its second commit — and resumed
+/// each time. Every baseline episode is played once (the first process's are reused), the
+/// final totals equal what the mock counted (requests, tokens, and so dollars), each
+/// process's share adds up to them, and a `max_usd` cap stops the third process once the
+/// run's total reaches it, though that process alone spent far less.
+#[tokio::test(flavor = "multi_thread")]
+async fn llm_costs_budget_and_baseline_survive_two_kill_9s() {
+    use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
+    const PROMPT: u64 = 100;
+    const COMPLETION: u64 = 20;
+    // USD per 1M tokens: each answered call costs 100·1000/1e6 + 20·5000/1e6 = $0.2
+    let per_call = (PROMPT as f64 * 1000.0 + COMPLETION as f64 * 5000.0) / 1e6;
+    let diff = "<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.7, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n>>>>>>> REPLACE\n";
+    let script = MockScript {
+        rules: vec![MockRule {
+            contains: Some("<<<<<<< SEARCH".into()),
+            reply: MockReply::text(diff).with_usage(PROMPT, COMPLETION),
+            ..Default::default()
+        }],
+        default: MockReply::text("fine, thanks").with_usage(PROMPT, COMPLETION),
+        ..Default::default()
+    };
+    let server = serve(script).await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let seed = crate::util::root().join("seeds/offline_templates.py");
+    let cfg = tmp.path().join("llm.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[run]\nname = \"priced\"\n[search]\niterations = 60\nseed = 2\nseed_program = \"{}\"\n\
+             [episodes]\nbackend = \"llm\"\nmax_turns = 2\nval_max_turns = 2\nbaseline_trials = 1\n\
+             [llm]\nmax_retries = 1\nbackoff_base_ms = 1\nbackoff_max_ms = 5\n\
+             [llm.default]\nprovider = \"openai\"\nmodel = \"mock-model\"\nbase_url = \"{}\"\n\
+             [llm.prices.\"mock-model\"]\nprompt = 1000.0\ncompletion = 5000.0\n",
+            seed.display(),
+            server.base_url()
+        ),
+    )
+    .unwrap();
+    let run = tmp.path().join("run");
+    let run_s = run.to_str().unwrap().to_string();
+    let cfg_s = cfg.to_str().unwrap().to_string();
+    let tmp_path = tmp.path().to_path_buf();
+
+    let (partial_before, spent_before_3) = tokio::task::spawn_blocking({
+        let run = run.clone();
+        move || {
+            // 1: killed in the middle of the baseline, before any checkpoint
+            let err1 = tmp_path.join("err1");
+            let mut p1 = spawn(
+                &["evolve", "--config", &cfg_s, "--out", &run_s, "--quiet"]
+                    .into_iter()
+                    .chain(["--pause-at", "baseline:2"])
+                    .collect::<Vec<_>>(),
+                &err1,
+            );
+            wait_paused(&mut p1, &err1, "baseline:2");
+            sigkill(&mut p1);
+            assert!(!run.join("checkpoint.json").exists());
+            let partial = std::fs::read_to_string(run.join("baseline/partial.jsonl")).unwrap();
+            assert_eq!(partial.lines().count(), 2);
+            // 2: resumed, killed after its second commit
+            let err2 = tmp_path.join("err2");
+            let mut p2 = spawn(
+                &["resume", &run_s, "--quiet", "--pause-at", "checkpoint:2"],
+                &err2,
+            );
+            wait_paused(&mut p2, &err2, "checkpoint:2");
+            sigkill(&mut p2);
+            let e2 = std::fs::read_to_string(&err2).unwrap();
+            assert!(e2.contains("reusing 2 of"), "{e2}");
+            let ledger = ppol::evolve::ledger::read(&run.join("costs.jsonl")).unwrap();
+            let spent: f64 = ppol::evolve::ledger::total(&ledger.last().unwrap().roles).usd;
+            (partial, spent)
+        }
+    })
+    .await
+    .unwrap();
+    // the baseline episodes the first process saved are those of the complete baseline
+    let complete: Vec<String> = std::fs::read_to_string(run.join("baseline/episodes.jsonl"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    for line in partial_before.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let job = v["job"].as_u64().unwrap() as usize;
+        let kept: serde_json::Value = serde_json::from_str(&complete[job]).unwrap();
+        assert_eq!(
+            kept, v["episode"],
+            "baseline job {job} was not reused as saved"
+        );
+    }
+    assert!(!run.join("baseline/partial.jsonl").exists());
+
+    // 3: a cap three calls above what the run has spent; the third process alone spends less
+    let cap = spent_before_3 + 3.0 * per_call;
+    let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    std::fs::write(
+        run.join("config.toml"),
+        config.replace("[budget]\n", &format!("[budget]\nmax_usd = {cap}\n")),
+    )
+    .unwrap();
+    let run_s = run.to_str().unwrap().to_string();
+    let (code, stdout, stderr) =
+        tokio::task::spawn_blocking(move || run_ppol(&["resume", &run_s, "--quiet"]))
+            .await
+            .unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("stopped: budget"), "{stdout}");
+    assert!(stdout.contains("over 3 processes"), "{stdout}");
+
+    let stats = server.stats();
+    assert_eq!(
+        stats.abandoned, 0,
+        "a kill left a request in flight: {stats:?}"
+    );
+    let (reason, cost) = stopped_cost(&run);
+    assert_eq!(reason, "budget");
+    let total = &cost["total"];
+    let n = |k: &str| total[k].as_u64().unwrap();
+    assert_eq!(n("attempts"), stats.requests, "requests the mock counted");
+    assert_eq!(n("prompt_tokens"), stats.usage.prompt_tokens);
+    assert_eq!(n("completion_tokens"), stats.usage.completion_tokens);
+    let usd = total["usd"].as_f64().unwrap();
+    assert!(
+        (usd - stats.usage.completions as f64 * per_call).abs() < 1e-9,
+        "{usd} vs {} answered calls",
+        stats.usage.completions
+    );
+    // the cap was reached by the run's total, and overshot by at most the calls in flight
+    assert!(usd >= cap - 1e-9, "stopped at ${usd} below the cap ${cap}");
+    assert!(
+        usd <= cap + 16.0 * per_call,
+        "${usd} spent against a cap of ${cap}"
+    );
+    let shares = cost["processes"].as_array().unwrap();
+    assert_eq!(shares.len(), 3, "{shares:?}");
+    let sum: f64 = shares.iter().map(|s| s["usd"].as_f64().unwrap()).sum();
+    assert!((sum - usd).abs() < 1e-9, "shares {sum} vs total {usd}");
+    assert!(shares.iter().all(|s| s["usd"].as_f64().unwrap() > 0.0));
+    assert!(shares[2]["usd"].as_f64().unwrap() < cap / 2.0, "{shares:?}");
+
+    // no baseline episode was played twice: one opening of a persona-free customer per task
+    let openings: Vec<String> = server
+        .bodies()
+        .iter()
+        .filter_map(|b| {
+            let msgs = b["messages"].as_array()?;
+            let system = msgs.first()?["content"].as_str()?;
+            (system.starts_with("# How to play the customer")
+                && !system.contains("YOUR BEHAVIORAL STYLE")
+                && msgs.len() <= 2)
+                .then(|| system.to_string())
+        })
+        .collect();
+    let mut distinct = openings.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(openings.len(), complete.len(), "baseline episodes played");
+    assert_eq!(
+        distinct.len(),
+        openings.len(),
+        "a baseline episode was played twice"
+    );
+
+    // the report shows the run's total and each process's share
+    let (code, _, stderr) = run_ppol(&["report", run.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    let html = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(
+        html.contains("Process") && html.contains(&format!("{usd:.4}")),
+        "costs section"
+    );
+}
