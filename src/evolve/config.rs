@@ -13,6 +13,7 @@
 //! iterations = 70
 //! seed = 1
 //! early_stop_evaluations = 20  # stop after this many evaluations without a new elite (0 = off)
+//! parallel_candidates = 4      # candidates evaluated at once (LLM runs: keep the endpoints busy)
 //!
 //! [llm.default]
 //! provider = "openai"
@@ -101,6 +102,24 @@ pub struct SearchSection {
     pub seed_program: Option<PathBuf>,
     /// Times an evaluation that failed for infrastructure reasons is re-queued before the run stops.
     pub max_requeues: u32,
+    /// Candidates evaluated at once (sandbox, episodes, scoring), recorded in iteration order.
+    /// LLM runs are bound by requests in flight: 4 keeps a server (or several replicas) busy.
+    pub parallel_candidates: usize,
+    /// Children proposed from one state of the archive (a generation). Default: as many as
+    /// `parallel_candidates`. For a fixed generation size a run's result does not depend on
+    /// `parallel_candidates`; 1 is the steady-state search (each child sees every result
+    /// before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_size: Option<usize>,
+}
+
+impl SearchSection {
+    /// Children proposed per generation: `generation_size`, else `parallel_candidates`.
+    pub fn generation_size(&self) -> usize {
+        self.generation_size
+            .unwrap_or(self.parallel_candidates)
+            .max(1)
+    }
 }
 
 impl Default for SearchSection {
@@ -112,6 +131,8 @@ impl Default for SearchSection {
             max_wall_clock_s: None,
             seed_program: None,
             max_requeues: 3,
+            parallel_candidates: 1,
+            generation_size: None,
         }
     }
 }
@@ -385,6 +406,25 @@ impl RunConfig {
         at_least("search.iterations", s.iterations, 1)?;
         if let Some(w) = s.max_wall_clock_s {
             positive("search.max_wall_clock_s", w)?;
+        }
+        at_least("search.parallel_candidates", s.parallel_candidates, 1)?;
+        if s.parallel_candidates > 64 {
+            return Err(Error::config(
+                "search.parallel_candidates",
+                format!("at most 64, got {}", s.parallel_candidates),
+            ));
+        }
+        if let Some(g) = s.generation_size {
+            if g < s.parallel_candidates {
+                return Err(Error::config(
+                    "search.generation_size",
+                    format!(
+                        "must be at least search.parallel_candidates ({}): a generation is \
+                         what can be in flight at once; got {g}",
+                        s.parallel_candidates
+                    ),
+                ));
+            }
         }
         let m = &self.mutation;
         fraction("mutation.crossover_rate", m.crossover_rate, true)?;

@@ -3,10 +3,12 @@
 //!
 //! # One step
 //!
-//! 1. **Propose** a candidate ([`Evolution::step`] → `propose`): a re-queued candidate first,
-//!    the seed program when the archive is empty, else a child of a parent sampled from the
-//!    archive, made by the [`Mutator`]. A mutation that fails is recorded against its parent
-//!    and the iteration ends there.
+//! 1. **Propose** a generation of candidates (`fill_generation`): the seed program alone when
+//!    the archive is empty, else `search.generation_size` children (default: one), each of a
+//!    parent sampled from the archive as it stands at the generation's start and made by the
+//!    [`Mutator`] (their mutator calls run concurrently). A mutation that fails is recorded
+//!    against its parent and its iteration ends there. The generation is part of the
+//!    [`State`], so a resumed run evaluates exactly the proposals it had made.
 //! 2. **Evaluate** it (`evaluate`, which reads the state but does not change it): personas
 //!    generated in the sandbox for the iteration's batch of train tasks, one episode per
 //!    persona, scored by the run's [`Scorer`], with its [`reflection`].
@@ -24,6 +26,16 @@
 //!
 //! [`Evolution::run`] is the driver: it checks the stop conditions between steps (iterations,
 //! a stop request, the LLM budget, the wall clock, early stop) and commits after each one.
+//!
+//! # Candidates in parallel
+//!
+//! With `search.parallel_candidates = P`, the driver keeps up to P candidates of the current
+//! generation in evaluation at once (each a tokio task: sandbox, episodes, scoring, reflection)
+//! and records them strictly in iteration order, committing after each. Proposals depend only on
+//! the archive at the generation's start and each evaluation only on its iteration and program,
+//! so for a fixed `generation_size` the archive, the log and the best program are the same for
+//! any P (the wall time is not). An evaluation still running when the run stops or is killed is
+//! not recorded: the resumed run evaluates it again from the saved generation.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -135,8 +147,13 @@ pub struct State {
     /// The program archive (stored as its own JSON document, [`Archive::to_json`]).
     #[serde(with = "archive_as_json")]
     pub archive: Archive,
-    /// Candidates to evaluate before new ones are made (re-queued after an infrastructure failure).
+    /// Candidates to evaluate before new ones are made (re-queued after an infrastructure
+    /// failure by checkpoints written before generations were kept; now they stay in
+    /// `generation`).
     pub pending: VecDeque<Program>,
+    /// The proposals of the current generation not yet recorded, in iteration order.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub generation: VecDeque<Proposed>,
     /// Infrastructure failures in a row.
     pub requeues: u32,
     /// Evaluations in a row without a new elite.
@@ -162,6 +179,7 @@ impl State {
             log_seq: 0,
             archive: Archive::new(cfg.archive.clone(), derive_seed(cfg.search.seed, "archive"))?,
             pending: VecDeque::new(),
+            generation: VecDeque::new(),
             requeues: 0,
             stagnation: 0,
             parents: BTreeMap::new(),
@@ -232,15 +250,69 @@ struct Candidate {
     island: usize,
 }
 
-/// Where a step's candidate came from.
-enum Proposal {
-    /// A program to evaluate.
-    Candidate(Candidate),
+/// A proposal of the current generation, waiting to be evaluated and recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Proposed {
+    /// A program to evaluate on `iteration`.
+    Candidate {
+        /// Its iteration.
+        iteration: u64,
+        /// The program.
+        program: Program,
+        /// The island it joins.
+        island: usize,
+    },
     /// The mutation of `parent` failed before a program existed.
     MutationFailed {
+        /// Its iteration.
+        iteration: u64,
+        /// The parent it was made from.
         parent: Program,
+        /// Why it failed.
         failure: ChildFailure,
     },
+}
+
+impl Proposed {
+    /// The iteration it belongs to.
+    pub fn iteration(&self) -> u64 {
+        match self {
+            Proposed::Candidate { iteration, .. } | Proposed::MutationFailed { iteration, .. } => {
+                *iteration
+            }
+        }
+    }
+}
+
+/// What a generation's proposal needs before its mutation runs.
+enum Pick {
+    /// Ready to evaluate (the seed, or a re-queued program).
+    Ready(Proposed),
+    /// A child of `parent` to make.
+    Child {
+        iteration: u64,
+        island: usize,
+        parent: Program,
+        inspirations: Vec<crate::evolve::archive::Inspiration>,
+    },
+}
+
+/// What evaluating a candidate needs, shared by the tasks that evaluate candidates in parallel.
+#[derive(Clone)]
+struct Bench {
+    ctx: Arc<RunContext>,
+    scorer: Arc<Scorer>,
+    schedule: Schedule,
+    train: Arc<Vec<TaskContext>>,
+    reflection_model: Option<Arc<dyn ChatModel>>,
+}
+
+/// One evaluation in flight, in iteration order.
+struct InFlight {
+    iteration: u64,
+    started: Instant,
+    task: Option<tokio::task::JoinHandle<Evaluation>>,
 }
 
 /// A scored candidate, before it is recorded.
@@ -269,12 +341,9 @@ enum Stop {
 
 /// A run in progress. See the [module docs](self).
 pub struct Evolution {
-    ctx: RunContext,
-    scorer: Scorer,
+    ctx: Arc<RunContext>,
+    bench: Bench,
     mutator: Mutator,
-    reflection_model: Option<Arc<dyn ChatModel>>,
-    schedule: Schedule,
-    train: Vec<TaskContext>,
     val: Vec<TaskContext>,
     log: RunLog,
     control: RunControl,
@@ -349,15 +418,21 @@ impl Evolution {
         } else {
             None
         };
+        let train = Arc::new(ctx.contexts(&ctx.train));
+        let val = ctx.contexts(&ctx.val);
+        let ctx = Arc::new(ctx);
         Ok(Evolution {
-            train: ctx.contexts(&ctx.train),
-            val: ctx.contexts(&ctx.val),
+            val,
             prior_elapsed: state.elapsed_s,
+            bench: Bench {
+                ctx: ctx.clone(),
+                scorer: Arc::new(scorer),
+                schedule,
+                train,
+                reflection_model,
+            },
             ctx,
-            scorer,
             mutator,
-            reflection_model,
-            schedule,
             log,
             control,
             state,
@@ -371,46 +446,151 @@ impl Evolution {
         &self.state
     }
 
-    /// Run to a stop condition, committing after every step.
+    /// Run to a stop condition, committing after every step; up to
+    /// `search.parallel_candidates` evaluations of the current generation run at once.
     pub async fn run(mut self) -> Result<RunSummary> {
+        let parallel = self.ctx.cfg.search.parallel_candidates.max(1);
+        let mut inflight: VecDeque<InFlight> = VecDeque::new();
+        let abort = |inflight: &mut VecDeque<InFlight>| {
+            for f in inflight.drain(..) {
+                if let Some(task) = f.task {
+                    task.abort();
+                }
+            }
+        };
         let reason = loop {
             match self.stop() {
                 Some(Stop::Reason(reason)) => break reason,
-                Some(Stop::Halted) => return Ok(self.halted()),
+                Some(Stop::Halted) => {
+                    abort(&mut inflight);
+                    return Ok(self.halted());
+                }
                 None => {}
             }
-            match self.step().await? {
+            if self.state.generation.is_empty() {
+                abort(&mut inflight);
+                self.fill_generation().await?;
+            }
+            while inflight.len() < parallel.min(self.state.generation.len()) {
+                let entry = &self.state.generation[inflight.len()];
+                let task = match entry {
+                    Proposed::Candidate {
+                        iteration, program, ..
+                    } => Some(tokio::spawn(
+                        self.bench.clone().evaluate(*iteration, program.clone()),
+                    )),
+                    Proposed::MutationFailed { .. } => None,
+                };
+                inflight.push_back(InFlight {
+                    iteration: entry.iteration(),
+                    started: Instant::now(),
+                    task,
+                });
+            }
+            let head = inflight
+                .pop_front()
+                .expect("a filled generation has a head");
+            let entry = self
+                .state
+                .generation
+                .pop_front()
+                .expect("a filled generation has a head");
+            debug_assert_eq!(head.iteration, entry.iteration());
+            let evaluation = match head.task {
+                Some(task) => Some(task.await.unwrap_or_else(|e| {
+                    Evaluation::Infrastructure(format!("the evaluation task failed: {e}"))
+                })),
+                None => None,
+            };
+            match self
+                .record_proposed(entry, evaluation, head.started)
+                .await?
+            {
                 Step::Iteration { message } => {
                     self.commit()?;
                     self.iterations_here += 1;
                     self.say(message);
                     if self.control.pause_point("checkpoint") == Some(self.iterations_here as usize)
                     {
+                        abort(&mut inflight);
                         pause_for_kill(&format!("checkpoint:{}", self.iterations_here)).await;
                     }
                 }
                 Step::Requeued { backoff } => {
+                    // the candidate is back at the head of the generation; what was in
+                    // flight behind it is evaluated again after it
+                    abort(&mut inflight);
                     self.commit()?;
                     tokio::time::sleep(backoff).await;
                 }
                 Step::Stop(reason) => break reason,
             }
         };
+        abort(&mut inflight);
         self.finish(reason)
     }
 
-    /// One iteration: propose a candidate, evaluate it, record the result. Nothing is saved
-    /// until [`Evolution::commit`].
+    /// One iteration: the next proposal of the generation (proposing a new generation when it
+    /// is empty), evaluated and recorded. Nothing is saved until [`Evolution::commit`].
     pub async fn step(&mut self) -> Result<Step> {
-        let k = self.state.iteration + 1;
+        if self.state.generation.is_empty() {
+            self.fill_generation().await?;
+        }
+        let entry = self
+            .state
+            .generation
+            .pop_front()
+            .expect("a filled generation has a head");
         let started = Instant::now();
-        match self.propose(k).await? {
-            Proposal::MutationFailed { parent, failure } => {
-                self.record_mutation_failure(k, &parent, failure)
+        let evaluation = match &entry {
+            Proposed::Candidate {
+                iteration, program, ..
+            } => Some(
+                self.bench
+                    .clone()
+                    .evaluate(*iteration, program.clone())
+                    .await,
+            ),
+            Proposed::MutationFailed { .. } => None,
+        };
+        self.record_proposed(entry, evaluation, started).await
+    }
+
+    /// Record a proposal of the generation with its evaluation (`None` for a failed mutation).
+    async fn record_proposed(
+        &mut self,
+        entry: Proposed,
+        evaluation: Option<Evaluation>,
+        started: Instant,
+    ) -> Result<Step> {
+        debug_assert_eq!(entry.iteration(), self.state.iteration + 1);
+        match (entry, evaluation) {
+            (
+                Proposed::MutationFailed {
+                    iteration,
+                    parent,
+                    failure,
+                },
+                _,
+            ) => self.record_mutation_failure(iteration, &parent, failure),
+            (
+                Proposed::Candidate {
+                    iteration,
+                    program,
+                    island,
+                },
+                Some(evaluation),
+            ) => {
+                self.record(
+                    iteration,
+                    Candidate { program, island },
+                    evaluation,
+                    started,
+                )
+                .await
             }
-            Proposal::Candidate(candidate) => {
-                let evaluation = self.evaluate(k, &candidate.program).await;
-                self.record(k, candidate, evaluation, started).await
+            (Proposed::Candidate { .. }, None) => {
+                unreachable!("a candidate is recorded with its evaluation")
             }
         }
     }
@@ -468,97 +648,106 @@ impl Evolution {
         None
     }
 
-    /// The candidate of iteration `k`.
-    async fn propose(&mut self, k: u64) -> Result<Proposal> {
+    /// Propose the next generation: the re-queued programs and the seed first, else
+    /// `search.generation_size` children (fewer when the run has fewer iterations left), their
+    /// parents sampled in iteration order from the archive as it stands, their mutations made
+    /// concurrently.
+    async fn fill_generation(&mut self) -> Result<()> {
+        let k0 = self.state.iteration + 1;
+        let left = self
+            .ctx
+            .cfg
+            .search
+            .iterations
+            .saturating_sub(self.state.iteration)
+            .max(1);
+        let size = (self.ctx.cfg.search.generation_size() as u64).min(left);
         let state = &mut self.state;
-        if let Some(program) = state.pending.pop_front() {
-            let island = program.island;
-            return Ok(Proposal::Candidate(Candidate { program, island }));
-        }
-        if state.archive.is_empty() {
-            let code = &self.ctx.seed_code;
-            let mut program = Program::seed(ProgramId::derive(k, &code_hash(code)), code.clone());
-            program.iteration_found = k;
-            return Ok(Proposal::Candidate(Candidate { program, island: 0 }));
-        }
-        let island = state.archive.next_island();
-        let parent = state.archive.sample_parent(island)?.program;
-        let inspirations = state.archive.inspirations(&parent, island)?;
-        let seed = mix(self.ctx.cfg.search.seed, k);
-        let made = self
-            .mutator
-            .propose(
-                &state.archive,
-                &parent,
-                &inspirations,
-                state.stagnation,
-                seed,
-            )
-            .await?;
-        Ok(match made {
-            Ok(child) => {
-                let id = ProgramId::derive(k, &code_hash(&child.code));
-                let mut program = Program::child(&parent, id, child.code, k, child.mutation);
-                program.second_parent_id = child.second_parent;
-                program.island = island;
-                Proposal::Candidate(Candidate { program, island })
+        let mut picks = Vec::new();
+        for k in k0..k0 + size {
+            if let Some(program) = state.pending.pop_front() {
+                let island = program.island;
+                picks.push(Pick::Ready(Proposed::Candidate {
+                    iteration: k,
+                    program,
+                    island,
+                }));
+                continue;
             }
-            Err(failure) => Proposal::MutationFailed { parent, failure },
-        })
-    }
-
-    /// Evaluate `program` on iteration `k`'s batch (the state is only read).
-    async fn evaluate(&self, k: u64, program: &Program) -> Evaluation {
-        let cfg = &self.ctx.cfg;
-        let plan = self.schedule.plan(k, self.train.len());
-        let batch: Vec<TaskContext> = plan
-            .task_indices
-            .iter()
-            .map(|&i| self.train[i].clone())
-            .collect();
-        let outcome = evaluate_candidate(
-            &program.code,
-            &batch,
-            plan.n_personas,
-            plan.weights(),
-            &self.ctx.generator,
-            &self.ctx.runner,
-            &self.scorer,
-            derive_seed(cfg.search.seed, "crn"),
-        )
-        .await;
-        match outcome {
-            CandidateOutcome::Infrastructure(why) => Evaluation::Infrastructure(why),
-            CandidateOutcome::Failed(f) => Evaluation::Failed(f),
-            CandidateOutcome::Scored {
-                mut metrics,
-                personas,
-                persona_records,
-                episodes,
-                p_human,
-                fingerprints,
-            } => {
-                rank(&mut metrics, cfg.fitness.select_by, final_weights(cfg));
-                let evidence = Evidence {
-                    personas: &persona_records,
-                    episodes: &episodes,
-                    p_human: &p_human,
-                    fingerprints: &fingerprints,
-                    metrics: &metrics,
-                    context: batch.first().map(|t| t.context.as_str()).unwrap_or(""),
-                };
-                let reflection =
-                    reflection::reflect(&self.scorer, &evidence, self.reflection_model.as_deref())
-                        .await;
-                Evaluation::Scored(Box::new(Scored {
-                    metrics,
-                    personas,
-                    reflection,
-                    tasks: batch.iter().map(|t| t.task_id.clone()).collect(),
-                    plan,
-                }))
+            if state.archive.is_empty() {
+                // the seed is evaluated alone: nothing can be bred before it is in the archive
+                if !picks.is_empty() {
+                    break;
+                }
+                let code = &self.ctx.seed_code;
+                let mut program =
+                    Program::seed(ProgramId::derive(k, &code_hash(code)), code.clone());
+                program.iteration_found = k;
+                picks.push(Pick::Ready(Proposed::Candidate {
+                    iteration: k,
+                    program,
+                    island: 0,
+                }));
+                break;
             }
+            let island = state.archive.next_island();
+            let parent = state.archive.sample_parent(island)?.program;
+            let inspirations = state.archive.inspirations(&parent, island)?;
+            picks.push(Pick::Child {
+                iteration: k,
+                island,
+                parent,
+                inspirations,
+            });
         }
+        let (archive, mutator, stagnation) = (&state.archive, &self.mutator, state.stagnation);
+        let root = self.ctx.cfg.search.seed;
+        let made: Vec<Result<Proposed>> =
+            futures::future::join_all(picks.into_iter().map(|pick| async move {
+                match pick {
+                    Pick::Ready(p) => Ok(p),
+                    Pick::Child {
+                        iteration,
+                        island,
+                        parent,
+                        inspirations,
+                    } => {
+                        let seed = mix(root, iteration);
+                        let made = mutator
+                            .propose(archive, &parent, &inspirations, stagnation, seed)
+                            .await?;
+                        Ok(match made {
+                            Ok(child) => {
+                                let id = ProgramId::derive(iteration, &code_hash(&child.code));
+                                let mut program = Program::child(
+                                    &parent,
+                                    id,
+                                    child.code,
+                                    iteration,
+                                    child.mutation,
+                                );
+                                program.second_parent_id = child.second_parent;
+                                program.island = island;
+                                Proposed::Candidate {
+                                    iteration,
+                                    program,
+                                    island,
+                                }
+                            }
+                            Err(failure) => Proposed::MutationFailed {
+                                iteration,
+                                parent,
+                                failure,
+                            },
+                        })
+                    }
+                }
+            }))
+            .await;
+        for p in made {
+            self.state.generation.push_back(p?);
+        }
+        Ok(())
     }
 
     /// A failed mutation: recorded against the parent; the iteration is spent.
@@ -645,7 +834,11 @@ impl Evolution {
                     return Ok(Step::Stop(format!("infrastructure: {why}")));
                 }
                 // not an iteration: the same candidate is evaluated again next
-                self.state.pending.push_front(program);
+                self.state.generation.push_front(Proposed::Candidate {
+                    iteration: k,
+                    program,
+                    island,
+                });
                 Ok(Step::Requeued {
                     backoff: Duration::from_millis(500 * 2u64.pow(self.state.requeues.min(6))),
                 })
@@ -756,11 +949,11 @@ impl Evolution {
         let outcome = evaluate_candidate(
             &program.code,
             &self.val,
-            self.schedule.n_personas,
-            Weights::new(self.schedule.lambda_h, self.schedule.lambda_b),
+            self.bench.schedule.n_personas,
+            Weights::new(self.bench.schedule.lambda_h, self.bench.schedule.lambda_b),
             &self.ctx.generator,
             &self.ctx.val_runner,
-            &self.scorer,
+            &self.bench.scorer,
             derive_seed(cfg.search.seed, "validation"),
         )
         .await;
@@ -908,6 +1101,62 @@ impl Evolution {
             cost: total,
             processes,
         })
+    }
+}
+
+impl Bench {
+    /// Evaluate `program` on iteration `k`'s batch (the state is only read).
+    async fn evaluate(self, k: u64, program: Program) -> Evaluation {
+        let cfg = &self.ctx.cfg;
+        let plan = self.schedule.plan(k, self.train.len());
+        let batch: Vec<TaskContext> = plan
+            .task_indices
+            .iter()
+            .map(|&i| self.train[i].clone())
+            .collect();
+        let outcome = evaluate_candidate(
+            &program.code,
+            &batch,
+            plan.n_personas,
+            plan.weights(),
+            &self.ctx.generator,
+            &self.ctx.runner,
+            &self.scorer,
+            derive_seed(cfg.search.seed, "crn"),
+        )
+        .await;
+        match outcome {
+            CandidateOutcome::Infrastructure(why) => Evaluation::Infrastructure(why),
+            CandidateOutcome::Failed(f) => Evaluation::Failed(f),
+            CandidateOutcome::Scored {
+                mut metrics,
+                personas,
+                persona_records,
+                episodes,
+                p_human,
+                fingerprints,
+            } => {
+                rank(&mut metrics, cfg.fitness.select_by, final_weights(cfg));
+                let evidence = Evidence {
+                    personas: &persona_records,
+                    episodes: &episodes,
+                    p_human: &p_human,
+                    fingerprints: &fingerprints,
+                    metrics: &metrics,
+                    context: batch.first().map(|t| t.context.as_str()).unwrap_or(""),
+                };
+                let reflection =
+                    reflection::reflect(&self.scorer, &evidence, self.reflection_model.as_deref())
+                        .await;
+                Evaluation::Scored(Box::new(Scored {
+                    metrics,
+                    personas,
+                    reflection,
+                    tasks: batch.iter().map(|t| t.task_id.clone()).collect(),
+                    plan,
+                }))
+            }
+        }
     }
 }
 

@@ -35,6 +35,13 @@ pub struct EvolveArgs {
     /// Root seed.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Candidates evaluated at once (`search.parallel_candidates`).
+    #[arg(long)]
+    pub parallel_candidates: Option<usize>,
+    /// Children proposed from one state of the archive (`search.generation_size`; default:
+    /// the parallel candidates). Fix it to compare runs with different parallelism.
+    #[arg(long)]
+    pub generation_size: Option<usize>,
     /// Run directory (default runs/<timestamp>-<name>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -54,6 +61,9 @@ pub struct EvolveArgs {
     /// Test hook: `baseline:N` or `checkpoint:N`, wait there to be killed.
     #[arg(long, hide = true)]
     pub pause_at: Option<String>,
+    /// Test hook: stop as if killed after this many iterations.
+    #[arg(long, hide = true)]
+    pub halt_after: Option<u64>,
 }
 
 /// Arguments of `ppol resume`.
@@ -109,6 +119,8 @@ fn resolve(args: &EvolveArgs) -> anyhow::Result<RunConfig> {
         .set_opt("run.tau2_data", args.tau2_data.as_ref())?
         .set_opt("search.iterations", args.iterations)?
         .set_opt("search.seed", args.seed)?
+        .set_opt("search.parallel_candidates", args.parallel_candidates)?
+        .set_opt("search.generation_size", args.generation_size)?
         .set_opt("run.out", args.out.as_ref())?
         .set_opt("run.name", args.name.as_ref())?;
     let llm = args.llm.as_deref().map(ops::parse_llm).transpose()?;
@@ -257,6 +269,7 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
     }
     let (mut ctl, bar) = control(args.quiet, cfg.search.iterations);
     ctl.pause_at = args.pause_at.clone();
+    ctl.halt_after = args.halt_after;
     let summary = run_with_ctrl_c(ctl.stop.clone(), ops::evolve(cfg, ctl))?;
     bar.finish_and_clear();
     let summary = summary?;
