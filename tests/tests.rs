@@ -17,5 +17,6 @@ mod sandbox;
 mod scripted;
 mod study;
 mod tau2;
+mod throughput;
 mod traces;
 mod util;

@@ -1014,6 +1014,8 @@ async fn acquire(route: &Route, avoid: Option<usize>) -> (usize, Slot<'_>) {
     if n == 1 {
         return (0, route.replicas[0].endpoint.slot().await);
     }
+    // Counted as demand at every replica while waiting (lets their limits grow).
+    let mut waiting = Vec::new();
     loop {
         let mut released: Vec<_> = route
             .replicas
@@ -1045,6 +1047,13 @@ async fn acquire(route: &Route, avoid: Option<usize>) -> (usize, Slot<'_>) {
             if let Some(slot) = route.replicas[i].endpoint.try_slot() {
                 return (i, slot);
             }
+        }
+        if waiting.is_empty() {
+            waiting = route
+                .replicas
+                .iter()
+                .map(|r| r.endpoint.waiting())
+                .collect();
         }
         futures::future::select_all(released).await;
     }

@@ -4,9 +4,11 @@
 //! * **Adaptive concurrency** (AIMD, the default) — requests in flight to the endpoint are
 //!   limited by a limit that starts at [`INITIAL_LIMIT`] (or the configured cap, when lower)
 //!   and adapts to what the server can take:
-//!   - it **grows** while answers succeed, latency stays flat and the limit is being used
-//!     (at least half of it in flight): by one per answer at first (doubling every round
-//!     trip, like TCP's slow start), by one per round trip after the first decrease;
+//!   - it **grows** while answers succeed, latency stays flat and the limit is what holds
+//!     requests back (callers are waiting for a slot): by one per answer at first (doubling
+//!     every round trip, like TCP's slow start), by one per round trip after the first
+//!     decrease; not past the point where the server last said it was busy (429 / 503) for
+//!     [`PROBE_AFTER`], then probing past it eight times slower;
 //!   - it **shrinks** on a sign of overload: a 429 or 503 (×0.9, and no growth until the
 //!     server's `Retry-After` has passed), an attempt timing out with others in flight (×0.5),
 //!     latency rising above twice its baseline or above half the attempt timeout (×0.8).
@@ -39,8 +41,17 @@ use tokio::sync::Notify;
 
 /// The limit an adaptive endpoint starts with (or its cap, when lower).
 pub const INITIAL_LIMIT: usize = 8;
-/// Latency above this multiple of the baseline is a sign of queueing at the server.
+/// Latency above this multiple of the baseline (plus [`LATENCY_SLACK`]) is a sign of
+/// queueing at the server.
 const LATENCY_TOLERANCE: f64 = 2.0;
+/// Latency differences below this many seconds say nothing about an LLM server (scheduling
+/// jitter of a busy client machine).
+const LATENCY_SLACK: f64 = 0.05;
+/// Growth above the last busy point is this many times slower.
+const PROBE_SLOWDOWN: f64 = 8.0;
+/// How long the limit stays at or below the point where the server last said it was busy
+/// before it probes past it again.
+pub const PROBE_AFTER: Duration = Duration::from_secs(30);
 /// Weight of the newest answer in the smoothed latency.
 const LATENCY_SMOOTHING: f64 = 0.2;
 /// How fast the baseline latency creeps up towards the smoothed latency, per answer (so that
@@ -125,6 +136,12 @@ impl std::fmt::Display for EndpointStats {
 #[derive(Debug)]
 struct Gate {
     in_flight: usize,
+    /// Callers waiting for a slot (demand the limit holds back).
+    waiting: usize,
+    /// Just below where the server last answered 429 / 503: no growth past it until
+    /// `probe_at`, slow growth after.
+    ceiling: Option<f64>,
+    probe_at: Option<Instant>,
     /// The limit (fractional: additive growth adds 1/limit per answer).
     limit: f64,
     /// The cap (`usize::MAX`: none).
@@ -225,6 +242,19 @@ impl Drop for Slot<'_> {
     }
 }
 
+/// A caller waiting for a slot ([`Endpoint::waiting`]).
+#[derive(Debug)]
+pub struct Waiting<'a> {
+    endpoint: &'a Endpoint,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut g = self.endpoint.lock_gate();
+        g.waiting = g.waiting.saturating_sub(1);
+    }
+}
+
 /// How a wait for an unreachable endpoint ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reachability {
@@ -262,6 +292,9 @@ impl Endpoint {
             addr: host_port(url),
             gate: Mutex::new(Gate {
                 in_flight: 0,
+                waiting: 0,
+                ceiling: None,
+                probe_at: None,
                 limit: start as f64,
                 cap,
                 adaptive,
@@ -362,6 +395,7 @@ impl Endpoint {
 
     /// Wait for a request slot.
     pub async fn slot(&self) -> Slot<'_> {
+        let mut waiting = None;
         loop {
             let released = self.released.notified();
             tokio::pin!(released);
@@ -369,8 +403,16 @@ impl Endpoint {
             if let Some(slot) = self.try_slot() {
                 return slot;
             }
+            waiting.get_or_insert_with(|| self.waiting());
             released.await;
         }
+    }
+
+    /// Count a caller as waiting for a slot here until the guard is dropped (the demand that
+    /// lets the limit grow).
+    pub fn waiting(&self) -> Waiting<'_> {
+        self.lock_gate().waiting += 1;
+        Waiting { endpoint: self }
     }
 
     /// Whether the replica is benched now (failed repeatedly; others should answer).
@@ -447,7 +489,12 @@ impl Endpoint {
             return None;
         }
         let factor = match why {
-            Overload::Busy => 0.9,
+            Overload::Busy => {
+                let below = ticket.in_flight_at_start.saturating_sub(1).max(1) as f64;
+                g.ceiling = Some(g.ceiling.map_or(below, |c| c.min(below)));
+                g.probe_at = Some(Instant::now() + PROBE_AFTER);
+                0.9
+            }
             // A lone request timing out says nothing about queueing.
             Overload::Timeout if ticket.in_flight_at_start <= 1 => return None,
             Overload::Timeout => 0.5,
@@ -575,22 +622,38 @@ fn adapt_on_answer(g: &mut Gate, ticket: Ticket, latency: f64, timeout: f64) -> 
         Some(b) => b + BASELINE_DRIFT * (smoothed - b),
     };
     g.baseline = Some(baseline);
-    let queueing = ticket.in_flight_at_start > 1 && smoothed > LATENCY_TOLERANCE * baseline;
+    let queueing =
+        ticket.in_flight_at_start > 1 && smoothed > LATENCY_TOLERANCE * baseline + LATENCY_SLACK;
     if queueing || smoothed > timeout / 2.0 {
         decrease(g, ticket, 0.8);
         return false;
     }
     let before = g.current();
-    let used = ticket.in_flight_at_start * 2 >= before;
     let held = g.hold_until.is_some_and(|t| Instant::now() < t);
-    if !used || held || smoothed > timeout / 4.0 || before >= g.cap {
+    if g.waiting == 0 || held || smoothed > timeout / 4.0 || before >= g.cap {
         return false;
     }
-    g.limit = if g.slow_start {
-        g.limit + 1.0
+    let step = if g.slow_start {
+        1.0
     } else {
-        g.limit + 1.0 / g.limit.max(1.0)
+        1.0 / g.limit.max(1.0)
     };
+    let probing = g.probe_at.is_none_or(|t| Instant::now() >= t);
+    match g.ceiling {
+        Some(c) if g.limit + step > c && !probing => {
+            if g.limit >= c {
+                return false;
+            }
+            g.limit = c;
+        }
+        // Probing above the last busy point: slowly, and the point moves up with it.
+        Some(c) if g.limit + step > c => {
+            let slow = step / PROBE_SLOWDOWN;
+            g.limit = g.limit.max(c) + slow;
+            g.ceiling = Some(c + slow);
+        }
+        _ => g.limit += step,
+    }
     g.limit = g.limit.min(g.cap as f64);
     let after = g.current();
     g.max_limit = g.max_limit.max(after);
@@ -647,6 +710,13 @@ mod tests {
     async fn the_limit_grows_on_flat_latency_and_backs_off_on_429() {
         let e = Endpoint::new("http://127.0.0.1:9/v1", Some(40));
         assert_eq!(e.limit(), INITIAL_LIMIT);
+        // Without callers waiting for a slot the limit is not what holds anything back.
+        let s = e.try_slot().unwrap();
+        let t = s.ticket();
+        drop(s);
+        e.answered(t, Duration::from_millis(200), T);
+        assert_eq!(e.limit(), INITIAL_LIMIT);
+        let demand = e.waiting();
         for _ in 0..200 {
             let slots: Vec<Slot<'_>> = std::iter::from_fn(|| e.try_slot()).collect();
             let tickets: Vec<Ticket> = slots.iter().map(Slot::ticket).collect();
@@ -675,6 +745,7 @@ mod tests {
         assert_eq!(e.limit(), 36);
         let stats = e.stats();
         assert_eq!((stats.max_limit, stats.decreases), (40, 1));
+        drop(demand);
     }
 
     /// A server answering one request at a time: latency grows with what is in flight, and the
@@ -682,6 +753,7 @@ mod tests {
     #[tokio::test]
     async fn rising_latency_lowers_the_limit() {
         let e = Endpoint::new("http://127.0.0.1:9/v1", None);
+        let _demand = e.waiting();
         for _ in 0..30 {
             let slots: Vec<Slot<'_>> = std::iter::from_fn(|| e.try_slot()).collect();
             let tickets: Vec<Ticket> = slots.iter().map(Slot::ticket).collect();
@@ -693,7 +765,7 @@ mod tests {
         }
         let stats = e.stats();
         assert!(stats.limit <= 3, "{stats:?}");
-        assert_eq!(stats.max_limit, INITIAL_LIMIT, "{stats:?}");
+        assert!(stats.max_limit < 2 * INITIAL_LIMIT, "{stats:?}");
     }
 
     #[tokio::test]
