@@ -405,3 +405,56 @@ fn replica_lists_parse_and_bad_entries_are_named() {
         "{e}"
     );
 }
+
+/// `ppol episodes` with a `base_url` list in its TOML: the summary names each replica with the
+/// concurrency reached there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ppol_episodes_prints_the_concurrency_reached_per_replica() {
+    let servers = serve_replicas(
+        2,
+        MockScript::always(MockReply::echo()),
+        MockOptions::default(),
+    )
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("llm.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[llm.default]\nmodel = \"mock\"\nbase_url = [\"{}\", \"{}\"]\napi_key_env = \
+             \"PPOL_TEST_KEY_THAT_IS_NEVER_SET\"\n",
+            servers[0].base_url(),
+            servers[1].base_url()
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("eps.jsonl");
+    let args: Vec<String> = [
+        "episodes",
+        "--llm",
+        cfg.to_str().unwrap(),
+        "--max-turns",
+        "2",
+        "--quiet",
+        "-o",
+        out.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (code, _, err) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        crate::util::run_ppol(&args)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    for s in &servers {
+        assert!(s.requests() > 0);
+        assert!(
+            err.contains(&format!("endpoint   {}: concurrency ", s.base_url())),
+            "{err}"
+        );
+    }
+}
