@@ -236,8 +236,10 @@ async fn two_replicas_share_the_load() {
     let servers = serve_replicas(
         2,
         MockScript::always(MockReply::echo()),
+        // An LLM-like latency: scheduling jitter of a loaded test machine (tens of ms) must
+        // not look like one replica being slower than the other.
         MockOptions {
-            latency: Duration::from_millis(20),
+            latency: Duration::from_millis(200),
             ..MockOptions::default()
         },
     )
