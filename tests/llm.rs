@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ppol::dialogue::{Role, ToolCall, Turn};
 use ppol::llm::scripted::ScriptedReply;
 use ppol::llm::{
-    CallRole, ChatModel, ChatModelProvider, ChatRequest, LlmClient, LlmConfig, ModelSpec,
+    BaseUrl, CallRole, ChatModel, ChatModelProvider, ChatRequest, LlmClient, LlmConfig, ModelSpec,
     OpenAiProvider, Price, ProviderKind, ScriptedModel, ToolSpec,
 };
 use ppol::testing::mock_server::{
@@ -857,8 +857,8 @@ completion = 0.6
     let c = LlmConfig::from_cli_value("openai:llama3:8b@http://localhost:11434/v1").unwrap();
     assert_eq!(c.default.model, "llama3:8b");
     assert_eq!(
-        c.default.base_url.as_deref(),
-        Some("http://localhost:11434/v1")
+        c.default.base_url,
+        Some(BaseUrl::One("http://localhost:11434/v1".into()))
     );
     let c = LlmConfig::from_cli_value("openai:gpt-4o-mini").unwrap();
     assert_eq!(c.default.model, "gpt-4o-mini");

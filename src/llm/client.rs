@@ -2,17 +2,29 @@
 //!
 //! * **Routing** — each [`CallRole`] has its own [`ModelSpec`] and provider; roles with the same
 //!   spec share one provider (and its connection pool or script).
-//! * **Concurrency** — one global semaphore of `max_concurrency` permits over all roles. A
-//!   permit is held for the whole call, retries and backoff included. On top of it each base
-//!   URL has its own limit ([`super::endpoint`]): the smallest `max_concurrency` of the specs
-//!   using it, halved whenever an attempt times out with others in flight.
+//! * **Concurrency** — each base URL has its own limit of requests in flight
+//!   ([`super::endpoint`]), adaptive by default: it grows while the server answers at a flat
+//!   latency and shrinks on 429 / 503, timeouts and rising latency, under a cap (the smallest
+//!   `max_concurrency` of the specs using it and the top-level `max_concurrency`). The
+//!   top-level `max_concurrency` is also one semaphore over all calls (a permit is held for
+//!   the whole call, retries and backoff included). [`LlmClient::endpoint_stats`] and
+//!   [`Accounting::endpoints`] report the limits reached. One client serves any number of
+//!   concurrent callers (episodes, candidates): clone it and they share every limit.
+//! * **Replicas** — a role whose `base_url` lists several servers sends each attempt to the
+//!   replica with the fewest requests in flight (a retry prefers another one); a replica that
+//!   refuses connections, or fails three times in a row (5xx, broken connections), is benched
+//!   for a while. Cache keys, context windows and accounting are per model, not per replica;
+//!   errors name the replica that failed.
 //! * **Bounded requests** — a request without `max_tokens` gets the role's spec value, else
 //!   the role's default ([`CallRole::default_max_tokens`]). When the model's context window
 //!   is known (`context_window`, or learned from a context-length error) the history is
 //!   trimmed to fit ([`super::context`]) and the answer carries a note saying so.
 //! * **Timeouts, deadline and retries** — every attempt has the role's `timeout_s`, and the
 //!   whole call the role's deadline (`deadline_s`, default 2.5 × `timeout_s`): no attempt
-//!   starts after it and an attempt's timeout is cut to what is left. Rate limits (429),
+//!   starts after it and an attempt's timeout is cut to what is left. Both measure the
+//!   server's time: the attempt timeout starts when the request is sent, and time spent
+//!   waiting for a free request slot in ppol's own queue does not count towards the
+//!   deadline. Rate limits (429),
 //!   server errors (5xx), timeouts, broken connections, unparseable bodies, empty answers and
 //!   truncated answers (`finish_reason == "length"` with no text) are retried up to
 //!   `max_retries` times with exponential backoff and jitter (`Retry-After` honoured); each
@@ -38,7 +50,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
 use super::context::{self, Calibration};
-use super::endpoint::{Endpoint, Reachability};
+use super::endpoint::{Endpoint, EndpointStats, Overload, Reachability, Slot};
 use super::{
     llm_error, AttemptError, Budget, CallRole, ChatModel, ChatRequest, ChatResponse, ContextBudget,
     FailureKind, LlmConfig, ModelSpec, OpenAiProvider, Provider, ProviderKind, ResponseCache,
@@ -127,6 +139,10 @@ pub struct Accounting {
     pub budget_exhausted: Option<String>,
     /// Which model answers each role (`openai:gpt-4o-mini@https://...`).
     pub models: BTreeMap<CallRole, String>,
+    /// The concurrency reached at each HTTP endpoint (replica): final limit, maximum,
+    /// decreases ([`LlmClient::endpoint_stats`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<EndpointStats>,
 }
 
 impl Accounting {
@@ -169,16 +185,36 @@ impl std::fmt::Display for Accounting {
         if let Some(why) = &self.budget_exhausted {
             write!(f, " — {why}")?;
         }
+        for e in &self.endpoints {
+            write!(f, "\n{:<10} {e}", "endpoint")?;
+        }
         Ok(())
     }
 }
 
-struct Route {
+/// One server of a role's model.
+struct Replica {
     provider: Arc<dyn Provider>,
-    spec: ModelSpec,
     endpoint: Arc<Endpoint>,
-    /// Key of this model's [`Window`] (`endpoint|model`).
+}
+
+struct Route {
+    /// The servers of the role's model (one, or replicas), never empty.
+    replicas: Vec<Replica>,
+    spec: ModelSpec,
+    /// The model's endpoint as cache keys and descriptions name it: the replicas' URLs,
+    /// comma-separated (one URL: that URL).
+    group: String,
+    /// Key of this model's [`Window`] (`group|model`).
     window_key: String,
+    /// Rotates the choice among equally loaded replicas.
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Route {
+    fn provider(&self) -> &Arc<dyn Provider> {
+        &self.replicas[0].provider
+    }
 }
 
 struct Inner {
@@ -238,43 +274,76 @@ impl LlmClientBuilder {
             } else {
                 "default".to_string()
             };
-            let provider = match self.overrides.get(&role) {
-                Some(p) => p.clone(),
-                None => {
-                    let id = serde_json::to_string(&spec).unwrap_or_default();
-                    match shared.get(&id) {
-                        Some(p) => p.clone(),
-                        None => {
-                            let p: Arc<dyn Provider> = match spec.provider {
-                                ProviderKind::OpenAi => Arc::new(OpenAiProvider::from_spec_capped(
-                                    &spec,
-                                    &key,
-                                    config.max_response_bytes,
-                                )?),
-                                ProviderKind::Scripted => {
-                                    Arc::new(ScriptedModel::from_script(spec.script.as_deref())?)
-                                }
-                            };
-                            shared.insert(id, p.clone());
-                            p
-                        }
+            // One spec per replica (the same spec when there is one server).
+            let replica_specs: Vec<ModelSpec> = match spec.provider {
+                ProviderKind::OpenAi if !self.overrides.contains_key(&role) => {
+                    let urls = spec.resolved_base_urls();
+                    if urls.len() == 1 {
+                        vec![spec.clone()]
+                    } else {
+                        urls.iter().map(|u| spec.for_replica(u)).collect()
                     }
                 }
+                _ => vec![spec.clone()],
             };
-            let url = provider.endpoint();
-            let endpoint = endpoints
-                .entry(url.clone())
-                .or_insert_with(|| Arc::new(Endpoint::new(&url, spec.max_concurrency)))
-                .clone();
-            endpoint.limit_to(spec.max_concurrency);
-            let window_key = format!("{url}|{}", provider.model());
+            let cap = spec
+                .max_concurrency
+                .map_or(config.max_concurrency, |m| m.min(config.max_concurrency));
+            let mut replicas = Vec::with_capacity(replica_specs.len());
+            for rspec in &replica_specs {
+                let provider = match self.overrides.get(&role) {
+                    Some(p) => p.clone(),
+                    None => {
+                        let id = serde_json::to_string(rspec).unwrap_or_default();
+                        match shared.get(&id) {
+                            Some(p) => p.clone(),
+                            None => {
+                                let p: Arc<dyn Provider> = match rspec.provider {
+                                    ProviderKind::OpenAi => {
+                                        Arc::new(OpenAiProvider::from_spec_capped(
+                                            rspec,
+                                            &key,
+                                            config.max_response_bytes,
+                                        )?)
+                                    }
+                                    ProviderKind::Scripted => Arc::new(ScriptedModel::from_script(
+                                        rspec.script.as_deref(),
+                                    )?),
+                                };
+                                shared.insert(id, p.clone());
+                                p
+                            }
+                        }
+                    }
+                };
+                let url = provider.endpoint();
+                let endpoint = endpoints
+                    .entry(url.clone())
+                    .or_insert_with(|| {
+                        Arc::new(Endpoint::with_mode(
+                            &url,
+                            Some(cap),
+                            config.adaptive_concurrency,
+                        ))
+                    })
+                    .clone();
+                endpoint.limit_to(Some(cap));
+                replicas.push(Replica { provider, endpoint });
+            }
+            let group = replicas
+                .iter()
+                .map(|r| r.provider.endpoint())
+                .collect::<Vec<_>>()
+                .join(",");
+            let window_key = format!("{group}|{}", replicas[0].provider.model());
             routes.insert(
                 role,
                 Route {
-                    provider,
+                    replicas,
                     spec,
-                    endpoint,
+                    group,
                     window_key,
+                    next: std::sync::atomic::AtomicUsize::new(0),
                 },
             );
         }
@@ -341,18 +410,44 @@ impl LlmClient {
         &self.inner.routes[&role].spec
     }
 
-    /// The provider behind a role.
+    /// The provider behind a role (the first replica's, when there are several).
     pub fn provider(&self, role: CallRole) -> Arc<dyn Provider> {
-        self.inner.routes[&role].provider.clone()
+        self.inner.routes[&role].provider().clone()
     }
 
-    /// `provider:model@endpoint` of a role.
+    /// The base URLs behind a role (several: replicas of its model).
+    pub fn replicas(&self, role: CallRole) -> Vec<String> {
+        self.inner.routes[&role]
+            .replicas
+            .iter()
+            .map(|r| r.endpoint.url().to_string())
+            .collect()
+    }
+
+    /// `provider:model@endpoint` of a role (replicas comma-separated).
     pub fn describe_role(&self, role: CallRole) -> String {
-        let p = &self.inner.routes[&role].provider;
+        let route = &self.inner.routes[&role];
+        let p = route.provider();
         match p.name() {
-            "openai" => format!("openai:{}@{}", p.model(), p.endpoint()),
+            "openai" => format!("openai:{}@{}", p.model(), route.group),
             _ => p.endpoint(),
         }
+    }
+
+    /// The concurrency reached at each HTTP endpoint (every replica once, in role order): the
+    /// limit now, the highest, how often it went down. Cheap; callers may poll it.
+    pub fn endpoint_stats(&self) -> Vec<EndpointStats> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for route in self.inner.routes.values() {
+            for r in &route.replicas {
+                let url = r.endpoint.url();
+                if url.starts_with("http") && seen.insert(url.to_string()) {
+                    out.push(r.endpoint.stats());
+                }
+            }
+        }
+        out
     }
 
     /// The response cache, if enabled.
@@ -377,6 +472,7 @@ impl LlmClient {
                 .iter()
                 .map(|r| (*r, self.describe_role(*r)))
                 .collect(),
+            endpoints: self.endpoint_stats(),
         }
     }
 
@@ -440,7 +536,7 @@ impl LlmClient {
                     .inner
                     .config
                     .prices
-                    .get(self.inner.routes[&role].provider.model())
+                    .get(self.inner.routes[&role].provider().model())
                     .or_else(|| self.inner.config.prices.get(&r.model))
                     .copied()
                     .unwrap_or_default();
@@ -548,8 +644,9 @@ impl LlmClient {
     async fn call(&self, request: &ChatRequest) -> Result<ChatResponse> {
         let role = request.role;
         let route = &self.inner.routes[&role];
-        let provider = route.provider.clone();
-        let endpoint = provider.endpoint();
+        let provider = route.provider().clone();
+        // The model's endpoint (all replicas) until an attempt names the replica it went to.
+        let mut endpoint = route.group.clone();
         let mut request = self.effective(request);
 
         let cache_key = self
@@ -590,10 +687,11 @@ impl LlmClient {
 
         let started = Instant::now();
         let deadline_len = route.spec.deadline();
-        let deadline = started + deadline_len;
-        let fail = |message: String| {
+        // Moved later by the time spent waiting in ppol's own queue for a request slot.
+        let mut deadline = started + deadline_len;
+        let fail = |endpoint: &str, message: String| {
             self.record(role, Outcome::Failed);
-            Err(llm_error(&endpoint, role, message))
+            Err(llm_error(endpoint, role, message))
         };
         let max_retries = self.inner.max_retries;
         let mut retry = 0u32;
@@ -601,35 +699,37 @@ impl LlmClient {
         let mut reconnects = 0u32;
         let mut attempts = 0u32;
         let mut notes: Vec<String> = Vec::new();
+        // The replica that failed the last attempt (a retry prefers another one).
+        let mut avoid: Option<usize> = None;
         loop {
             let (sent, fit_note) = match self.fit(role, &request) {
                 Ok(x) => x,
-                Err(why) => return fail(format!("{why} (not sent)")),
+                Err(why) => return fail(&endpoint, format!("{why} (not sent)")),
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return fail(format!(
-                    "deadline of {:.1} s (deadline_s) reached after {attempts} attempt(s)",
-                    deadline_len.as_secs_f64()
-                ));
+                return fail(
+                    &endpoint,
+                    format!(
+                        "deadline of {:.1} s (deadline_s) reached after {attempts} attempt(s)",
+                        deadline_len.as_secs_f64()
+                    ),
+                );
             }
-            let slot = match tokio::time::timeout(left, route.endpoint.slot()).await {
-                Ok(slot) => slot,
-                Err(_) => {
-                    return fail(format!(
-                        "deadline of {:.1} s (deadline_s) reached while waiting for a free \
-                         request slot at {endpoint} (limit {})",
-                        deadline_len.as_secs_f64(),
-                        route.endpoint.limit()
-                    ))
-                }
-            };
+            // Waiting for a slot is ppol's own queue, not the server's time: it does not count
+            // towards the deadline (the requests ahead have timeouts of their own).
+            let queued_at = Instant::now();
+            let (index, slot) = acquire(route, avoid).await;
+            deadline += queued_at.elapsed();
+            let replica = &route.replicas[index];
+            endpoint = replica.endpoint.url().to_string();
             let left = deadline.saturating_duration_since(Instant::now());
             let timeout = route.spec.timeout().min(left.max(Duration::from_millis(1)));
             self.count_attempt(role, retry > 0);
             attempts += 1;
             let attempt_started = Instant::now();
-            let result = match tokio::time::timeout(timeout, provider.attempt(&sent)).await {
+            let result = match tokio::time::timeout(timeout, replica.provider.attempt(&sent)).await
+            {
                 Ok(r) => r,
                 Err(_) => Err(AttemptError::new(
                     FailureKind::Timeout,
@@ -643,11 +743,15 @@ impl LlmClient {
                     },
                 )),
             };
-            let in_flight = slot.in_flight_at_start();
+            let latency = attempt_started.elapsed();
+            let ticket = slot.ticket();
+            let in_flight = ticket.in_flight_at_start();
             drop(slot);
             let error = match result {
                 Ok(mut response) => {
-                    route.endpoint.answered();
+                    replica
+                        .endpoint
+                        .answered(ticket, latency, route.spec.timeout());
                     response.cached = false;
                     if response.usage.prompt_tokens > 0 {
                         let p = response.usage.prompt_tokens;
@@ -675,9 +779,15 @@ impl LlmClient {
                 Err(e) => e,
             };
             let mut error = error;
+            let several = route.replicas.len() > 1;
+            avoid = several.then_some(index);
             match error.kind {
                 FailureKind::Timeout => {
-                    if let Some(limit) = route.endpoint.timed_out(in_flight) {
+                    if let Some(limit) =
+                        replica
+                            .endpoint
+                            .overloaded(ticket, Overload::Timeout, error.retry_after)
+                    {
                         tracing::warn!(
                             %endpoint,
                             in_flight,
@@ -691,15 +801,67 @@ impl LlmClient {
                         ));
                     }
                 }
+                FailureKind::RateLimited | FailureKind::Server(503) => {
+                    if let Some(limit) =
+                        replica
+                            .endpoint
+                            .overloaded(ticket, Overload::Busy, error.retry_after)
+                    {
+                        tracing::info!(
+                            %endpoint,
+                            in_flight,
+                            limit,
+                            "the endpoint is busy ({}): at most {limit} requests in flight from \
+                             now on",
+                            error.kind.label()
+                        );
+                    }
+                    if error.kind != FailureKind::RateLimited && replica.endpoint.failed(false) {
+                        tracing::warn!(%endpoint, "replica benched after failing repeatedly");
+                    }
+                }
+                FailureKind::Server(_) | FailureKind::Connection => {
+                    let benched = replica.endpoint.failed(false);
+                    if benched && several {
+                        tracing::warn!(
+                            %endpoint,
+                            "replica benched after failing repeatedly: {error}"
+                        );
+                    }
+                }
+                FailureKind::Unreachable
+                    if several
+                        && reconnects < MAX_RECONNECTS * route.replicas.len() as u32
+                        && route
+                            .replicas
+                            .iter()
+                            .enumerate()
+                            .any(|(i, r)| i != index && !r.endpoint.is_benched()) =>
+                {
+                    // Another replica can answer: bench this one and go there at once.
+                    replica.endpoint.failed(true);
+                    reconnects += 1;
+                    tracing::warn!(
+                        %endpoint,
+                        "replica refuses connections; benched, sending to another: {error}"
+                    );
+                    notes.push(format!(
+                        "{endpoint} refused the connection; sent to another replica"
+                    ));
+                    continue;
+                }
                 FailureKind::Unreachable => {
                     if reconnects >= MAX_RECONNECTS {
-                        return fail(format!(
-                            "gave up after {attempts} attempt(s): the endpoint accepted TCP \
+                        return fail(
+                            &endpoint,
+                            format!(
+                                "gave up after {attempts} attempt(s): the endpoint accepted TCP \
                              connections again {reconnects} times but the request still could \
                              not connect; last error: {error}"
-                        ));
+                            ),
+                        );
                     }
-                    match route
+                    match replica
                         .endpoint
                         .wait_until_reachable(&error.message, self.inner.endpoint_wait, deadline)
                         .await
@@ -720,7 +882,7 @@ impl LlmClient {
                             continue;
                         }
                         Reachability::Down(why) => {
-                            return fail(format!("{why} (after {attempts} attempt(s))"));
+                            return fail(&endpoint, format!("{why} (after {attempts} attempt(s))"));
                         }
                     }
                 }
@@ -761,10 +923,13 @@ impl LlmClient {
                     } else {
                         context_resends += 1;
                         if context_resends > MAX_CONTEXT_RESENDS {
-                            return fail(format!(
+                            return fail(
+                                &endpoint,
+                                format!(
                                 "{error} — still too long after trimming {MAX_CONTEXT_RESENDS} \
                                  times (not retried)"
-                            ));
+                            ),
+                            );
                         }
                         if let Some(p) = overflow.prompt_tokens {
                             self.update_window(&route.window_key, |w| {
@@ -801,21 +966,27 @@ impl LlmClient {
                 _ => {}
             }
             if !error.kind.is_retryable() {
-                return fail(format!("{error} (not retried)"));
+                return fail(&endpoint, format!("{error} (not retried)"));
             }
             if retry >= max_retries {
-                return fail(format!(
-                    "gave up after {} attempt(s) ({} retries); last error: {error}",
-                    attempts, retry
-                ));
+                return fail(
+                    &endpoint,
+                    format!(
+                        "gave up after {} attempt(s) ({} retries); last error: {error}",
+                        attempts, retry
+                    ),
+                );
             }
             let delay = self.backoff(retry, error.retry_after);
             if Instant::now() + delay >= deadline {
-                return fail(format!(
+                return fail(
+                    &endpoint,
+                    format!(
                     "deadline of {:.1} s (deadline_s) reached after {attempts} attempt(s); last \
                      error: {error}",
                     deadline_len.as_secs_f64()
-                ));
+                ),
+                );
             }
             if error.kind.is_about_content() {
                 let t = RETRY_TEMPERATURES[(retry as usize).min(RETRY_TEMPERATURES.len() - 1)];
@@ -843,6 +1014,60 @@ impl LlmClient {
             tokio::time::sleep(delay).await;
             retry += 1;
         }
+    }
+}
+
+/// A request slot at one of the route's replicas: among those not benched (all, when every
+/// one is), the one with the fewest requests in flight that has a free slot, preferring any
+/// but `avoid` (the replica that just failed); ties rotate. Waits for a slot to free up.
+async fn acquire(route: &Route, avoid: Option<usize>) -> (usize, Slot<'_>) {
+    use std::sync::atomic::Ordering;
+    let n = route.replicas.len();
+    if n == 1 {
+        return (0, route.replicas[0].endpoint.slot().await);
+    }
+    // Counted as demand at every replica while waiting (lets their limits grow).
+    let mut waiting = Vec::new();
+    loop {
+        let mut released: Vec<_> = route
+            .replicas
+            .iter()
+            .map(|r| Box::pin(r.endpoint.released()))
+            .collect();
+        for r in released.iter_mut() {
+            r.as_mut().enable();
+        }
+        let mut candidates: Vec<usize> = (0..n)
+            .filter(|i| !route.replicas[*i].endpoint.is_benched())
+            .collect();
+        if candidates.is_empty() {
+            candidates = (0..n).collect();
+        }
+        if candidates.len() > 1 {
+            if let Some(a) = avoid {
+                candidates.retain(|i| *i != a);
+            }
+        }
+        let start = route.next.fetch_add(1, Ordering::Relaxed);
+        candidates.sort_by_key(|i| {
+            (
+                route.replicas[*i].endpoint.in_flight(),
+                (i + n - start % n) % n,
+            )
+        });
+        for i in candidates {
+            if let Some(slot) = route.replicas[i].endpoint.try_slot() {
+                return (i, slot);
+            }
+        }
+        if waiting.is_empty() {
+            waiting = route
+                .replicas
+                .iter()
+                .map(|r| r.endpoint.waiting())
+                .collect();
+        }
+        futures::future::select_all(released).await;
     }
 }
 

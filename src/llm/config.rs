@@ -5,7 +5,8 @@
 //! ([`LlmConfig::from_cli_value`]) or is built in code. A complete TOML file:
 //!
 //! ```toml
-//! max_concurrency = 8        # simultaneous requests over all roles
+//! max_concurrency = 256      # simultaneous calls over all roles (a cap; see below)
+//! adaptive_concurrency = true   # per-endpoint limits adapt to the server (AIMD)
 //! max_retries = 4            # retries after the first attempt
 //! backoff_base_ms = 500      # first retry waits about this long, doubling each time
 //! backoff_max_ms = 30000     # cap of one backoff
@@ -20,14 +21,15 @@
 //! [default]                  # the model of every role not listed under [roles]
 //! provider = "openai"        # "openai" (any OpenAI-compatible endpoint) or "scripted"
 //! model = "gpt-4o-mini"      # empty: $PPOL_LLM_MODEL
-//! base_url = "http://localhost:8000/v1"   # unset: $OPENAI_BASE_URL, else api.openai.com
+//! base_url = "http://localhost:8000/v1"   # unset: $OPENAI_BASE_URL, else api.openai.com;
+//!                          # a list is replicas of one model: ["http://a:8000/v1", "http://b:8000/v1"]
 //! api_key_env = "OPENAI_API_KEY"
 //! temperature = 0.7          # used when a request does not set its own
 //! max_tokens = 1024          # unset: a per-role default (CallRole::default_max_tokens)
 //! timeout_s = 60             # one attempt
 //! deadline_s = 150           # one call, retries and waits included (unset: 2.5 × timeout_s)
 //! context_window = 8192      # the model's context in tokens (unset: learned from a 400)
-//! max_concurrency = 4        # requests in flight to this base URL (unset: no extra limit)
+//! max_concurrency = 4        # cap of requests in flight to each base URL (unset: no extra cap)
 //! headers = { "X-Title" = "ppol" }
 //!
 //! [roles.user-sim]           # field-by-field override of [default] for one role
@@ -41,6 +43,20 @@
 //! prompt = 0.15
 //! completion = 0.60
 //! ```
+//!
+//! **Concurrency.** Each base URL has its own limit of requests in flight, which adapts to
+//! the server by default (see [`super::endpoint`]): it starts at 8, grows while answers come
+//! back at a flat latency, and shrinks on 429 / 503, timeouts and rising latency. The
+//! `max_concurrency` values cap it: the spec's per base URL, the top-level one over all calls
+//! (a call holds its permit through retries and backoff). `max_concurrency = 1` keeps exactly
+//! one request in flight, what a llama.cpp server answering one at a time wants;
+//! `adaptive_concurrency = false` fixes each limit at its cap.
+//!
+//! **Replicas.** A `base_url` list names servers of the same model (vLLM or SGLang replicas,
+//! several llama.cpp processes): each request goes to the replica with the fewest requests in
+//! flight, a replica that fails repeatedly is benched for a while, and the cache and the
+//! accounting see one model. The `--llm` form takes them comma-separated:
+//! `openai:MODEL@http://a:8000/v1,http://b:8000/v1`.
 //!
 //! Role names are `user-sim`, `agent`, `mutator`, `generator` and `reflection`. Every unknown
 //! key is an [`Error::Config`] naming the dotted key (`roles.agent.temprature`).
@@ -67,6 +83,88 @@ pub const ENV_BASE_URL: &str = "OPENAI_BASE_URL";
 pub const ENV_API_KEY: &str = "OPENAI_API_KEY";
 /// Environment variable holding the default model name.
 pub const ENV_MODEL: &str = "PPOL_LLM_MODEL";
+
+/// The base URL of a model: one, or several replicas serving the same model. In TOML a
+/// string or a list of strings; it serializes the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum BaseUrl {
+    /// One server.
+    One(String),
+    /// Replicas of one model (requests go to the one with the fewest in flight).
+    Replicas(Vec<String>),
+}
+
+impl BaseUrl {
+    /// The URLs as written (trimmed, without a trailing slash).
+    pub fn urls(&self) -> Vec<String> {
+        let clean = |u: &String| u.trim().trim_end_matches('/').to_string();
+        match self {
+            BaseUrl::One(u) => vec![clean(u)],
+            BaseUrl::Replicas(us) => us.iter().map(clean).collect(),
+        }
+    }
+
+    /// Whether no URL is given (an empty string or list).
+    pub fn is_empty(&self) -> bool {
+        self.urls().iter().all(|u| u.is_empty())
+    }
+}
+
+impl From<&str> for BaseUrl {
+    fn from(u: &str) -> Self {
+        BaseUrl::One(u.to_string())
+    }
+}
+
+impl From<String> for BaseUrl {
+    fn from(u: String) -> Self {
+        BaseUrl::One(u)
+    }
+}
+
+impl From<Vec<String>> for BaseUrl {
+    fn from(us: Vec<String>) -> Self {
+        if us.len() == 1 {
+            BaseUrl::One(us.into_iter().next().unwrap_or_default())
+        } else {
+            BaseUrl::Replicas(us)
+        }
+    }
+}
+
+impl std::fmt::Display for BaseUrl {
+    /// The URLs comma-separated (the `--llm` form).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.urls().join(","))
+    }
+}
+
+impl<'de> Deserialize<'de> for BaseUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = BaseUrl;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a URL string or a list of URL strings (replicas of one model)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<BaseUrl, E> {
+                Ok(BaseUrl::One(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<BaseUrl, A::Error> {
+                let mut urls = Vec::new();
+                while let Some(u) = seq.next_element::<String>()? {
+                    urls.push(u);
+                }
+                Ok(BaseUrl::Replicas(urls))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
 
 /// Which implementation answers a role's requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -109,10 +207,11 @@ pub struct ModelSpec {
     /// Model name sent to the endpoint; empty means `$PPOL_LLM_MODEL` (required for `openai`).
     #[serde(default)]
     pub model: String,
-    /// Base URL including the version prefix (`http://localhost:8000/v1`); `None` means
-    /// `$OPENAI_BASE_URL`, else [`OPENAI_DEFAULT_BASE_URL`].
+    /// Base URL including the version prefix (`http://localhost:8000/v1`), or a list of
+    /// replicas of the same model; `None` means `$OPENAI_BASE_URL` (which may also list
+    /// replicas, comma-separated), else [`OPENAI_DEFAULT_BASE_URL`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_url: Option<String>,
+    pub base_url: Option<BaseUrl>,
     /// Name of the environment variable holding the API key. A missing variable is an error
     /// only for api.openai.com; local servers get an empty key.
     #[serde(default = "default_api_key_env")]
@@ -136,9 +235,10 @@ pub struct ModelSpec {
     /// context-length error (see [`super::context`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
-    /// Requests in flight to this model's base URL at once (on top of the global
-    /// [`LlmConfig::max_concurrency`]). A local server that answers one request at a time
-    /// wants 1; unset, the client lowers the limit by itself when attempts time out.
+    /// Cap of the requests in flight to each of this model's base URLs (on top of the global
+    /// [`LlmConfig::max_concurrency`]); under it the limit adapts to the server (see
+    /// [`LlmConfig::adaptive_concurrency`]). A local server that answers one request at a time
+    /// wants 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<usize>,
     /// Extra HTTP headers sent with every request (`openai` only).
@@ -185,7 +285,7 @@ impl ModelSpec {
         ModelSpec {
             provider: ProviderKind::OpenAi,
             model: model.into(),
-            base_url,
+            base_url: base_url.map(BaseUrl::One),
             ..ModelSpec::default()
         }
     }
@@ -207,16 +307,39 @@ impl ModelSpec {
         }
     }
 
-    /// The base URL after the `$OPENAI_BASE_URL` fallback, without a trailing slash.
+    /// The base URL after the `$OPENAI_BASE_URL` fallback, without a trailing slash (the
+    /// first replica's, when there are several).
     pub fn resolved_base_url(&self) -> String {
-        let url = match &self.base_url {
-            Some(u) if !u.trim().is_empty() => u.trim().to_string(),
+        self.resolved_base_urls().swap_remove(0)
+    }
+
+    /// Every replica's base URL after the `$OPENAI_BASE_URL` fallback (comma-separated
+    /// there), without trailing slashes; never empty.
+    pub fn resolved_base_urls(&self) -> Vec<String> {
+        let urls = match &self.base_url {
+            Some(u) if !u.is_empty() => u.urls(),
             _ => match std::env::var(ENV_BASE_URL) {
-                Ok(u) if !u.trim().is_empty() => u.trim().to_string(),
-                _ => OPENAI_DEFAULT_BASE_URL.to_string(),
+                Ok(u) if !u.trim().is_empty() => u
+                    .split(',')
+                    .map(|u| u.trim().trim_end_matches('/').to_string())
+                    .filter(|u| !u.is_empty())
+                    .collect(),
+                _ => Vec::new(),
             },
         };
-        url.trim_end_matches('/').to_string()
+        if urls.is_empty() {
+            vec![OPENAI_DEFAULT_BASE_URL.to_string()]
+        } else {
+            urls
+        }
+    }
+
+    /// The same spec for one replica (`base_url` set to `url`).
+    pub fn for_replica(&self, url: &str) -> ModelSpec {
+        ModelSpec {
+            base_url: Some(BaseUrl::One(url.to_string())),
+            ..self.clone()
+        }
     }
 
     /// The API key read from [`ModelSpec::api_key_env`]. Missing is an error only for the
@@ -233,14 +356,21 @@ impl ModelSpec {
                 }
                 Ok(k)
             }
-            Err(_) if self.resolved_base_url().contains("api.openai.com") => Err(Error::config(
-                key,
-                format!(
-                    "environment variable ${} is not set (needed for {})",
-                    self.api_key_env,
-                    self.resolved_base_url()
-                ),
-            )),
+            Err(_)
+                if self
+                    .resolved_base_urls()
+                    .iter()
+                    .any(|u| u.contains("api.openai.com")) =>
+            {
+                Err(Error::config(
+                    key,
+                    format!(
+                        "environment variable ${} is not set (needed for {})",
+                        self.api_key_env,
+                        self.resolved_base_urls().join(", ")
+                    ),
+                ))
+            }
             Err(_) => Ok(String::new()),
         }
     }
@@ -294,13 +424,33 @@ impl ModelSpec {
                 "must be at least 1 (leave it out for the role's default)",
             ));
         }
-        if let Some(url) = &self.base_url {
-            let u = url.trim();
-            if !(u.starts_with("http://") || u.starts_with("https://")) {
+        if let Some(base) = &self.base_url {
+            let urls = base.urls();
+            let many = matches!(base, BaseUrl::Replicas(_));
+            if many && urls.is_empty() {
                 return Err(Error::config(
                     format!("{key}.base_url"),
-                    format!("'{url}' is not an http:// or https:// URL"),
+                    "an empty list; give one URL or several replicas",
                 ));
+            }
+            for (i, u) in urls.iter().enumerate() {
+                let at = if many {
+                    format!("{key}.base_url[{i}]")
+                } else {
+                    format!("{key}.base_url")
+                };
+                if !(u.starts_with("http://") || u.starts_with("https://")) {
+                    return Err(Error::config(
+                        at,
+                        format!("'{u}' is not an http:// or https:// URL"),
+                    ));
+                }
+                if urls[..i].contains(u) {
+                    return Err(Error::config(
+                        at,
+                        format!("'{u}' is listed twice (each replica once)"),
+                    ));
+                }
             }
         }
         if let Some(t) = self.temperature {
@@ -347,7 +497,7 @@ pub struct ModelPatch {
     pub model: Option<String>,
     /// See [`ModelSpec::base_url`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_url: Option<String>,
+    pub base_url: Option<BaseUrl>,
     /// See [`ModelSpec::api_key_env`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
@@ -477,7 +627,10 @@ impl Price {
 }
 
 fn default_max_concurrency() -> usize {
-    8
+    256
+}
+fn default_adaptive_concurrency() -> bool {
+    true
 }
 fn default_max_retries() -> u32 {
     4
@@ -499,9 +652,14 @@ fn default_max_response_bytes() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
-    /// Maximum simultaneous requests over all roles (≥ 1).
+    /// Maximum simultaneous calls over all roles (≥ 1), retries and backoff included; also the
+    /// cap of every endpoint's adaptive limit. Default 256.
     #[serde(default = "default_max_concurrency")]
     pub max_concurrency: usize,
+    /// Whether each endpoint's limit of requests in flight adapts to the server (AIMD, see
+    /// [`super::endpoint`]; default) or stays fixed at its cap (`max_concurrency`).
+    #[serde(default = "default_adaptive_concurrency")]
+    pub adaptive_concurrency: bool,
     /// Retries after the first attempt of a call.
     #[serde(default = "default_max_retries")]
     pub max_retries: u32,
@@ -547,6 +705,7 @@ impl Default for LlmConfig {
 
 const TOP_KEYS: &[&str] = &[
     "max_concurrency",
+    "adaptive_concurrency",
     "max_retries",
     "backoff_base_ms",
     "backoff_max_ms",
@@ -680,6 +839,7 @@ impl LlmConfig {
     pub fn with_default(spec: ModelSpec) -> Self {
         LlmConfig {
             max_concurrency: default_max_concurrency(),
+            adaptive_concurrency: default_adaptive_concurrency(),
             max_retries: default_max_retries(),
             backoff_base_ms: default_backoff_base_ms(),
             backoff_max_ms: default_backoff_max_ms(),
@@ -854,7 +1014,8 @@ impl LlmConfig {
     /// * `scripted` — every role on the offline scripted provider (hash answers);
     /// * `scripted:FILE.jsonl` — the scripted provider replaying a script;
     /// * `openai:MODEL` or `openai:MODEL@BASE_URL` — every role on one OpenAI-compatible model
-    ///   (`openai:@http://...` takes the model from `$PPOL_LLM_MODEL`);
+    ///   (`openai:@http://...` takes the model from `$PPOL_LLM_MODEL`); replicas of the model
+    ///   comma-separated: `openai:MODEL@http://a/v1,http://b/v1`;
     /// * a path to a TOML file (see the [module docs](self)).
     pub fn from_cli_value(value: &str) -> Result<Self> {
         let v = value.trim();
@@ -875,7 +1036,14 @@ impl LlmConfig {
                 Some(i) => (&rest[..i], Some(rest[i + 1..].to_string())),
                 None => (rest, None),
             };
-            let cfg = LlmConfig::openai(model.trim(), base);
+            let mut cfg = LlmConfig::openai(model.trim(), None);
+            cfg.default.base_url = base.map(|b| {
+                BaseUrl::from(
+                    b.split(',')
+                        .map(|u| u.trim().to_string())
+                        .collect::<Vec<_>>(),
+                )
+            });
             cfg.validate().map_err(|e| match e {
                 Error::Config { message, .. } => Error::config("--llm", message),
                 other => other,

@@ -13,7 +13,8 @@
 //! * [`recover`] — tool calls that a model wrote into its text instead of the `tool_calls`
 //!   field, recovered for the agent loop.
 //! * [`endpoint`] — per-endpoint state shared by every role on one base URL: the adaptive
-//!   concurrency limit and the wait for an endpoint that refuses connections.
+//!   concurrency limit (AIMD on latency, 429 / 503 and timeouts), the health of a replica
+//!   and the wait for an endpoint that refuses connections.
 //!
 //! Building a client:
 //!
@@ -49,7 +50,8 @@ pub mod scripted;
 
 pub use cache::ResponseCache;
 pub use client::{Accounting, LlmClient, RoleAccounting};
-pub use config::{Budget, LlmConfig, ModelPatch, ModelSpec, Price, ProviderKind};
+pub use config::{BaseUrl, Budget, LlmConfig, ModelPatch, ModelSpec, Price, ProviderKind};
+pub use endpoint::EndpointStats;
 pub use openai::OpenAiProvider;
 pub use scripted::ScriptedModel;
 

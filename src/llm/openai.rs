@@ -73,14 +73,69 @@ impl std::fmt::Display for HttpStatusError {
 
 impl std::error::Error for HttpStatusError {}
 
-/// Parse `Retry-After` as (possibly fractional) seconds; HTTP dates are ignored.
+/// Parse `Retry-After`: (possibly fractional) seconds, or an HTTP date (RFC 9110: IMF-fixdate
+/// `Sun, 06 Nov 1994 08:49:37 GMT`, and the obsolete RFC 850 and asctime forms) as the time
+/// left until then (zero when it has passed). At most an hour.
 pub fn parse_retry_after(value: &str) -> Option<Duration> {
-    let secs: f64 = value.trim().parse().ok()?;
-    if secs.is_finite() && secs >= 0.0 {
-        Some(Duration::from_secs_f64(secs.min(3600.0)))
-    } else {
-        None
+    parse_retry_after_at(value, std::time::SystemTime::now())
+}
+
+/// [`parse_retry_after`] relative to `now`.
+pub fn parse_retry_after_at(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    const HOUR: f64 = 3600.0;
+    if let Ok(secs) = value.trim().parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(HOUR)));
     }
+    let at = parse_http_date(value)?;
+    let left = at.duration_since(now).unwrap_or(Duration::ZERO);
+    Some(left.min(Duration::from_secs_f64(HOUR)))
+}
+
+/// An HTTP date in any of the three forms of RFC 9110 section 5.6.7.
+fn parse_http_date(value: &str) -> Option<std::time::SystemTime> {
+    const MONTHS: [&str; 12] = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
+    let cleaned: String = value
+        .chars()
+        .map(|c| if c == ',' || c == '-' { ' ' } else { c })
+        .collect();
+    let mut month = None;
+    let mut time = None;
+    let mut numbers = Vec::new();
+    for token in cleaned.split_whitespace() {
+        let lower = token.to_ascii_lowercase();
+        if let Some(m) = MONTHS.iter().position(|m| *m == lower) {
+            month = Some(m + 1);
+        } else if token.contains(':') {
+            time = Some(token);
+        } else if let Ok(n) = token.parse::<u32>() {
+            numbers.push((n, token.len()));
+        } else if !(lower == "gmt" || lower == "utc" || lower.chars().all(char::is_alphabetic)) {
+            return None;
+        }
+    }
+    let (month, time) = (month?, time?);
+    let [(day, _), (year, year_digits)] = numbers[..] else {
+        return None;
+    };
+    // RFC 850's two-digit years: RFC 9110 reads one more than 50 years ahead as the past.
+    let year = match year_digits {
+        2 if year >= 70 => 1900 + year,
+        2 => 2000 + year,
+        4 => year,
+        _ => return None,
+    };
+    let mut hms = time.split(':').map(|p| p.parse::<u32>().ok());
+    let (h, m, sec) = (hms.next()??, hms.next()??, hms.next()??);
+    if hms.next().is_some() || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    humantime::parse_rfc3339(&format!(
+        "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{:02}Z",
+        sec.min(59)
+    ))
+    .ok()
 }
 
 /// A 2xx body larger than the cap, carried through `async-openai` as `OpenAIError::Boxed`.
@@ -694,5 +749,49 @@ impl ChatModel for OpenAiProvider {
         self.attempt(request)
             .await
             .map_err(|e| llm_error(&self.base_url, request.role, e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    #[test]
+    fn retry_after_takes_seconds_and_http_dates() {
+        // 1994-11-06T08:49:37Z
+        let date = UNIX_EPOCH + Duration::from_secs(784_111_777);
+        let now = date - Duration::from_secs(90);
+        assert_eq!(
+            parse_retry_after_at("1.5", now),
+            Some(Duration::from_millis(1500))
+        );
+        for form in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(
+                parse_retry_after_at(form, now),
+                Some(Duration::from_secs(90)),
+                "{form}"
+            );
+        }
+        // A date already past: go now.
+        assert_eq!(
+            parse_retry_after_at(
+                "Sun, 06 Nov 1994 08:49:37 GMT",
+                date + Duration::from_secs(5)
+            ),
+            Some(Duration::ZERO)
+        );
+        // Far ahead: capped at an hour.
+        assert_eq!(
+            parse_retry_after_at("Sun, 06 Nov 1994 08:49:37 GMT", UNIX_EPOCH),
+            Some(Duration::from_secs(3600))
+        );
+        for bad in ["soon", "-1", "Sun, 32 Nov 1994 08:49:37 GMT", "Nov 1994"] {
+            assert_eq!(parse_retry_after_at(bad, SystemTime::now()), None, "{bad}");
+        }
     }
 }

@@ -51,6 +51,10 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         end_to_end_runs: usize,
     },
+    /// How well ppol drives an LLM endpoint, against the mock server (needs a build with
+    /// `--features testing`): evaluation time as a multiple of one episode, CPU per call,
+    /// the concurrency it settles at under 429s.
+    Llm(super::bench_llm::BenchLlmArgs),
 }
 
 /// The reference timing script: loads `ppol/fingerprinting.py` without importing the heavy
@@ -97,7 +101,7 @@ with open(sys.argv[2], "w", encoding="utf-8") as out:
 
 /// Run `ppol bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let BenchCommand::Fingerprint {
+    let (
         traces,
         repeat,
         feature_set,
@@ -105,7 +109,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         no_reference,
         end_to_end_dialogues,
         end_to_end_runs,
-    } = args.command;
+    ) = match args.command {
+        BenchCommand::Llm(a) => return super::bench_llm::run(a),
+        BenchCommand::Fingerprint {
+            traces,
+            repeat,
+            feature_set,
+            reference_python,
+            no_reference,
+            end_to_end_dialogues,
+            end_to_end_runs,
+        } => (
+            traces,
+            repeat,
+            feature_set,
+            reference_python,
+            no_reference,
+            end_to_end_dialogues,
+            end_to_end_runs,
+        ),
+    };
     let ds = traces::load_many(&traces, &LoadOptions::default())?;
     anyhow::ensure!(!ds.is_empty(), "no dialogues in the given traces");
     let repeat = repeat.max(1);
