@@ -308,6 +308,10 @@ impl ChatModel for Metered {
         self.client.describe_for(role)
     }
 
+    fn context_budget(&self, role: CallRole) -> Option<crate::llm::ContextBudget> {
+        self.client.context_budget(role)
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse> {
         let out = self.client.chat(request).await;
         if let Err(e) = self.ledger.append("call") {
