@@ -6,8 +6,11 @@
 //!   `--personas` personas with default settings (adaptive concurrency, one episode in flight
 //!   per pair): the wall time of the evaluation as a multiple of one episode. With every
 //!   request answered after the same latency, 1.0× is the ideal: all episodes in parallel.
-//! * **(b) evolution** — 4 candidates evaluated in flight at once: not measured yet (the
-//!   evolution loop evaluates its candidates one after another; issue #13, item 3).
+//! * **(b) evolution** — an LLM-mode evolution (LLM user simulator and agent on the mock,
+//!   structural mutations: the mock writes no diffs) of 1 + `--iterations` iterations, once
+//!   with one candidate in flight and once with `--in-flight`, both with generations of
+//!   `--in-flight` (so both runs make the same proposals): the wall time of the iterations
+//!   after the seed with candidates in flight, as a multiple of one iteration of the first run.
 //! * **(c) CPU per call** — the same evaluation against a mock without latency: the CPU
 //!   time (user + system) of this process per LLM request, episode logic included.
 //! * **(d) 429 above N** — the evaluation against a mock that answers 429 (`Retry-After: 1`)
@@ -54,9 +57,15 @@ pub struct BenchLlmArgs {
     /// (d): the mock answers 429 once this many requests are in flight.
     #[arg(long, default_value_t = 16)]
     pub busy_above: usize,
-    /// Which parts to run (a, c, d; b is not measured yet).
-    #[arg(long, value_delimiter = ',', default_value = "a,c,d")]
+    /// Which parts to run.
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
     pub only: Vec<String>,
+    /// (b): iterations after the seed.
+    #[arg(long, default_value_t = 8)]
+    pub iterations: u64,
+    /// (b): candidates in flight (and the generation size of both runs).
+    #[arg(long, default_value_t = 4)]
+    pub in_flight: usize,
     /// Print the figures as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
@@ -116,6 +125,74 @@ impl Drop for MockChild {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// What one (b) run measured.
+struct EvolutionTiming {
+    /// Seconds from the seed's commit to the last iteration's.
+    after_seed_s: f64,
+    /// The evaluated programs, in order (both runs must agree).
+    evaluated: Vec<String>,
+}
+
+/// An LLM-mode evolution on the mock at `base_url` with `parallel` candidates in flight.
+fn evolution(
+    args: &BenchLlmArgs,
+    base_url: &str,
+    parallel: usize,
+) -> anyhow::Result<EvolutionTiming> {
+    use crate::evolve::config::{EpisodeBackend, MutationMode, RunConfig};
+    use crate::evolve::evolution::{Progress, RunControl};
+    use crate::evolve::runlog::{self, Event};
+    use std::sync::Mutex;
+
+    let dir = tempfile::tempdir()?;
+    let mut cfg = RunConfig::default();
+    cfg.run.domain = args.domain.clone();
+    cfg.run.tau2_data = args.tau2_data.clone();
+    cfg.run.out = Some(dir.path().join("run"));
+    cfg.search.iterations = 1 + args.iterations;
+    cfg.search.parallel_candidates = parallel;
+    cfg.search.generation_size = Some(args.in_flight);
+    cfg.search.early_stop_evaluations = 0;
+    cfg.mutation.mode = MutationMode::Structural;
+    cfg.episodes.backend = EpisodeBackend::Llm;
+    cfg.episodes.max_turns = args.max_turns.min(5);
+    cfg.episodes.val_max_turns = args.max_turns.min(5);
+    cfg.llm = Some(mock_llm(base_url));
+    let marks: Arc<Mutex<Vec<(u64, Instant)>>> = Arc::default();
+    let seen = marks.clone();
+    let control = RunControl {
+        progress: Some(Arc::new(move |p: &Progress| {
+            seen.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((p.iteration, Instant::now()));
+        })),
+        ..RunControl::default()
+    };
+    let summary = ops::block_on(ops::evolve(cfg, control))??;
+    anyhow::ensure!(
+        summary.iterations == 1 + args.iterations,
+        "(b) the run stopped early: {} after {} iterations",
+        summary.reason,
+        summary.iterations
+    );
+    let marks = marks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let at = |k: u64| marks.iter().rev().find(|(i, _)| *i == k).map(|(_, t)| *t);
+    let (Some(seed), Some(last)) = (at(1), at(1 + args.iterations)) else {
+        anyhow::bail!("(b) the run reported no progress for its first or last iteration");
+    };
+    let evaluated = runlog::read(&dir.path().join("run/log.jsonl"))?
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::CandidateEvaluated { program_id, .. } => Some(program_id),
+            _ => None,
+        })
+        .collect();
+    Ok(EvolutionTiming {
+        after_seed_s: last.duration_since(seed).as_secs_f64(),
+        evaluated,
+    })
 }
 
 /// The default LLM configuration, every role on the mock.
@@ -292,12 +369,40 @@ pub fn run(args: BenchLlmArgs) -> anyhow::Result<()> {
     }
 
     if wants("b") {
-        say(
-            "(b) evolution with 4 candidates in flight: not measured yet — the loop evaluates \
-             one candidate at a time (issue #13, item 3)"
-                .to_string(),
+        anyhow::ensure!(
+            args.iterations >= 1 && args.in_flight >= 1,
+            "--iterations and --in-flight must be at least 1"
         );
-        out.insert("b".into(), Value::Null);
+        let mock = MockChild::start(&latency)?;
+        let one = evolution(&args, &mock.base_url, 1)?;
+        drop(mock);
+        let mock = MockChild::start(&latency)?;
+        let many = evolution(&args, &mock.base_url, args.in_flight)?;
+        let per_iteration = one.after_seed_s / args.iterations as f64;
+        let ratio = many.after_seed_s / per_iteration;
+        say(format!(
+            "(b) LLM-mode evolution, {} iterations after the seed: one at a time {:.2} s ({:.2} \
+             s per iteration); {} in flight {:.2} s = {ratio:.2}× one iteration (same \
+             evaluations: {})",
+            args.iterations,
+            one.after_seed_s,
+            per_iteration,
+            args.in_flight,
+            many.after_seed_s,
+            one.evaluated == many.evaluated
+        ));
+        out.insert(
+            "b".into(),
+            json!({
+                "iterations": args.iterations,
+                "in_flight": args.in_flight,
+                "one_at_a_time_s": one.after_seed_s,
+                "per_iteration_s": per_iteration,
+                "in_flight_s": many.after_seed_s,
+                "ratio": ratio,
+                "same_evaluations": one.evaluated == many.evaluated,
+            }),
+        );
     }
 
     if wants("c") {
