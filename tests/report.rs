@@ -89,6 +89,7 @@ fn episode(d: &Dialogue, persona: &str, trial: u32) -> Episode {
         error: None,
         backend: "scripted".into(),
         usage: Value::Null,
+        persona_play: None,
     }
 }
 

@@ -204,6 +204,7 @@ impl Tau2Runner {
             error: Some(why),
             backend: self.backend.describe(),
             usage: Value::Null,
+            persona_play: None,
         }
     }
 }
@@ -314,16 +315,18 @@ impl EpisodeRunner for Tau2Runner {
                 counts: counts.clone(),
             })
         };
+        let mut persona_play = None;
         let (mut user, mut agent): (Box<dyn UserSimulator>, Box<dyn AgentSimulator>) =
             match &self.backend {
-                Backend::Scripted => (
-                    Box::new(ScriptedUser::new(
-                        &scenario(&self.domain, task),
-                        &axes,
-                        seed,
-                    )),
-                    Box::new(ScriptedAgent::new(&plan(task), seed)),
-                ),
+                Backend::Scripted => {
+                    let user =
+                        ScriptedUser::for_persona(&scenario(&self.domain, task), &axes, text, seed);
+                    persona_play = Some(user.persona_play().clone());
+                    (
+                        Box::new(user),
+                        Box::new(ScriptedAgent::new(&plan(task), seed)),
+                    )
+                }
                 Backend::Llm {
                     user,
                     agent,
@@ -354,6 +357,7 @@ impl EpisodeRunner for Tau2Runner {
             let mut e = self.failed(task_id, persona, trial, seed, why);
             e.conversation = conversation;
             e.usage = usage;
+            e.persona_play = persona_play;
             return e;
         }
         let premature =
@@ -386,6 +390,7 @@ impl EpisodeRunner for Tau2Runner {
             error: None,
             backend: self.backend.describe(),
             usage,
+            persona_play,
         }
     }
 }
