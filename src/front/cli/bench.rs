@@ -39,6 +39,9 @@ pub enum BenchCommand {
         #[arg(long)]
         no_reference: bool,
     },
+    /// Offline evolutions over several run seeds, scored on the human dialogues each run held
+    /// out: evolved − seed, evolved − base, Dice D1–D4, seconds per iteration.
+    Evolve(super::bench_evolve::BenchEvolveArgs),
 }
 
 /// The reference timing script: loads `ppol/fingerprinting.py` without importing the heavy
@@ -66,13 +69,16 @@ print(json.dumps({"per_s": len(convs) * repeat / dt, "features": first}))
 
 /// Run `ppol bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let BenchCommand::Fingerprint {
-        traces,
-        repeat,
-        feature_set,
-        reference_python,
-        no_reference,
-    } = args.command;
+    let (traces, repeat, feature_set, reference_python, no_reference) = match args.command {
+        BenchCommand::Evolve(a) => return super::bench_evolve::run(a),
+        BenchCommand::Fingerprint {
+            traces,
+            repeat,
+            feature_set,
+            reference_python,
+            no_reference,
+        } => (traces, repeat, feature_set, reference_python, no_reference),
+    };
     let ds = traces::load_many(&traces, &LoadOptions::default())?;
     anyhow::ensure!(!ds.is_empty(), "no dialogues in the given traces");
     let repeat = repeat.max(1);

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_evolve;
 mod episodes;
 mod evolve;
 mod export;
