@@ -574,3 +574,48 @@ fn run_settings_are_refused_before_anything_is_created() {
         assert!(!out.exists(), "{toml}: the run directory was created");
     }
 }
+
+/// A new train best is the best of its own batch; `best/` keeps the program that validates
+/// best (seed 6 on the demo finds a train best that validates worse than an earlier one).
+#[test]
+fn best_is_the_program_that_validates_best() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let (code, _, err) = run_ppol(&[
+        "evolve",
+        "--iterations",
+        "20",
+        "--seed",
+        "6",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let validations: Vec<(String, f64)> = read(&out.join("log.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::Validation {
+                program_id,
+                metrics,
+                ..
+            } => Some((program_id, metrics.combined)),
+            _ => None,
+        })
+        .collect();
+    let max = validations
+        .iter()
+        .map(|v| v.1)
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert!(
+        validations.last().unwrap().1 < max,
+        "the run no longer shows the case: {validations:?}"
+    );
+    let best: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("best/program.json")).unwrap())
+            .unwrap();
+    let first_max = validations.iter().find(|v| v.1 == max).unwrap();
+    assert_eq!(best["program_id"], first_max.0.as_str(), "{validations:?}");
+    assert_eq!(best["validation"]["combined"].as_f64(), Some(max));
+}

@@ -9,9 +9,9 @@ use ppol::evolve::mutation::prompt::{
 };
 use ppol::evolve::mutation::{
     apply_diff, check_python_syntax, crossover, crossover_batch, extract_full_program, parse_diff,
-    structural_mutate, structural_mutate_batch, template_hashes, AxisVocab, ChildFailure,
-    DiffError, FailureKind, MutationContext, PromptBuilder, PromptConfig, StructuralOptions,
-    MUTATION_ANGLES,
+    structural_mutate, structural_mutate_batch, structural_mutate_with, template_hashes, AxisVocab,
+    ChildFailure, DiffError, FailureKind, MechanicPhrases, MutationContext, PromptBuilder,
+    PromptConfig, StructuralOptions, MUTATION_ANGLES,
 };
 use ppol::evolve::program::{MutationInfo, MutationKind, Program};
 use ppol::llm::CallRole;
@@ -952,4 +952,131 @@ async fn dispatch_makes_llm_children_and_failures() {
         .expect_err("the diff does not apply");
     assert_eq!(failure.kind, FailureKind::DiffNotApplied);
     assert!(failure.angle.is_some());
+}
+
+// ---------------------------------------------------------------- mechanics-level operators
+
+/// Options with every structural operator off except `only`.
+fn only_op(only: &str) -> StructuralOptions {
+    let mut o = StructuralOptions {
+        mechanics: MechanicPhrases::vocabulary(),
+        ..StructuralOptions::default()
+    };
+    for op in [
+        "add-axis",
+        "drop-axis",
+        "edit-axis",
+        "perturb",
+        "fragment",
+        "add-mechanic",
+        "tune-mechanic",
+    ] {
+        o.op_weights
+            .insert(op.into(), if op == only { 1.0 } else { 0.0 });
+    }
+    o
+}
+
+fn offline_seed() -> String {
+    std::fs::read_to_string(root().join("seeds/offline_templates.py")).unwrap()
+}
+
+/// The string literals of a program, in order.
+fn strings_of(code: &str) -> Vec<String> {
+    let re = regex::Regex::new(r#""((?:[^"\\]|\\.)*)""#).unwrap();
+    re.captures_iter(code).map(|c| c[1].to_string()).collect()
+}
+
+#[test]
+fn every_mechanic_phrase_plays_its_own_mechanic() {
+    use ppol::simulate::episode::scripted::read_persona;
+    use ppol::simulate::episode::Scenario;
+    let vocab = MechanicPhrases::vocabulary();
+    assert!(vocab.len() >= 30, "{}", vocab.len());
+    for m in &vocab {
+        for p in &m.phrases {
+            let play = read_persona(p, &Scenario::default());
+            assert!(
+                play.mechanic_ids().contains(&m.id.as_str()),
+                "'{p}' plays {:?}, not {}",
+                play.mechanic_ids(),
+                m.id
+            );
+            assert!(play.unplayed.is_empty(), "'{p}': {:?}", play.unplayed);
+        }
+    }
+}
+
+#[test]
+fn add_mechanic_appends_a_vocabulary_sentence_to_a_mechanics_list() {
+    let seed = offline_seed();
+    let phrases: BTreeSet<String> = MechanicPhrases::vocabulary()
+        .into_iter()
+        .flat_map(|m| m.phrases)
+        .collect();
+    let before = strings_of(&seed);
+    let opts = only_op("add-mechanic");
+    let mut ids = BTreeSet::new();
+    for s in 0..12 {
+        let (code, summary) = structural_mutate_with(&opts, &seed, &[], s).unwrap();
+        assert!(summary.starts_with("added mechanic '"), "{summary}");
+        assert!(summary.contains("to MECHANICS["), "{summary}");
+        ids.insert(summary.split('\'').nth(1).unwrap().to_string());
+        // one string more than the seed per edit (one to three), each a vocabulary sentence
+        let n = summary.matches("added mechanic '").count();
+        assert!((1..=3).contains(&n), "{summary}");
+        let mut left = strings_of(&code);
+        assert_eq!(left.len(), before.len() + n, "{summary}");
+        for b in &before {
+            let i = left
+                .iter()
+                .position(|x| x == b)
+                .expect("a seed string vanished");
+            left.remove(i);
+        }
+        for a in &left {
+            assert!(phrases.contains(a), "{a} is not a vocabulary sentence");
+        }
+        assert_eq!(
+            structural_mutate_with(&opts, &seed, &[], s).unwrap().0,
+            code,
+            "not deterministic"
+        );
+    }
+    assert!(ids.len() >= 6, "{ids:?}");
+}
+
+#[test]
+fn tune_mechanic_moves_one_intensity_along_its_scale() {
+    let seed = offline_seed();
+    let opts = only_op("tune-mechanic");
+    let before = strings_of(&seed);
+    let mut kinds = BTreeSet::new();
+    for s in 0..30 {
+        let (code, summary) = structural_mutate_with(&opts, &seed, &[], s).unwrap();
+        assert!(summary.starts_with("tuned MECHANICS["), "{summary}");
+        let after = strings_of(&code);
+        assert_eq!(after.len(), before.len(), "{summary}");
+        let changed: Vec<(&String, &String)> = before
+            .iter()
+            .zip(after.iter())
+            .filter(|(a, b)| a != b)
+            .collect();
+        assert!(
+            !changed.is_empty() && changed.len() <= 2,
+            "{summary}: {changed:?}"
+        );
+        kinds.insert(
+            summary
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .split('→')
+                .next()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    // word limits, frequencies and strengths are all reached from the seed's sentences
+    assert!(kinds.len() >= 4, "{kinds:?}");
 }

@@ -692,7 +692,8 @@ impl Evolution {
     }
 
     /// Validate a new best program (final N, fixed weights, the validation tasks) and write
-    /// `best/`. A validation that cannot score the program still writes the program.
+    /// `best/` when it validates at least as well as the program there. A validation that
+    /// cannot score the program still writes the program when `best/` has no validated one.
     async fn validate(&mut self, k: u64, program: &Program, train: &EvalMetrics) -> Result<()> {
         let cfg = &self.ctx.cfg;
         let outcome = evaluate_candidate(
@@ -719,6 +720,16 @@ impl Evolution {
                     program_id: program.id.0.clone(),
                     metrics: metrics.clone(),
                 })?;
+                // A train best is the best of its own batch; batches differ far more than
+                // programs do, so `best/` keeps the program that validates best.
+                if self
+                    .state
+                    .best_validation
+                    .as_ref()
+                    .is_some_and(|(_, b)| b.combined > metrics.combined)
+                {
+                    return Ok(());
+                }
                 self.state.best_validation = Some((program.id.0.clone(), metrics.clone()));
                 self.ctx.dir.write_best(&Best {
                     program,
@@ -729,6 +740,7 @@ impl Evolution {
                     episodes: &episodes,
                 })
             }
+            _ if self.state.best_validation.is_some() => Ok(()),
             _ => self.ctx.dir.write_best(&Best {
                 program,
                 train,

@@ -22,7 +22,7 @@ use crate::evolve::config::{MutationMode, MutationSection};
 use crate::evolve::mutation::diff::{apply_diff, check_python_syntax, extract_full_program};
 use crate::evolve::mutation::prompt::{MutationContext, PromptBuilder, PromptConfig};
 use crate::evolve::mutation::structural::{
-    crossover, structural_mutate_with, AxisVocab, StructuralOptions,
+    crossover, structural_mutate_with, AxisVocab, MechanicPhrases, StructuralOptions,
 };
 use crate::evolve::mutation::{failure_from_diff_error, ChildFailure, FailureKind};
 use crate::evolve::program::{MutationInfo, MutationKind, Program, ProgramId};
@@ -330,21 +330,25 @@ fn axis_vocabulary() -> Vec<AxisVocab> {
         .collect()
 }
 
-/// Operator weights of offline structural mutation: the scripted simulator realises axis
-/// placements, not roleplay text, so edits that change which behaviours personas get (adding,
-/// dropping axes, tuning numbers) are favoured over text edits, which it cannot see.
+/// Operators of offline structural mutation. The scripted user plays the persona text's
+/// mechanics (see `fitness/mechanics.toml`), so edits of the instruction sentences —
+/// vocabulary mechanics added, intensities tuned, fragments moved — are what changes its
+/// behaviour; axis edits and number perturbations change which sentences personas get.
 fn offline_ops() -> StructuralOptions {
     StructuralOptions {
         op_weights: [
-            ("add-axis", 3.0),
-            ("drop-axis", 1.5),
+            ("add-axis", 1.0),
+            ("drop-axis", 1.0),
             ("edit-axis", 0.5),
-            ("perturb", 4.0),
-            ("fragment", 0.5),
+            ("perturb", 2.0),
+            ("fragment", 1.5),
+            ("add-mechanic", 3.0),
+            ("tune-mechanic", 2.0),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect(),
+        mechanics: MechanicPhrases::vocabulary(),
         ..StructuralOptions::default()
     }
 }

@@ -16,6 +16,8 @@
 //! | edit axis | `DIVERSITY_AXES` | swap in the vocabulary's phrasing of a definition or on/off playbook |
 //! | perturb | any number in a literal (dicts of weights, scalars) | multiply by `exp(N(0, 0.3))`, rounded to 3 decimals; clipped to [0, 1] when the number is a probability (a float in [0, 1] whose numeric siblings are all in [0, 1]); integers stay integers ≥ 1 |
 //! | fragments | any list of strings | duplicate, drop (≥ 1 kept), swap two, or recombine the head of one with the tail of another |
+//! | add mechanic | a list of instruction sentences (`MECHANICS…` first) | append a canonical sentence of a mechanic of the offline user's vocabulary ([`StructuralOptions::mechanics`], from `fitness/mechanics.toml`) that the list does not hold yet |
+//! | tune mechanic | an instruction sentence | move one intensity one or two steps along its scale: rarely < sometimes < often < usually < always, once < twice < repeatedly, slightly < plain < very, or scale a word limit ("under twelve words") by `exp(N(0, 0.35))` |
 //!
 //! [`crossover`] takes, for each literal defined in both parents, the second parent's value
 //! with probability ½ (key by key for dicts of numbers) and merges `DIVERSITY_AXES` by union
@@ -67,8 +69,35 @@ pub struct StructuralOptions {
     /// Wall-clock limit per call. Default 20 s.
     pub timeout: Duration,
     /// Relative weights of the mutation operators by name (`add-axis`, `drop-axis`,
-    /// `edit-axis`, `perturb`, `fragment`); absent names keep their defaults, 0 disables one.
+    /// `edit-axis`, `perturb`, `fragment`, `add-mechanic`, `tune-mechanic`); absent names keep
+    /// their defaults, 0 disables one.
     pub op_weights: std::collections::BTreeMap<String, f64>,
+    /// The mechanics `add-mechanic` draws from (id and canonical sentences); empty disables it.
+    pub mechanics: Vec<MechanicPhrases>,
+}
+
+/// A mechanic of the offline user's vocabulary and its canonical sentences.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MechanicPhrases {
+    /// Mechanic id (`word_limit`, `pushback`, ...).
+    pub id: String,
+    /// Sentences that play it.
+    pub phrases: Vec<String>,
+}
+
+impl MechanicPhrases {
+    /// The behaviour mechanics of the embedded vocabulary (`fitness/mechanics.toml`; framing
+    /// sentences, which every user plays anyway, are left out).
+    pub fn vocabulary() -> Vec<MechanicPhrases> {
+        crate::simulate::episode::scripted::vocabulary()
+            .mechanics()
+            .filter(|m| !m.framing && !m.phrases.is_empty())
+            .map(|m| MechanicPhrases {
+                id: m.id.clone(),
+                phrases: m.phrases.clone(),
+            })
+            .collect()
+    }
 }
 
 impl Default for StructuralOptions {
@@ -77,6 +106,7 @@ impl Default for StructuralOptions {
             python: super::PYTHON.to_string(),
             timeout: Duration::from_secs(20),
             op_weights: Default::default(),
+            mechanics: Vec::new(),
         }
     }
 }
@@ -143,7 +173,8 @@ pub fn structural_mutate_with(
 ) -> Result<(String, String), String> {
     call(
         opts,
-        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seed": seed, "op_weights": opts.op_weights}),
+        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seed": seed,
+               "op_weights": opts.op_weights, "mechanics": opts.mechanics}),
     )
 }
 
@@ -158,7 +189,8 @@ pub fn structural_mutate_batch(
 ) -> BatchResult {
     batch(
         opts,
-        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seeds": seeds}),
+        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seeds": seeds,
+               "op_weights": opts.op_weights, "mechanics": opts.mechanics}),
         seeds.len(),
     )
 }
