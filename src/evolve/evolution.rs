@@ -129,8 +129,13 @@ pub struct State {
     pub stagnation: u64,
     /// The parent of every evaluated program, by id (for lineages).
     pub parents: BTreeMap<String, Option<String>>,
-    /// The latest validation of a best program: its id and metrics.
+    /// The best validation so far (the program in `best/`): its id and metrics.
     pub best_validation: Option<(String, EvalMetrics)>,
+    /// The best train score on each batch at the final persona count (key: [`batch_key`]).
+    /// Train scores are only comparable within a batch, so a candidate that beats its batch's
+    /// best is validated even when another batch holds the global train best.
+    #[serde(default)]
+    pub batch_best: BTreeMap<String, f64>,
     /// Wall-clock seconds spent up to this commit, over every process of the run.
     pub elapsed_s: f64,
 }
@@ -148,6 +153,7 @@ impl State {
             stagnation: 0,
             parents: BTreeMap::new(),
             best_validation: None,
+            batch_best: BTreeMap::new(),
             elapsed_s: 0.0,
         })
     }
@@ -456,9 +462,17 @@ impl Evolution {
             return Ok(Proposal::Candidate(Candidate { program, island: 0 }));
         }
         let island = state.archive.next_island();
-        let parent = state.archive.sample_parent(island)?.program;
-        let inspirations = state.archive.inspirations(&parent, island)?;
+        let sampled = state.archive.sample_parent(island)?.program;
         let seed = mix(self.ctx.cfg.search.seed, k);
+        // Train scores are batch-noisy; the program that validates best is the reliable
+        // improvement, so half of the children are bred from it (on every island's batch).
+        let validated = state
+            .best_validation
+            .as_ref()
+            .filter(|_| (mix(seed, 0x7661_6c69) % 10_000) < VALIDATED_PARENT_SHARE)
+            .and_then(|(id, _)| state.archive.get(&ProgramId(id.clone())).cloned());
+        let parent = validated.unwrap_or(sampled);
+        let inspirations = state.archive.inspirations(&parent, island)?;
         let made = self
             .mutator
             .propose(
@@ -658,7 +672,7 @@ impl Evolution {
                     mutation_summary: program.mutation.summary.clone(),
                     epoch: s.plan.epoch,
                     batch_in_epoch: s.plan.batch_in_epoch,
-                    tasks: s.tasks,
+                    tasks: s.tasks.clone(),
                     metrics: s.metrics.clone(),
                     new_elite: added.new_elite,
                     new_best: added.new_best,
@@ -669,7 +683,19 @@ impl Evolution {
                     seconds: started.elapsed().as_secs_f64(),
                     cost: self.cost(),
                 })?;
-                if added.new_best {
+                let batch_best = s.plan.n_personas == self.schedule.n_personas && {
+                    let key = batch_key(&s.tasks, &s.plan);
+                    let beats = self
+                        .state
+                        .batch_best
+                        .get(&key)
+                        .is_none_or(|b| s.metrics.combined > *b);
+                    if beats {
+                        self.state.batch_best.insert(key, s.metrics.combined);
+                    }
+                    beats
+                };
+                if added.new_best || batch_best {
                     self.validate(k, &program, &s.metrics).await?;
                 }
                 self.state.iteration = k;
@@ -691,7 +717,7 @@ impl Evolution {
         }
     }
 
-    /// Validate a new best program (final N, fixed weights, the validation tasks) and write
+    /// Validate a new train best or batch best (final N, fixed weights, the validation tasks) and write
     /// `best/` when it validates at least as well as the program there. A validation that
     /// cannot score the program still writes the program when `best/` has no validated one.
     async fn validate(&mut self, k: u64, program: &Program, train: &EvalMetrics) -> Result<()> {
@@ -822,6 +848,20 @@ impl RunControl {
             p(&progress);
         }
     }
+}
+
+/// Share (in 1/10,000) of children bred from the best-validated program rather than from the
+/// archive's draw.
+const VALIDATED_PARENT_SHARE: u64 = 5_000;
+
+/// The key of a train batch: its tasks, persona count and human-likeness weight.
+fn batch_key(tasks: &[String], plan: &BatchPlan) -> String {
+    format!(
+        "{}|{}|{:.4}",
+        tasks.join(","),
+        plan.n_personas,
+        plan.lambda_h
+    )
 }
 
 /// The final weights (validation, `ppol eval`, and ranking with `select_by = "fixed"`).

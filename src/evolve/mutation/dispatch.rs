@@ -8,7 +8,9 @@
 //!   children failed `mutation.rewrite_after_failures` times in a row;
 //! - offline: a **crossover** with an inspiration (probability `mutation.crossover_rate`, when
 //!   an inspiration other than the parent exists), else a **structural** edit of the program's
-//!   literal data.
+//!   literal data. A child whose code the archive already holds would waste its evaluation: a
+//!   crossover that rebuilds an archived program is replaced by a structural edit, and a
+//!   structural edit is retried with other seeds (up to three in all).
 //!
 //! The answer is a [`Child`] or a [`ChildFailure`] (a diff that did not apply, no program in a
 //! rewrite, a syntax error, a failed mutator call): failures are data, recorded against the
@@ -25,13 +27,16 @@ use crate::evolve::mutation::structural::{
     crossover, structural_mutate_with, AxisVocab, MechanicPhrases, StructuralOptions,
 };
 use crate::evolve::mutation::{failure_from_diff_error, ChildFailure, FailureKind};
-use crate::evolve::program::{MutationInfo, MutationKind, Program, ProgramId};
+use crate::evolve::program::{code_hash, MutationInfo, MutationKind, Program, ProgramId};
 use crate::llm::ChatModel;
 use crate::seed::mix;
 use crate::{Error, Result};
 
 /// Previous children of the parent shown to the LLM mutator.
 const PREVIOUS_ATTEMPTS: usize = 4;
+
+/// Offline edits tried before a child that duplicates an archived program is accepted.
+const OFFLINE_ATTEMPTS: u64 = 3;
 
 /// A child program, ready to be evaluated.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,25 +166,56 @@ impl Mutator {
                     seed,
                 )
                 .await),
-            Operator::Structural => {
-                let (opts, vocabulary, code) = (
-                    self.structural.clone(),
-                    self.vocabulary.clone(),
-                    parent.code.clone(),
-                );
-                offline_child(MutationKind::Structural, None, move || {
-                    structural_mutate_with(&opts, &code, &vocabulary, seed)
-                })
-                .await
-            }
+            Operator::Structural => self.structural_child(archive, parent, seed).await,
             Operator::Crossover { other } => {
                 let (code, other_code) = (parent.code.clone(), other.code.clone());
-                offline_child(MutationKind::Crossover, Some(other.id), move || {
+                let child = offline_child(MutationKind::Crossover, Some(other.id), move || {
                     crossover(&code, &other_code, seed)
                 })
-                .await
+                .await?;
+                match child {
+                    // a crossover that rebuilds a program already evaluated (common: the
+                    // inspiration is the parent's own parent) would waste the evaluation
+                    Ok(c) if archive.find_code(&code_hash(&c.code)).is_some() => {
+                        self.structural_child(archive, parent, mix(seed, 0x0064_7570))
+                            .await
+                    }
+                    other => Ok(other),
+                }
             }
         }
+    }
+
+    /// An offline structural edit of `parent` whose code the archive does not hold yet (up to
+    /// [`OFFLINE_ATTEMPTS`] seeds; the last child is kept even if it is a duplicate).
+    async fn structural_child(
+        &self,
+        archive: &Archive,
+        parent: &Program,
+        seed: u64,
+    ) -> Result<std::result::Result<Child, ChildFailure>> {
+        let mut last = None;
+        for attempt in 0..OFFLINE_ATTEMPTS {
+            let s = if attempt == 0 {
+                seed
+            } else {
+                mix(seed, attempt)
+            };
+            let (opts, vocabulary, code) = (
+                self.structural.clone(),
+                self.vocabulary.clone(),
+                parent.code.clone(),
+            );
+            let child = offline_child(MutationKind::Structural, None, move || {
+                structural_mutate_with(&opts, &code, &vocabulary, s)
+            })
+            .await?;
+            match &child {
+                Ok(c) if archive.find_code(&code_hash(&c.code)).is_some() => last = Some(child),
+                _ => return Ok(child),
+            }
+        }
+        Ok(last.expect("at least one attempt"))
     }
 
     async fn llm_child(
