@@ -32,7 +32,8 @@ Mutation operators (one to three per call, on non-overlapping segments):
   add-mechanic  append a canonical sentence of the offline user's mechanics vocabulary
                 (fitness/mechanics.toml, passed as "mechanics": [{"id", "phrases"}]) to a list of
                 instruction sentences (MECHANICS... first), one the list does not already play
-  tune-mechanic move an intensity in an instruction sentence one or two steps along its scale
+  tune-mechanic move an intensity in an instruction sentence (of any list of them) one or two
+                steps along its scale
                 (rarely < sometimes < often < usually < always; once < twice < repeatedly;
                 slightly < (plain) < very; a word limit "under N words" by a factor)
 Crossover takes, for every literal both parents define, the second parent's value with
@@ -431,6 +432,8 @@ class Mutator:
         ]
         preferred = [(p, n) for p, n in sentence_lists if "MECHANIC" in p.upper()]
         self.instruction_lists = preferred or sentence_lists
+        # intensities are tuned in every list of instruction sentences (arcs, openers, ...)
+        self.tunable_lists = sentence_lists
         self.patch = Patch(self.src)
         self.added = set()
         self.dropped = set()
@@ -579,7 +582,7 @@ class Mutator:
 
     def op_tune_mechanic(self):
         options = []
-        for path, node in self.instruction_lists:
+        for path, node in self.tunable_lists:
             for i, e in enumerate(node.elts):
                 options.append((path, i, e))
         self.rng.shuffle(options)
