@@ -1,11 +1,16 @@
 """Seed generator: DP-Personas baseline — one direct prompt, no behaviour axes.
 
 One LLM call asks for N complete persona blocks as JSON. If fewer valid ones come back they
-are cycled (with suffixed ids) up to N; if none, the program raises.
+are cycled (with suffixed ids) up to N, as the reference's baseline does. Unlike it, the
+answer is read with JSON repair (fences, chatter, single quotes, trailing commas, truncated
+arrays, objects without the array), "persona" or "instruction" stand in for a missing "text",
+and an answer with no usable persona is asked for once more before the program raises; the
+error then carries the first 2 KB of each raw reply. Repairs are reported on stderr.
 """
 
 import json
 import re
+import sys
 
 import ppol_llm
 
@@ -14,6 +19,7 @@ DIVERSITY_AXES = []
 TEMPERATURE = 0.8
 TOKENS_PER_PERSONA = 700
 MIN_TOKENS = 1800
+TEXT_KEYS = ("text", "persona", "expanded_instruction", "instruction")
 
 SYSTEM = "You write personas for people who contact customer support. You answer with JSON only."
 
@@ -27,53 +33,264 @@ Write {n} different personas for this customer. Each persona is a complete descr
 
 Return a JSON array of {n} objects with "persona_id" (snake_case, unique), "description" (two or three sentences), "reasoning" (one sentence: what makes this persona different from the others) and "text" (the persona, 120-250 words)."""
 
+RETRY_NOTE = "\n\nYour previous answer contained no usable persona. Answer again with only the JSON array of {n} objects, each with a non-empty \"text\"."
 
-def _objects(text):
-    text = re.sub(r"```(?:json)?", " ", text)
+
+# --- ppol json repair: identical in seeds/two_stage_llm.py, seeds/direct_prompt.py and
+# --- generators/ppol/evolution/_generator_utils.py (python/tests/test_seeds.py checks it) ---
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*")
+_SMART_QUOTES = {"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"}
+_LITERALS = {"true": "true", "false": "false", "null": "null", "True": "true",
+             "False": "false", "None": "null", "NaN": "null", "nan": "null"}
+_DANGLING_KEY = re.compile(r'(?:,\s*)?"(?:[^"\\]|\\.)*"\s*:\s*$')
+_LONE_KEY = re.compile(r'(?<=[{,])\s*"(?:[^"\\]|\\.)*"\s*$')
+_TRAILING_COMMA = re.compile(r",\s*$")
+RAW_EXCERPT_CHARS = 2048
+
+
+def raw_excerpt(text, limit=RAW_EXCERPT_CHARS):
+    """The first ``limit`` characters of a model's reply, for failure messages."""
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit else text[:limit] + " [...]"
+
+
+def _close(out, opener):
+    """Close the innermost open structure of the repaired text ``out`` (a list of pieces)."""
+    text = "".join(out)
+    text = _DANGLING_KEY.sub("", text) if opener == "{" else text
+    if opener == "{":
+        text = _LONE_KEY.sub("", text)
+    text = _TRAILING_COMMA.sub("", text)
+    out[:] = [text, "}" if opener == "{" else "]"]
+
+
+def _repair_one(s, i):
+    """Repair the JSON value starting at ``s[i]`` (a ``[`` or ``{``). Returns (text, end,
+    safe) where ``safe`` lists (text, stack) snapshots after each completed container."""
+    out, stack, safe = [], [], []
+    quote, last, n = None, None, len(s)
+    while i < n:
+        c = s[i]
+        if quote:
+            if c == "\\" and i + 1 < n:
+                out.append(s[i:i + 2])
+                i += 2
+                continue
+            if c == quote:
+                # A quote that is not followed by a delimiter is part of the text (an
+                # apostrophe in a single-quoted string, unescaped quotes in a double-quoted one).
+                j = i + 1
+                while j < n and s[j] in " \t":
+                    j += 1
+                if j < n and s[j] not in ",:}]\"'\r\n":
+                    out.append("'" if c == "'" else '\\"')
+                    i += 1
+                    continue
+                out.append('"')
+                quote, last = None, "value"
+            elif c == '"':
+                out.append('\\"')
+            elif c == "\n":
+                out.append("\\n")
+            elif c == "\t":
+                out.append("\\t")
+            elif c != "\r":
+                out.append(c)
+            i += 1
+            continue
+        if c in " \t\r\n":
+            i += 1
+            continue
+        if (c == "/" and s[i:i + 2] == "//") or c == "#":
+            while i < n and s[i] != "\n":
+                i += 1
+            continue
+        if c in "]}":
+            if stack:
+                _close(out, stack.pop())
+                last = "value"
+                safe.append(("".join(out), tuple(stack)))
+            i += 1
+            if not stack:
+                return "".join(out), i, safe
+            continue
+        if c == ",":
+            if last in ("value",):
+                out.append(",")
+                last = "comma"
+            i += 1
+            continue
+        if c == ":":
+            out.append(":")
+            last = "colon"
+            i += 1
+            continue
+        # The start of a value (or key): a comma is missing after a complete value.
+        if last == "value" and stack:
+            out.append(",")
+        if c in "[{":
+            stack.append(c)
+            out.append(c)
+            last = "open"
+            i += 1
+            continue
+        if c in "\"'":
+            quote = c
+            out.append('"')
+            i += 1
+            continue
+        m = re.match(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", s[i:])
+        if m:
+            out.append(m.group(0))
+            i += len(m.group(0))
+            last = "value"
+            continue
+        m = re.match(r"[A-Za-z_][A-Za-z0-9_\-]*", s[i:])
+        if m:
+            word = m.group(0)
+            i += len(word)
+            j = i
+            while j < n and s[j] in " \t":
+                j += 1
+            if j < n and s[j] == ":":
+                out.append(json.dumps(word))  # an unquoted key
+            elif word in _LITERALS:
+                out.append(_LITERALS[word])
+            else:
+                # Unquoted text: up to the next delimiter.
+                k = i
+                while k < n and s[k] not in ",}]\n":
+                    k += 1
+                out.append(json.dumps((word + s[i:k]).strip()))
+                i = k
+            last = "value"
+            continue
+        i += 1  # anything else outside strings is dropped
+    # Truncated: close the open string and structures.
+    if quote:
+        out.append('"')
+    while stack:
+        _close(out, stack.pop())
+    return "".join(out), n, safe
+
+
+def _loads_repaired(s, i):
+    """One repaired value from ``s[i]``, cut back to the last complete element when closing
+    alone does not parse. Returns (value or None, end)."""
+    text, end, safe = _repair_one(s, i)
+    try:
+        return json.loads(text), end
+    except ValueError:
+        pass
+    for snapshot, stack in reversed(safe[-50:]):
+        out = [snapshot]
+        for opener in reversed(stack):
+            _close(out, opener)
+        try:
+            return json.loads("".join(out)), end
+        except ValueError:
+            continue
+    return None, end
+
+
+def json_values(text):
+    """Every top-level JSON value in a model's answer, repaired where needed: code fences,
+    chatter, single quotes, Python literals, unquoted keys, comments, missing or trailing
+    commas, and a truncated end (the last complete elements are kept)."""
+    s = _FENCE.sub(" ", "" if text is None else str(text))
+    for a, b in _SMART_QUOTES.items():
+        s = s.replace(a, b)
     decoder = json.JSONDecoder()
-    found = []
-    i = 0
-    while i < len(text):
-        if text[i] in "[{":
-            try:
-                value, end = decoder.raw_decode(text, i)
-            except ValueError:
+    found, i = [], 0
+    while i < len(s):
+        if s[i] not in "[{":
+            i += 1
+            continue
+        try:
+            value, end = decoder.raw_decode(s, i)
+        except ValueError:
+            value, end = _loads_repaired(s, i)
+            if value is None:
                 i += 1
                 continue
-            found.append(value)
-            i = end
-        else:
-            i += 1
-    for v in found:
+        found.append(value)
+        i = max(end, i + 1)
+    return found
+
+
+def persona_rows(text):
+    """The persona objects of an answer: the first list of objects (also one under a key, as
+    in ``{"personas": [...]}``), else every top-level object."""
+    values = json_values(text)
+    for v in values:
         if isinstance(v, list) and any(isinstance(x, dict) for x in v):
             return [x for x in v if isinstance(x, dict)]
-    return [v for v in found if isinstance(v, dict)]
+        if isinstance(v, dict):
+            for inner in v.values():
+                if isinstance(inner, list) and inner and all(isinstance(x, dict) for x in inner):
+                    return list(inner)
+    return [v for v in values if isinstance(v, dict)]
+# --- end of ppol json repair ---
+
+
+def _text(value):
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, (list, tuple)):
+        return " ".join(_text(v) for v in value if _text(v))
+    return ""
+
+
+def _personas(raw):
+    out = []
+    for obj in persona_rows(raw):
+        text = next((_text(obj.get(k)) for k in TEXT_KEYS if _text(obj.get(k))), "")
+        if not text:
+            continue
+        pid = re.sub(r"[^a-z0-9]+", "_", str(obj.get("persona_id") or obj.get("name") or "persona").lower()).strip("_") or "persona"
+        out.append(
+            {
+                "persona_id": pid,
+                "description": _text(obj.get("description")),
+                "axis_placement": {},
+                "reasoning": _text(obj.get("reasoning")),
+                "text": text,
+            }
+        )
+    return out
+
+
+def _note(message):
+    print("direct_prompt: " + message, file=sys.stderr, flush=True)
 
 
 def generate_personas_detailed(task_context, axes, n):
-    raw = ppol_llm.complete(
-        PROMPT.format(task=task_context, n=n),
-        system=SYSTEM,
-        temperature=TEMPERATURE,
-        max_tokens=max(MIN_TOKENS, TOKENS_PER_PERSONA * n),
-    )
-    valid = []
-    for obj in _objects(raw):
-        text = obj.get("text") or obj.get("persona") or obj.get("expanded_instruction")
-        if not isinstance(text, str) or not text.strip():
+    raws, valid = [], []
+    for attempt in range(2):
+        prompt = PROMPT.format(task=task_context, n=n)
+        if attempt:
+            prompt += RETRY_NOTE.format(n=n)
+        try:
+            raw = ppol_llm.complete(
+                prompt,
+                system=SYSTEM,
+                temperature=min(1.0, TEMPERATURE + 0.2 * attempt),
+                max_tokens=max(MIN_TOKENS, TOKENS_PER_PERSONA * n),
+            )
+        except ppol_llm.LLMError as e:
+            raws.append("(no reply: LLMError: %s)" % e)
             continue
-        pid = re.sub(r"[^a-z0-9]+", "_", str(obj.get("persona_id") or "persona").lower()).strip("_") or "persona"
-        valid.append(
-            {
-                "persona_id": pid,
-                "description": str(obj.get("description") or "").strip(),
-                "axis_placement": {},
-                "reasoning": str(obj.get("reasoning") or "").strip(),
-                "text": text.strip(),
-            }
-        )
+        raws.append(raw)
+        valid = _personas(raw)
+        if valid:
+            break
+    excerpts = "\n".join("raw reply %d (first 2 KB): %s" % (i + 1, raw_excerpt(r)) for i, r in enumerate(raws))
     if not valid:
-        raise ValueError("the model returned no usable persona")
+        _note(excerpts)
+        raise ValueError("the model returned no usable persona (%d attempts)\n%s" % (len(raws), excerpts))
+    if len(valid) < n or len(raws) > 1:
+        _note("%d usable persona(s) for %d asked after %d attempt(s); cycled to %d. %s"
+              % (len(valid), n, len(raws), n, excerpts))
     out = []
     used = set()
     for i in range(n):

@@ -4,10 +4,18 @@ Stage 1 asks the model once for a whole population (N profiles with an on/off pl
 every axis). Stage 2 expands every profile into a roleplay instruction, one request per
 persona, sent together through ``ppol_llm.complete_many`` (the host runs them in parallel).
 Only the standard library and ``ppol_llm`` are used.
+
+It survives a weak model: answers are read with JSON repair (fences, chatter, single quotes,
+trailing commas, truncated arrays, objects without the array); a stage-1 answer with fewer
+than N usable profiles is asked for once more and then padded from the usable ones (each pad
+on an axis combination not yet used); a stage-2 expansion that fails or comes back empty is
+retried once on its own and then composed from the profile and its traits. Each step is
+reported on stderr, and a failure carries the first 2 KB of each raw reply.
 """
 
 import json
 import re
+import sys
 
 import ppol_llm
 
@@ -48,8 +56,11 @@ DIVERSITY_AXES = [
 
 POPULATION_TEMPERATURE = 0.8
 POPULATION_MAX_TOKENS = 8000
+POPULATION_TOKENS_PER_PERSONA = 250
 EXPANSION_TEMPERATURE = 0.7
 EXPANSION_MAX_TOKENS = 800
+MIN_INSTRUCTION_WORDS = 3
+RETRY_NOTE = "\n\nYour previous answer could not be used ({why}). Answer again with only the JSON array of {n} objects, nothing else."
 
 POPULATION_SYSTEM = "You design realistic, varied customer personas for testing customer-service conversations. You answer with JSON only."
 
@@ -116,59 +127,293 @@ def _truthy(value):
     return False
 
 
-def _json_candidates(text):
-    """Every top-level JSON value found in ``text`` (code fences and chatter are skipped)."""
-    text = re.sub(r"```(?:json)?", " ", text)
+# --- ppol json repair: identical in seeds/two_stage_llm.py, seeds/direct_prompt.py and
+# --- generators/ppol/evolution/_generator_utils.py (python/tests/test_seeds.py checks it) ---
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*")
+_SMART_QUOTES = {"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"}
+_LITERALS = {"true": "true", "false": "false", "null": "null", "True": "true",
+             "False": "false", "None": "null", "NaN": "null", "nan": "null"}
+_DANGLING_KEY = re.compile(r'(?:,\s*)?"(?:[^"\\]|\\.)*"\s*:\s*$')
+_LONE_KEY = re.compile(r'(?<=[{,])\s*"(?:[^"\\]|\\.)*"\s*$')
+_TRAILING_COMMA = re.compile(r",\s*$")
+RAW_EXCERPT_CHARS = 2048
+
+
+def raw_excerpt(text, limit=RAW_EXCERPT_CHARS):
+    """The first ``limit`` characters of a model's reply, for failure messages."""
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit else text[:limit] + " [...]"
+
+
+def _close(out, opener):
+    """Close the innermost open structure of the repaired text ``out`` (a list of pieces)."""
+    text = "".join(out)
+    text = _DANGLING_KEY.sub("", text) if opener == "{" else text
+    if opener == "{":
+        text = _LONE_KEY.sub("", text)
+    text = _TRAILING_COMMA.sub("", text)
+    out[:] = [text, "}" if opener == "{" else "]"]
+
+
+def _repair_one(s, i):
+    """Repair the JSON value starting at ``s[i]`` (a ``[`` or ``{``). Returns (text, end,
+    safe) where ``safe`` lists (text, stack) snapshots after each completed container."""
+    out, stack, safe = [], [], []
+    quote, last, n = None, None, len(s)
+    while i < n:
+        c = s[i]
+        if quote:
+            if c == "\\" and i + 1 < n:
+                out.append(s[i:i + 2])
+                i += 2
+                continue
+            if c == quote:
+                # A quote that is not followed by a delimiter is part of the text (an
+                # apostrophe in a single-quoted string, unescaped quotes in a double-quoted one).
+                j = i + 1
+                while j < n and s[j] in " \t":
+                    j += 1
+                if j < n and s[j] not in ",:}]\"'\r\n":
+                    out.append("'" if c == "'" else '\\"')
+                    i += 1
+                    continue
+                out.append('"')
+                quote, last = None, "value"
+            elif c == '"':
+                out.append('\\"')
+            elif c == "\n":
+                out.append("\\n")
+            elif c == "\t":
+                out.append("\\t")
+            elif c != "\r":
+                out.append(c)
+            i += 1
+            continue
+        if c in " \t\r\n":
+            i += 1
+            continue
+        if (c == "/" and s[i:i + 2] == "//") or c == "#":
+            while i < n and s[i] != "\n":
+                i += 1
+            continue
+        if c in "]}":
+            if stack:
+                _close(out, stack.pop())
+                last = "value"
+                safe.append(("".join(out), tuple(stack)))
+            i += 1
+            if not stack:
+                return "".join(out), i, safe
+            continue
+        if c == ",":
+            if last in ("value",):
+                out.append(",")
+                last = "comma"
+            i += 1
+            continue
+        if c == ":":
+            out.append(":")
+            last = "colon"
+            i += 1
+            continue
+        # The start of a value (or key): a comma is missing after a complete value.
+        if last == "value" and stack:
+            out.append(",")
+        if c in "[{":
+            stack.append(c)
+            out.append(c)
+            last = "open"
+            i += 1
+            continue
+        if c in "\"'":
+            quote = c
+            out.append('"')
+            i += 1
+            continue
+        m = re.match(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", s[i:])
+        if m:
+            out.append(m.group(0))
+            i += len(m.group(0))
+            last = "value"
+            continue
+        m = re.match(r"[A-Za-z_][A-Za-z0-9_\-]*", s[i:])
+        if m:
+            word = m.group(0)
+            i += len(word)
+            j = i
+            while j < n and s[j] in " \t":
+                j += 1
+            if j < n and s[j] == ":":
+                out.append(json.dumps(word))  # an unquoted key
+            elif word in _LITERALS:
+                out.append(_LITERALS[word])
+            else:
+                # Unquoted text: up to the next delimiter.
+                k = i
+                while k < n and s[k] not in ",}]\n":
+                    k += 1
+                out.append(json.dumps((word + s[i:k]).strip()))
+                i = k
+            last = "value"
+            continue
+        i += 1  # anything else outside strings is dropped
+    # Truncated: close the open string and structures.
+    if quote:
+        out.append('"')
+    while stack:
+        _close(out, stack.pop())
+    return "".join(out), n, safe
+
+
+def _loads_repaired(s, i):
+    """One repaired value from ``s[i]``, cut back to the last complete element when closing
+    alone does not parse. Returns (value or None, end)."""
+    text, end, safe = _repair_one(s, i)
+    try:
+        return json.loads(text), end
+    except ValueError:
+        pass
+    for snapshot, stack in reversed(safe[-50:]):
+        out = [snapshot]
+        for opener in reversed(stack):
+            _close(out, opener)
+        try:
+            return json.loads("".join(out)), end
+        except ValueError:
+            continue
+    return None, end
+
+
+def json_values(text):
+    """Every top-level JSON value in a model's answer, repaired where needed: code fences,
+    chatter, single quotes, Python literals, unquoted keys, comments, missing or trailing
+    commas, and a truncated end (the last complete elements are kept)."""
+    s = _FENCE.sub(" ", "" if text is None else str(text))
+    for a, b in _SMART_QUOTES.items():
+        s = s.replace(a, b)
     decoder = json.JSONDecoder()
-    found = []
-    i = 0
-    while i < len(text):
-        if text[i] in "[{":
-            try:
-                value, end = decoder.raw_decode(text, i)
-            except ValueError:
+    found, i = [], 0
+    while i < len(s):
+        if s[i] not in "[{":
+            i += 1
+            continue
+        try:
+            value, end = decoder.raw_decode(s, i)
+        except ValueError:
+            value, end = _loads_repaired(s, i)
+            if value is None:
                 i += 1
                 continue
-            found.append(value)
-            i = end
-        else:
-            i += 1
+        found.append(value)
+        i = max(end, i + 1)
     return found
 
 
-def parse_population(text, axes, n):
-    """The first JSON array of dicts in ``text``, else all top-level objects; first ``n`` kept,
-    with ``axis_placement`` rebuilt to exactly the axis names (missing -> false)."""
-    values = _json_candidates(text)
-    rows = None
+def persona_rows(text):
+    """The persona objects of an answer: the first list of objects (also one under a key, as
+    in ``{"personas": [...]}``), else every top-level object."""
+    values = json_values(text)
     for v in values:
         if isinstance(v, list) and any(isinstance(x, dict) for x in v):
-            rows = [x for x in v if isinstance(x, dict)]
-            break
-    if rows is None:
-        rows = [v for v in values if isinstance(v, dict)]
-    names = [a["behavior"] for a in axes]
-    out = []
+            return [x for x in v if isinstance(x, dict)]
+        if isinstance(v, dict):
+            for inner in v.values():
+                if isinstance(inner, list) and inner and all(isinstance(x, dict) for x in inner):
+                    return list(inner)
+    return [v for v in values if isinstance(v, dict)]
+# --- end of ppol json repair ---
+
+
+def _snake(value, fallback="persona"):
+    return re.sub(r"[^a-z0-9]+", "_", str(value or "").lower()).strip("_") or fallback
+
+
+def _text(value):
+    """A row field as text (lists and objects of weak models are flattened)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_text(v) for v in value if _text(v))
+    if isinstance(value, dict):
+        return "; ".join("%s: %s" % (k, _text(v)) for k, v in value.items())
+    return str(value)
+
+
+def _profile(row, names):
+    """A stage-1 profile from one answer row, or None when the row describes no one."""
+    description = _text(row.get("description") or row.get("persona") or row.get("name") or row.get("text"))
+    if not description and row.get("persona_id") in (None, ""):
+        return None
+    placement = row.get("axis_placement") or {}
+    if not isinstance(placement, dict):
+        placement = {}
+    return {
+        "persona_id": _snake(row.get("persona_id") or row.get("name") or description[:40]),
+        "description": description,
+        "axis_placement": {name: _truthy(placement.get(name, False)) for name in names},
+        "reasoning": _text(row.get("reasoning")),
+    }
+
+
+def _unique_ids(profiles):
     used = set()
-    for row in rows[:n]:
-        placement = row.get("axis_placement") or {}
-        if not isinstance(placement, dict):
-            placement = {}
-        pid = re.sub(r"[^a-z0-9]+", "_", str(row.get("persona_id") or "persona").lower()).strip("_") or "persona"
-        base, k = pid, 2
+    for p in profiles:
+        base, pid, k = p["persona_id"], p["persona_id"], 2
         while pid in used:
             pid = "%s_%d" % (base, k)
             k += 1
         used.add(pid)
-        out.append(
-            {
-                "persona_id": pid,
-                "description": str(row.get("description") or "").strip(),
-                "axis_placement": {name: _truthy(placement.get(name, False)) for name in names},
-                "reasoning": str(row.get("reasoning") or "").strip(),
-            }
-        )
-    return out
+        p["persona_id"] = pid
+    return profiles
+
+
+def parse_population(text, axes, n):
+    """The usable profiles of a population answer (at most ``n``), parsed with JSON repair,
+    with ``axis_placement`` rebuilt to exactly the axis names (missing -> false)."""
+    names = [a["behavior"] for a in axes]
+    out = [p for p in (_profile(r, names) for r in persona_rows(text)) if p]
+    return _unique_ids(out[:n])
+
+
+def _corners(k):
+    """All 2^k placements (as bit tuples), spread out: by number of active axes, alternating."""
+    combos = [tuple((c >> b) & 1 for b in range(k)) for c in range(2 ** k)]
+    return sorted(combos, key=lambda c: (sum(c) % 2, sum(c), c))
+
+
+def pad_population(profiles, axes, n):
+    """``profiles`` padded to ``n``: descriptions cycled from the usable ones, each pad on an
+    axis combination not used yet (so the pads are not copies). Returns (profiles, padded)."""
+    names = [a["behavior"] for a in axes]
+    out = [dict(p) for p in profiles[:n]]
+    if not out or len(out) >= n:
+        return out, 0
+    used = {tuple(int(p["axis_placement"].get(k, False)) for k in names) for p in out}
+    spare = [c for c in _corners(len(names)) if c not in used] if names else []
+    padded = 0
+    while len(out) < n:
+        src = profiles[padded % len(profiles)]
+        p = dict(src)
+        if spare:
+            bits = spare.pop(0)
+            p["axis_placement"] = {k: bool(b) for k, b in zip(names, bits)}
+        else:
+            p["axis_placement"] = dict(src["axis_placement"])
+        p["reasoning"] = "Padded from %s: the model gave fewer usable profiles than asked." % src["persona_id"]
+        out.append(p)
+        padded += 1
+    return _unique_ids(out), padded
+
+
+def note(message):
+    """Report a repair or fallback on stderr (kept with the run, shown with failures)."""
+    print("ppol generator: " + message, file=sys.stderr, flush=True)
+
+
+def raw_replies_text(raws):
+    return "\n".join("raw reply %d (first 2 KB): %s" % (i + 1, raw_excerpt(r)) for i, r in enumerate(raws))
 
 
 def _traits(axes, placement):
@@ -180,36 +425,126 @@ def _traits(axes, placement):
     return "\n".join(lines) if lines else NEUTRAL_TRAITS
 
 
-def generate_personas_detailed(task_context, axes, n):
-    population_prompt = POPULATION_PROMPT.format(
+def clean_instruction(text):
+    """A stage-2 answer as an instruction: fences and surrounding quotes removed; None when it
+    is too short to be one (fewer than ``MIN_INSTRUCTION_WORDS`` words)."""
+    if not isinstance(text, str):
+        return None
+    t = _FENCE.sub(" ", text).strip().strip('"').strip()
+    return t if len(t.split()) >= MIN_INSTRUCTION_WORDS else None
+
+
+def fallback_instruction(persona, axes):
+    """An instruction composed without the model: the profile and the playbook of every axis."""
+    lines = []
+    description = persona.get("description") or persona.get("persona_id", "a customer")
+    lines.append("You are the customer described here: %s" % description.rstrip("."))
+    placement = persona.get("axis_placement") or {}
+    for axis in axes:
+        presence = axis.get("presence") or {}
+        on = bool(placement.get(axis["behavior"]))
+        play = presence.get("true" if on else "false", "")
+        if play:
+            lines.append(play.rstrip("."))
+    lines.append("Keep every goal and fact of your situation exactly as given, share details when the agent asks for them, and say when you are done")
+    return ". ".join(lines) + "."
+
+
+def _expansion_request(task_context, persona, axes, temperature, max_tokens, retry=False):
+    prompt = EXPANSION_PROMPT.format(
+        task=task_context,
+        description=persona.get("description") or persona.get("persona_id", ""),
+        traits=_traits(axes, persona.get("axis_placement") or {}),
+    )
+    if retry:
+        prompt += "\n\nYour previous answer was empty or too short. Write the full instruction now."
+    return {"prompt": prompt, "system": EXPANSION_SYSTEM,
+            "temperature": min(1.0, temperature + (0.2 if retry else 0.0)), "max_tokens": max_tokens}
+
+
+def _population(task_context, axes, n):
+    """Stage 1 with one retry and padding; with no usable profile at all, profiles placed on
+    distinct axis combinations (the raw replies go to stderr)."""
+    prompt = POPULATION_PROMPT.format(
         task=task_context,
         n=n,
         axes=_axis_lines(axes),
         axis_names=", ".join(a["behavior"] for a in axes) or "(no axes: use an empty object)",
     )
-    raw = ppol_llm.complete(
-        population_prompt,
-        system=POPULATION_SYSTEM,
-        temperature=POPULATION_TEMPERATURE,
-        max_tokens=POPULATION_MAX_TOKENS,
-    )
-    personas = parse_population(raw, axes, n)
-    if not personas:
-        raise ValueError("the population answer contained no persona objects")
+    max_tokens = min(POPULATION_MAX_TOKENS, POPULATION_TOKENS_PER_PERSONA * n + 400)
+    raws, profiles = [], []
+    for attempt in range(2):
+        ask = prompt
+        if attempt:
+            why = "no persona objects" if not profiles else "only %d of %d usable objects" % (len(profiles), n)
+            ask = prompt + RETRY_NOTE.format(why=why, n=n)
+        try:
+            raw = ppol_llm.complete(ask, system=POPULATION_SYSTEM,
+                                    temperature=min(1.0, POPULATION_TEMPERATURE + 0.2 * attempt),
+                                    max_tokens=max_tokens)
+        except ppol_llm.LLMError as e:
+            raws.append("(no reply: LLMError: %s)" % e)
+            continue
+        raws.append(raw)
+        seen = {p["persona_id"] for p in profiles}
+        for p in parse_population(raw, axes, n):
+            if p["persona_id"] not in seen and len(profiles) < n:
+                profiles.append(p)
+        if len(profiles) >= n:
+            break
+    if not profiles and all(r.startswith("(no reply: LLMError") for r in raws):
+        # the model never answered: an unavailable LLM is not a weak one
+        raise ValueError(
+            "the population answer contained no persona objects (%d attempts)\n%s"
+            % (len(raws), raw_replies_text(raws))
+        )
+    if not profiles:
+        # No usable profile at all: place the personas on distinct axis combinations here and
+        # let stage 2 write each one's instruction, rather than losing the whole candidate.
+        names = [a["behavior"] for a in axes]
+        corners = _corners(len(names))[1:] or [()] if names else [()]
+        profiles = [
+            {
+                "persona_id": "profile_%d" % (i + 1),
+                "description": "",
+                "axis_placement": {k: bool(b) for k, b in zip(names, corners[i % len(corners)])},
+                "reasoning": "Stage 1 gave no usable profile (%d attempts): placed on the axes "
+                             "by the program; stage 2 wrote the instruction." % len(raws),
+            }
+            for i in range(n)
+        ]
+        note("the population answer contained no persona objects (%d attempts); %d profiles "
+             "placed on axis combinations instead. %s" % (len(raws), n, raw_replies_text(raws)))
+        return profiles
+    profiles, padded = pad_population(_unique_ids(profiles), axes, n)
+    if padded:
+        note("stage 1 gave %d of %d usable profiles after %d attempt(s); padded %d from them. %s"
+             % (n - padded, n, len(raws), padded, raw_replies_text(raws)))
+    return profiles
+
+
+def generate_personas_detailed(task_context, axes, n):
+    personas = _population(task_context, axes, n)
     requests = [
-        {
-            "prompt": EXPANSION_PROMPT.format(
-                task=task_context,
-                description=p["description"] or p["persona_id"],
-                traits=_traits(axes, p["axis_placement"]),
-            ),
-            "system": EXPANSION_SYSTEM,
-            "temperature": EXPANSION_TEMPERATURE,
-            "max_tokens": EXPANSION_MAX_TOKENS,
-        }
+        _expansion_request(task_context, p, axes, EXPANSION_TEMPERATURE, EXPANSION_MAX_TOKENS)
         for p in personas
     ]
-    texts = ppol_llm.complete_many(requests)
+    answers = ppol_llm.complete_many(requests, return_errors=True)
+    texts = [clean_instruction(a) for a in answers]
+    bad = [i for i, t in enumerate(texts) if t is None]
+    if bad:
+        again = ppol_llm.complete_many(
+            [_expansion_request(task_context, personas[i], axes, EXPANSION_TEMPERATURE,
+                                EXPANSION_MAX_TOKENS, retry=True) for i in bad],
+            return_errors=True,
+        )
+        for i, a in zip(bad, again):
+            texts[i] = clean_instruction(a)
+            if texts[i] is None:
+                first = answers[i] if isinstance(answers[i], str) else "(no reply: %s)" % answers[i]
+                note("expansion of %s failed twice; composed its instruction from the profile. %s"
+                     % (personas[i]["persona_id"], raw_replies_text([first])))
+                texts[i] = fallback_instruction(personas[i], axes)
     for p, text in zip(personas, texts):
-        p["expanded_instruction"] = text.strip()
+        p["expanded_instruction"] = text
     return personas

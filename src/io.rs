@@ -76,24 +76,28 @@ pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<Vec<T>
 }
 
 /// Text safe to print on a terminal: control characters (escape sequences included) other
-/// than newline and tab are shown as `\u{..}` escapes. For anything an untrusted program or a
-/// model wrote (stderr tails, generated text) before it reaches stderr.
+/// than newline and tab, and the bidirectional overrides that reorder what a reader sees
+/// (U+202A–U+202E, U+2066–U+2069, U+200E/U+200F, U+061C), are shown as `\u{..}` escapes. For
+/// anything an untrusted program or a model wrote (stderr tails, generated text) before it
+/// reaches stderr.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text
-        .chars()
-        .any(|c| c.is_control() && c != '\n' && c != '\t')
-    {
+    if !text.chars().any(unprintable) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        if c.is_control() && c != '\n' && c != '\t' {
+        if unprintable(c) {
             out.push_str(&c.escape_unicode().to_string());
         } else {
             out.push(c);
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+fn unprintable(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
 /// Now, as RFC 3339 UTC with seconds (`2026-11-24T07:00:00Z`).

@@ -19,12 +19,14 @@
 //! 6. [`front`] — the operations layer ([`front::ops`]) and its two adapters, the command line
 //!    and the Python binding.
 //!
-//! The floor every stage may use: [`error`], [`io`], [`seed`], [`shipped`], [`dialogue`],
-//! [`persona`] and [`llm`] (one client for every OpenAI-compatible endpoint).
+//! The floor every stage may use: [`error`], [`io`], [`hub`] (`hf://` paths), [`seed`],
+//! [`shipped`], [`dialogue`], [`persona`] and [`llm`] (one client for every OpenAI-compatible
+//! endpoint).
 #![deny(missing_docs)]
 
 pub mod dialogue;
 pub mod error;
+pub mod hub;
 pub mod io;
 pub mod llm;
 pub mod persona;

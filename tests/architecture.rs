@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 /// Rank of a top-level module; the floor is 0.
 fn rank(top: &str) -> Option<u8> {
     Some(match top {
-        "dialogue" | "error" | "io" | "llm" | "persona" | "seed" | "shipped" | "testing" => 0,
+        "dialogue" | "error" | "hub" | "io" | "llm" | "persona" | "seed" | "shipped"
+        | "testing" => 0,
         "fitness" => 1,
         "simulate" => 2,
         "generate" => 3,

@@ -28,7 +28,7 @@ fn episodes_score_and_export_on_the_demo_domain() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("wrote 16 episodes"), "{err}");
-    assert!(err.contains("pass^k: pass^1="), "{err}");
+    assert!(err.contains("pass^1=1.000  pass^2=1.000"), "{err}");
     let (code, out, err) = run_ppol(&[
         "score",
         "--human",

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ppol::evolve::runlog::{read, Event};
+use ppol::evolve::runlog::{read, Event, FailureInfo};
 
 use crate::util::{ppol, root, run_ppol};
 
@@ -650,4 +650,272 @@ fn offline_children_are_not_evaluated_twice() {
     assert_eq!(hashes.len(), 10);
     let distinct: std::collections::BTreeSet<&String> = hashes.iter().collect();
     assert_eq!(distinct.len(), hashes.len(), "{hashes:?}");
+}
+
+/// A mutator that never writes a usable answer: after `rewrite_after_failures` unparsable
+/// diffs the loop asks for a full rewrite, after as many programless rewrites it makes a
+/// structural edit, and the run goes on. Each failure keeps the model's raw reply, and
+/// `run_stopped` counts the outcomes per operator.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_weak_mutator_falls_back_to_rewrite_then_structural() {
+    use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
+    let script = MockScript {
+        rules: vec![MockRule {
+            contains: Some("<<<<<<< SEARCH".into()),
+            reply: MockReply::text("I would make the personas WEAK_REPLY_MARKER more human."),
+            ..Default::default()
+        }],
+        default: MockReply::text("The personas read as human enough."),
+        ..Default::default()
+    };
+    let server = serve(script).await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = llm_config(tmp.path(), &server.base_url());
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("iterations = 3", "iterations = 4")
+        .replace("[llm]\n", "[mutation]\nrewrite_after_failures = 1\n[llm]\n");
+    std::fs::write(&cfg, text).unwrap();
+    let out = tmp.path().join("run");
+    let (cfg_s, out_s) = (
+        cfg.to_str().unwrap().to_string(),
+        out.to_str().unwrap().to_string(),
+    );
+    let res = tokio::task::spawn_blocking(move || {
+        run_ppol(&["evolve", "--config", &cfg_s, "--out", &out_s, "--quiet"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(res.0, 0, "{}", res.2);
+    let log = read(&out.join("log.jsonl")).unwrap();
+    let attempts: Vec<(String, String, String)> = log
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::CandidateFailed {
+                mutation, failure, ..
+            } => Some((
+                mutation.clone(),
+                failure.stage.clone(),
+                failure.raw_reply.clone(),
+            )),
+            Event::CandidateEvaluated { mutation, .. } if mutation != "seed" => {
+                Some((mutation.clone(), "applied".into(), String::new()))
+            }
+            _ => None,
+        })
+        .collect();
+    let ops: Vec<(&str, &str)> = attempts
+        .iter()
+        .map(|(m, s, _)| (m.as_str(), s.as_str()))
+        .collect();
+    assert_eq!(
+        ops[..3],
+        [
+            ("diff", "mutation:unparsable"),
+            ("rewrite", "mutation:no-program"),
+            ("structural", "applied"),
+        ],
+        "{attempts:?}"
+    );
+    assert!(attempts[0].2.contains("WEAK_REPLY_MARKER"), "{attempts:?}");
+    assert!(!attempts[1].2.is_empty(), "{attempts:?}");
+    let counts = log
+        .iter()
+        .find_map(|r| match &r.event {
+            Event::RunStopped { mutations, .. } => Some(mutations.clone()),
+            _ => None,
+        })
+        .expect("run_stopped");
+    assert_eq!(counts.get("diff:unparsable"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("rewrite:no-program"), Some(&1), "{counts:?}");
+    assert!(
+        counts.get("structural:applied").copied().unwrap_or(0) >= 1,
+        "{counts:?}"
+    );
+    assert!(res.1.contains("mutations: "), "{}", res.1);
+}
+
+/// `ppol eval` scores what a program generated: a task whose generation fails is reported with
+/// its reason and the share of personas generated, and the row is still computed from the
+/// other tasks (it used to be skipped as a whole).
+#[test]
+fn eval_scores_what_was_generated_and_reports_failed_tasks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--iterations",
+        "1",
+        "--seed",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // the best program now fails on the test task about transfers (task 7), only there
+    let best = out.join("best/program.py");
+    let program = std::fs::read_to_string(&best).unwrap().replace(
+        "def generate_personas_detailed(task_context, axes, n):\n",
+        "def generate_personas_detailed(task_context, axes, n):\n    if 'price match' in task_context:\n        raise ValueError('TASK7_MARKER')\n",
+    );
+    assert!(program.contains("TASK7_MARKER"));
+    std::fs::write(&best, program).unwrap();
+    let (code, stdout, stderr) = run_ppol(&["eval", out.to_str().unwrap(), "--json", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    let table: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let rows = table["rows"].as_array().unwrap();
+    let evolved = rows.iter().find(|r| r["name"] == "evolved").unwrap();
+    assert!(evolved.get("skipped").is_none(), "{evolved}");
+    let n = evolved["personas_generated"][1].as_u64().unwrap();
+    assert_eq!(
+        evolved["personas_generated"][0].as_u64().unwrap(),
+        n * 2 / 3
+    );
+    let failures = evolved["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let f = failures[0].as_str().unwrap();
+    assert!(
+        f.starts_with("task 7: generation failed") && f.contains("TASK7_MARKER"),
+        "{f}"
+    );
+    assert!(evolved["n_dialogues"].as_u64().unwrap() > 0);
+    // the seed row is untouched
+    let seed = rows.iter().find(|r| r["name"] == "seed").unwrap();
+    assert_eq!(seed["personas_generated"][0], seed["personas_generated"][1]);
+    let (_, text, _) = run_ppol(&["eval", out.to_str().unwrap(), "--quiet"]);
+    assert!(
+        text.contains("evolved: task 7: generation failed"),
+        "{text}"
+    );
+}
+
+/// A new best whose validation fails is logged (`validation_failed`, with the reason), and
+/// `best/` says so: `program.json` has no validation metrics but the failure, and there are no
+/// empty `personas.jsonl` / `episodes.jsonl` files.
+#[test]
+fn a_failed_validation_is_logged_and_best_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    // a first run tells which task the run validates on
+    let probe = tmp.path().join("probe");
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--iterations",
+        "1",
+        "--seed",
+        "1",
+        "--out",
+        probe.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let log = read(&probe.join("log.jsonl")).unwrap();
+    let val = match &log[0].event {
+        Event::RunStarted { splits, .. } => splits["val"][0].clone(),
+        e => panic!("{e:?}"),
+    };
+    let tasks: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("src/simulate/tau2/demo/tasks.json")).unwrap(),
+    )
+    .unwrap();
+    let reason = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == val.as_str())
+        .unwrap()["user_scenario"]["instructions"]["reason_for_call"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // the seed program fails on the validation task only
+    let (out, code, stderr) = evolve_with_patched_seed(
+        tmp.path(),
+        &format!(
+            "    if {:?} in task_context:\n        raise ValueError('VAL_MARKER')\n",
+            reason
+        ),
+        "iterations = 1\nseed = 1",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let log = read(&out.join("log.jsonl")).unwrap();
+    let failed: Vec<&FailureInfo> = log
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::ValidationFailed { failure, .. } => Some(failure),
+            _ => None,
+        })
+        .collect();
+    assert!(!failed.is_empty(), "no validation_failed event");
+    assert!(
+        failed[0].reason.contains("VAL_MARKER") || failed[0].stderr_tail.contains("VAL_MARKER"),
+        "{failed:?}"
+    );
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("best/program.json")).unwrap())
+            .unwrap();
+    assert!(info["validation"].is_null(), "{info}");
+    assert!(
+        info["validation_failure"]
+            .as_str()
+            .unwrap()
+            .contains("sandbox:"),
+        "{info}"
+    );
+    assert!(!out.join("best/personas.jsonl").exists());
+    assert!(!out.join("best/episodes.jsonl").exists());
+    assert!(out.join("best/program.py").exists());
+}
+
+/// A seed program that fails leaves nothing to evolve: the run exits with an error naming it,
+/// and its log ends with `run_stopped` giving the reason (with the LLM cost so far).
+#[test]
+fn a_failing_seed_stops_the_run_with_a_logged_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, code, stderr) = evolve_with_patched_seed(
+        tmp.path(),
+        "    raise ValueError('SEED_MARKER')\n",
+        "iterations = 2",
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("the seed program failed"), "{stderr}");
+    let log = read(&out.join("log.jsonl")).unwrap();
+    match &log.last().unwrap().event {
+        Event::RunStopped { reason, .. } => {
+            assert!(
+                reason.starts_with("seed_failed: sandbox:") && reason.contains("SEED_MARKER"),
+                "{reason}"
+            )
+        }
+        e => panic!("the log ends with {e:?}"),
+    }
+}
+
+/// `ppol evolve` (offline) in `dir/run` with the offline seed program, `body` inserted at the top
+/// of its `generate_personas_detailed`, and `search` settings: (run dir, exit code, stderr).
+fn evolve_with_patched_seed(dir: &Path, body: &str, search: &str) -> (PathBuf, i32, String) {
+    let marker = "def generate_personas_detailed(task_context, axes, n):\n";
+    let seed = std::fs::read_to_string(root().join("seeds/offline_templates.py"))
+        .unwrap()
+        .replace(marker, &format!("{marker}{body}"));
+    let seed_path = dir.join("seed.py");
+    std::fs::write(&seed_path, seed).unwrap();
+    let cfg = dir.join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[search]\n{search}\nseed_program = {:?}\n",
+            seed_path.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let (code, _, stderr) = run_ppol(&[
+        "evolve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    (out, code, stderr)
 }

@@ -146,7 +146,7 @@ fn diff_protocol_errors() {
     .unwrap();
     assert!(out.code.starts_with("AXES"));
     let f = ppol::evolve::mutation::failure_from_diff_error(&DiffError::NoBlocks);
-    assert_eq!(f.kind, FailureKind::DiffNotApplied);
+    assert_eq!(f.kind, FailureKind::Unparsable);
     assert_eq!(
         ppol::evolve::mutation::failure_from_diff_error(&DiffError::NoProgram).kind,
         FailureKind::NoProgram
@@ -229,6 +229,8 @@ fn failures() -> Vec<ChildFailure> {
             stderr_tail: Some("Traceback ...\nKeyError: 'STDERR_MARKER'".into()),
             angle: Some("new-approach".into()),
             summary: Some("over-generate".into()),
+            operator: Some("diff".into()),
+            raw_reply: None,
         },
     ]
 }

@@ -243,6 +243,7 @@ fn r12_episodes_resume_from_the_partial_file() {
         trials: 2,
         llm: None,
         max_turns: None,
+        max_tool_rounds: None,
         user_temperature: None,
         seed: 3,
         concurrency: 4,

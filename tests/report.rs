@@ -95,6 +95,8 @@ fn episode(d: &Dialogue, persona: &str, trial: u32) -> Episode {
                 "unplayed": ["You are a nurse on night shifts."]}))
             .unwrap(),
         ),
+        role_confusion: 0,
+        notes: Vec::new(),
     }
 }
 
@@ -321,6 +323,11 @@ pub fn write_fixture_run(dir: &Path) {
                     stage: stage.into(),
                     reason: format!("generator raised ValueError <{it}>"),
                     stderr_tail: "Traceback ...".into(),
+                    raw_reply: if stage == "syntax" {
+                        format!("RAW_REPLY_MARKER <{it}> def broken(:")
+                    } else {
+                        String::new()
+                    },
                 },
                 requeued: false,
             })
@@ -385,6 +392,7 @@ pub fn write_fixture_run(dir: &Path) {
         best_program_id: Some(LINEAGE[4].into()),
         best_metrics: Some(best_metrics.clone()),
         cost: cost(12 * ITERATIONS, 0.55),
+        mutations: BTreeMap::new(),
     })
     .unwrap();
     drop(log);
@@ -412,6 +420,8 @@ pub fn write_fixture_run(dir: &Path) {
             success_rate: if name == "human" { None } else { Some(0.7) },
             n_dialogues: 24,
             skipped: skipped.map(str::to_string),
+            personas_generated: None,
+            failures: Vec::new(),
         }
     };
     let table = EvalTable {
@@ -477,6 +487,19 @@ fn report_is_self_contained_and_complete() {
         assert!(html.contains(s), "header lacks {s}");
     }
     assert!(html.contains("train 4 · val 2 · test 2"));
+    // mutation outcomes over the run, and the raw reply of the latest unusable answer
+    assert!(
+        html.contains("mutations (whole run)") && html.contains("applied"),
+        "no mutation outcomes in the summary"
+    );
+    assert!(
+        html.contains("the model&#39;s raw reply (first 2 KB)")
+            || html.contains("the model's raw reply (first 2 KB)")
+    );
+    assert!(
+        html.contains("RAW_REPLY_MARKER &lt;"),
+        "the raw reply is shown escaped"
+    );
     // score curves: one point per evaluated candidate, × per failure, ◆ per validation
     let n_eval = ITERATIONS as usize - FAILED.len();
     for title in [

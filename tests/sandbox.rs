@@ -70,6 +70,7 @@ impl ChatModel for FakeLlm {
             model: "fake".into(),
             cached: false,
             finish_reason: Some("stop".into()),
+            notes: Vec::new(),
         })
     }
 }

@@ -77,6 +77,8 @@ __all__ = [
     "report",
     "resume",
     "score",
+    "study_analyze",
+    "study_make",
     "traces_stats",
 ]
 
@@ -351,9 +353,15 @@ def export_sft(
     tau2_data: Optional[Union[str, "os.PathLike[str]"]] = None,
     heldout_fraction: float = 0.0,
     seed: int = 0,
+    format: str = "ppol",
 ) -> Dict[str, Any]:
     """Agent-hardening training records from episode files (as ``ppol export sft``):
     ``{"train": [...], "heldout": [...], "heldout_personas", "n_episodes", "clusters"}``.
+
+    ``format`` is ``"ppol"`` (messages + tools + metadata), ``"openai"`` (OpenAI chat
+    fine-tuning records) or ``"hf"`` (TRL ``SFTTrainer`` / transformers chat-template rows:
+    ``messages`` with tool-call arguments as dicts, ``tools`` a JSON string). Held-out personas
+    go to ``heldout`` in every format.
 
     >>> import ppol_rs, tempfile, os, json
     >>> out = os.path.join(tempfile.mkdtemp(), "eps.jsonl")
@@ -363,7 +371,9 @@ def export_sft(
     >>> len(r["train"]), r["train"][0]["messages"][0]["role"]
     (2, 'system')
     """
-    return _core.export_sft([os.fspath(e) for e in episodes], all, tau2_data, heldout_fraction, seed)
+    return _core.export_sft(
+        [os.fspath(e) for e in episodes], all, tau2_data, heldout_fraction, seed, format
+    )
 
 
 class EvolveRun:
@@ -498,3 +508,77 @@ def report(run_dir: Union[str, "os.PathLike[str]"], out: Optional[Union[str, "os
     True
     """
     return str(_core.report(run_dir, out))
+
+
+def study_make(
+    conditions: Dict[str, Union[Union[str, "os.PathLike[str]"], Sequence[Union[str, "os.PathLike[str]"]]]],
+    out: Union[str, "os.PathLike[str]"],
+    *,
+    per_condition: int = 20,
+    seed: int = 0,
+    attention_checks: int = 1,
+    agent_turns: str = "dimmed",
+    discriminator: Optional[Union[str, "os.PathLike[str]"]] = None,
+    title: Optional[str] = None,
+    domain: Optional[str] = None,
+) -> Dict[str, Any]:
+    """A blinded human-judgement study (as ``ppol study make``): ``conditions`` maps a name
+    (``"human"``, ``"base"``, ``"evolved"``, ...) to one or more trace or episode files
+    (``hf://`` paths too). Writes ``study.html`` (for annotators), ``label_studio_tasks.json`` +
+    ``label_studio_config.xml`` and ``key.json`` (keep it to yourself) into ``out`` and returns
+    their paths with ``n_items`` and ``study_id``. ``domain`` keeps only dialogues of one domain
+    (τ-USI files mix airline and retail).
+
+    >>> import ppol_rs, tempfile, os, json
+    >>> d = tempfile.mkdtemp()
+    >>> for kind in ("human", "baseline"):
+    ...     with open(os.path.join(d, kind + ".jsonl"), "w") as f:
+    ...         f.writelines(json.dumps(r) + chr(10) for r in ppol_rs.demo_traces(kind))
+    >>> files = ppol_rs.study_make({"human": os.path.join(d, "human.jsonl"),
+    ...                             "base": os.path.join(d, "baseline.jsonl")},
+    ...                            os.path.join(d, "study"), per_condition=5)
+    >>> files["n_items"], os.path.basename(files["page"])
+    (11, 'study.html')
+    """
+    specs: List[str] = []
+    for name, files in conditions.items():
+        if isinstance(files, (str, os.PathLike)):
+            files = [files]
+        specs.extend(f"{name}={os.fspath(f)}" for f in files)
+    return _core.study_make(
+        specs, os.fspath(out), per_condition, seed, attention_checks, agent_turns,
+        None if discriminator is None else os.fspath(discriminator), title, domain,
+    )
+
+
+def study_analyze(
+    answers: Sequence[Union[str, "os.PathLike[str]"]],
+    key: Union[str, "os.PathLike[str]"],
+    *,
+    keep_failed_attention: bool = False,
+) -> Dict[str, Any]:
+    """Un-blind a study (as ``ppol study analyze``): ``answers`` are files downloaded from the
+    page or Label Studio JSON exports, ``key`` the study's ``key.json``. Returns per condition
+    the share judged human with its 95% Wilson interval, Welch's t between every pair,
+    Krippendorff's alpha and the point-biserial r of "judged human" with P(human);
+    annotators who failed an attention check are listed and, unless
+    ``keep_failed_attention``, excluded.
+
+    >>> import ppol_rs, tempfile, os, json
+    >>> d = tempfile.mkdtemp()
+    >>> for kind in ("human", "baseline"):
+    ...     with open(os.path.join(d, kind + ".jsonl"), "w") as f:
+    ...         f.writelines(json.dumps(r) + chr(10) for r in ppol_rs.demo_traces(kind))
+    >>> files = ppol_rs.study_make({"human": os.path.join(d, "human.jsonl"),
+    ...                             "base": os.path.join(d, "baseline.jsonl")},
+    ...                            os.path.join(d, "study"), per_condition=5)
+    >>> with open(files["key"]) as f:
+    ...     items = [i["item"] for i in json.load(f)["items"]]
+    >>> answers = {"annotator": "a1", "answers": [{"item": i, "judgement": "bot"} for i in items]}
+    >>> with open(os.path.join(d, "a1.json"), "w") as f:
+    ...     json.dump(answers, f)
+    >>> r = ppol_rs.study_analyze([os.path.join(d, "a1.json")], files["key"])
+    >>> [(c["condition"], c["n"], c["judged_human"]["share"]) for c in r["conditions"]]
+    [('human', 5, 0.0), ('base', 5, 0.0)]
+    """
+    return _core.study_analyze([os.fspath(a) for a in answers], os.fspath(key), keep_failed_attention)

@@ -78,6 +78,7 @@ def export_sft(
     tau2_data: Optional[_Path] = None,
     heldout_fraction: float = 0.0,
     seed: int = 0,
+    format: str = "ppol",
 ) -> Dict[str, Any]: ...
 def evolve_start(
     config: Optional[_Path] = None,
@@ -145,3 +146,19 @@ class Discriminator:
     @property
     def grouped_auc(self) -> Optional[float]: ...
     def training(self) -> Dict[str, Any]: ...
+def study_make(
+    conditions: List[str],
+    out: _Path,
+    per_condition: int = 20,
+    seed: int = 0,
+    attention_checks: int = 1,
+    agent_turns: str = "dimmed",
+    discriminator: Optional[_Path] = None,
+    title: Optional[str] = None,
+    domain: Optional[str] = None,
+) -> Dict[str, Any]: ...
+def study_analyze(
+    answers: List[_Path],
+    key: _Path,
+    keep_failed_attention: bool = False,
+) -> Dict[str, Any]: ...

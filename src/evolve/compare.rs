@@ -5,13 +5,16 @@
 use futures::future::join_all;
 
 use crate::dialogue::Dialogue;
-use crate::evolve::evaluate::{
-    evaluate_candidate, rollouts, CandidateOutcome, PersonaGenerator, TaskContext,
-};
+#[cfg(doc)]
+use crate::evolve::evaluate::evaluate_candidate;
+use crate::evolve::evaluate::{rollouts, Generation, PersonaGenerator, TaskContext};
 use crate::evolve::runlog::{EvalRow, EvalTable};
 use crate::fitness::score::{Rollout, Scorer, Weights};
+use crate::persona::Persona;
+use crate::seed::derive_seed;
 use crate::seed::mix;
 use crate::simulate::episode::record::Episode;
+use crate::simulate::episode::record::EpisodeStatus;
 use crate::simulate::episode::EpisodeRunner;
 
 /// A generator program to compare, or why it is not available.
@@ -36,6 +39,8 @@ fn row_from(name: &str, episodes: &[Episode], scorer: &Scorer) -> EvalRow {
         success_rate: Some(s.success_rate),
         n_dialogues: s.n_scored,
         skipped: None,
+        personas_generated: None,
+        failures: Vec::new(),
     }
 }
 
@@ -50,6 +55,8 @@ fn skipped(name: &str, why: String) -> EvalRow {
         success_rate: None,
         n_dialogues: 0,
         skipped: Some(why),
+        personas_generated: None,
+        failures: Vec::new(),
     }
 }
 
@@ -82,6 +89,8 @@ pub fn human_row(humans: &[Dialogue], scorer: &Scorer) -> EvalRow {
         }),
         n_dialogues: humans.len(),
         skipped: None,
+        personas_generated: None,
+        failures: Vec::new(),
     }
 }
 
@@ -111,27 +120,7 @@ pub async fn compare(
         let row = match cond {
             Condition::Skipped(why) => skipped(name, why.clone()),
             Condition::Program(code) => {
-                match evaluate_candidate(
-                    code,
-                    tasks,
-                    n,
-                    TABLE_WEIGHTS,
-                    generator,
-                    runner,
-                    scorer,
-                    seed,
-                )
-                .await
-                {
-                    CandidateOutcome::Scored { episodes, .. } => row_from(name, &episodes, scorer),
-                    CandidateOutcome::Failed(f) => skipped(
-                        name,
-                        format!("generation failed ({}): {}", f.stage, f.reason),
-                    ),
-                    CandidateOutcome::Infrastructure(why) => {
-                        skipped(name, format!("infrastructure failure: {why}"))
-                    }
-                }
+                program_row(name, code, tasks, n, generator, runner, scorer, seed).await
             }
         };
         rows.push(row);
@@ -142,6 +131,92 @@ pub async fn compare(
         human_source,
         rows,
     }
+}
+
+/// A persona condition's row, task by task: each task's personas are generated (a task whose
+/// generation fails, or that gets fewer personas than asked, is reported, not fatal), every
+/// generated persona is played, and the row scores what was played. The row is skipped only
+/// when no persona at all could be generated. Seeds are those of [`evaluate_candidate`].
+#[allow(clippy::too_many_arguments)]
+async fn program_row(
+    name: &str,
+    code: &str,
+    tasks: &[TaskContext],
+    n: usize,
+    generator: &dyn PersonaGenerator,
+    runner: &dyn EpisodeRunner,
+    scorer: &Scorer,
+    seed: u64,
+) -> EvalRow {
+    let gens = join_all(
+        tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| generator.generate(code, t, n, mix(seed, i as u64))),
+    )
+    .await;
+    let mut failures = Vec::new();
+    let mut jobs: Vec<(&str, Persona, usize)> = Vec::new();
+    for (t, g) in tasks.iter().zip(gens) {
+        match g {
+            Generation::Personas(ps) => {
+                if ps.len() < n {
+                    failures.push(format!(
+                        "task {}: {} of {n} personas generated",
+                        t.task_id,
+                        ps.len()
+                    ));
+                }
+                for (j, mut p) in ps.into_iter().take(n).enumerate() {
+                    p.task_id = Some(t.task_id.clone());
+                    jobs.push((t.task_id.as_str(), p, j));
+                }
+            }
+            Generation::Failed(f) => failures.push(format!(
+                "task {}: generation failed ({}): {}",
+                t.task_id, f.stage, f.reason
+            )),
+            Generation::Infrastructure(why) => {
+                failures.push(format!("task {}: infrastructure: {why}", t.task_id))
+            }
+        }
+    }
+    let wanted = n * tasks.len();
+    if jobs.is_empty() {
+        let mut row = skipped(
+            name,
+            format!(
+                "no persona could be generated ({} task(s) failed)",
+                failures.len()
+            ),
+        );
+        row.personas_generated = Some((0, wanted));
+        row.failures = failures;
+        return row;
+    }
+    let episodes: Vec<Episode> = join_all(jobs.iter().map(|(task, p, j)| {
+        runner.run(
+            task,
+            Some(p),
+            0,
+            mix(derive_seed(seed ^ 0x9e37_79b9, task), *j as u64),
+        )
+    }))
+    .await;
+    for e in episodes
+        .iter()
+        .filter(|e| e.status == EpisodeStatus::Failed)
+    {
+        failures.push(format!(
+            "task {}: an episode failed: {}",
+            e.task_id,
+            e.error.as_deref().unwrap_or("(no reason)")
+        ));
+    }
+    let mut row = row_from(name, &episodes, scorer);
+    row.personas_generated = Some((jobs.len(), wanted));
+    row.failures = failures;
+    row
 }
 
 /// The table as text.
@@ -173,6 +248,14 @@ pub fn render_table(t: &EvalTable) -> String {
             r.success_rate.map_or("-".into(), f),
             r.n_dialogues
         ));
+        if let Some((got, wanted)) = r.personas_generated.filter(|(g, w)| g != w) {
+            s.push_str(&format!("{:<9} scored on {got} of {wanted} personas\n", ""));
+        }
+    }
+    for r in &t.rows {
+        for f in &r.failures {
+            s.push_str(&format!("{}: {f}\n", r.name));
+        }
     }
     s
 }

@@ -212,6 +212,9 @@ pub struct EpisodesSection {
     pub baseline_trials: u32,
     /// User-simulator temperature (LLM backend).
     pub user_temperature: f32,
+    /// Rounds of tool calls an LLM agent may make before it must answer the user (a weak
+    /// model can call tools forever; each round is a request).
+    pub max_tool_rounds: usize,
 }
 
 impl Default for EpisodesSection {
@@ -222,6 +225,7 @@ impl Default for EpisodesSection {
             val_max_turns: 30,
             baseline_trials: 3,
             user_temperature: 0.0,
+            max_tool_rounds: 12,
         }
     }
 }
@@ -396,6 +400,7 @@ impl RunConfig {
         let e = &self.episodes;
         at_least("episodes.max_turns", e.max_turns, 1)?;
         at_least("episodes.val_max_turns", e.val_max_turns, 1)?;
+        at_least("episodes.max_tool_rounds", e.max_tool_rounds, 1)?;
         at_least("episodes.baseline_trials", e.baseline_trials, 1)?;
         if !(e.user_temperature.is_finite() && (0.0..=2.0).contains(&e.user_temperature)) {
             return Err(Error::config(
@@ -465,7 +470,11 @@ impl RunConfig {
     /// human traces, the τ² data directory, the seed program.
     pub fn check_inputs(&self) -> Result<()> {
         for (i, h) in self.run.human.iter().enumerate() {
-            if !h.is_file() {
+            if crate::hub::is_hub_path(h) {
+                // fetched when the run loads it; here only its form is checked
+                crate::hub::HubPath::parse(&h.to_string_lossy())
+                    .map_err(|e| Error::config(format!("run.human[{i}]"), e.to_string()))?;
+            } else if !h.is_file() {
                 return Err(Error::config(
                     format!("run.human[{i}]"),
                     format!("'{}' is not a file", h.display()),

@@ -123,8 +123,10 @@ impl RunContext {
                 ));
             }
         };
-        let runner = Tau2Runner::new(domain.clone(), backend.clone(), cfg.episodes.max_turns);
-        let val_runner = Tau2Runner::new(domain.clone(), backend, cfg.episodes.val_max_turns);
+        let runner = Tau2Runner::new(domain.clone(), backend.clone(), cfg.episodes.max_turns)
+            .with_max_tool_rounds(cfg.episodes.max_tool_rounds);
+        let val_runner = Tau2Runner::new(domain.clone(), backend, cfg.episodes.val_max_turns)
+            .with_max_tool_rounds(cfg.episodes.max_tool_rounds);
         let sandbox_cfg = SandboxConfig {
             timeout: std::time::Duration::from_secs_f64(cfg.sandbox.timeout_s),
             memory_bytes: cfg.sandbox.memory_mb << 20,

@@ -94,6 +94,7 @@ impl PersonaGenerator for SandboxGenerator {
                         stage: format!("sandbox:{}", f.stage),
                         reason: f.reason,
                         stderr_tail: f.stderr_tail,
+                        ..FailureInfo::default()
                     })
                 }
             }
@@ -235,7 +236,7 @@ pub async fn evaluate_candidate(
                             t.task_id,
                             ps.len()
                         ),
-                        stderr_tail: String::new(),
+                        ..FailureInfo::default()
                     });
                 }
                 for p in &mut ps {

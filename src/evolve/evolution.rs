@@ -95,6 +95,9 @@ pub struct RunSummary {
     pub best_validation: Option<EvalMetrics>,
     /// Whether it ran offline.
     pub offline: bool,
+    /// What became of every attempted child, over the whole run
+    /// ([`runlog::mutation_outcomes`]).
+    pub mutations: BTreeMap<String, u64>,
 }
 
 /// Options of a run beyond its configuration.
@@ -557,6 +560,25 @@ impl Evolution {
         failure: ChildFailure,
     ) -> Result<Step> {
         let kind = failure.kind.as_str();
+        let operator = failure
+            .operator
+            .clone()
+            .unwrap_or_else(|| self.mutator.mode_name().into());
+        match &failure.raw_reply {
+            Some(raw) => tracing::info!(
+                iteration = k,
+                operator = operator.as_str(),
+                "mutation failed ({kind}): {}\nraw reply (first 2 KB):\n{}",
+                crate::io::printable(&failure.message),
+                crate::io::printable(raw)
+            ),
+            None => tracing::info!(
+                iteration = k,
+                operator = operator.as_str(),
+                "mutation failed ({kind}): {}",
+                crate::io::printable(&failure.message)
+            ),
+        }
         self.state
             .archive
             .record_failure(&parent.id, failure.clone());
@@ -564,11 +586,12 @@ impl Evolution {
             iteration: k,
             program_id: None,
             parent_id: Some(parent.id.0.clone()),
-            mutation: self.mutator.mode_name().into(),
+            mutation: operator,
             failure: FailureInfo {
                 stage: format!("mutation:{kind}"),
                 reason: failure.message.clone(),
                 stderr_tail: failure.stderr_tail.clone().unwrap_or_default(),
+                raw_reply: failure.raw_reply.clone().unwrap_or_default(),
             },
             requeued: false,
         })?;
@@ -604,7 +627,7 @@ impl Evolution {
                     failure: FailureInfo {
                         stage: "infrastructure".into(),
                         reason: why.clone(),
-                        stderr_tail: String::new(),
+                        ..FailureInfo::default()
                     },
                     requeued: requeue,
                 })?;
@@ -634,6 +657,16 @@ impl Evolution {
                     requeued: false,
                 })?;
                 if self.state.archive.is_empty() {
+                    // nothing to evolve from: the run stops, and says why in its log
+                    let cost = self.cost();
+                    self.log.append(Event::RunStopped {
+                        reason: format!("seed_failed: {}: {}", f.stage, f.reason),
+                        iterations: self.state.iteration,
+                        best_program_id: None,
+                        best_metrics: None,
+                        cost,
+                        mutations: BTreeMap::new(),
+                    })?;
                     return Err(Error::Run {
                         path: self.ctx.dir.path().to_path_buf(),
                         message: format!(
@@ -760,22 +793,60 @@ impl Evolution {
                 self.ctx.dir.write_best(&Best {
                     program,
                     train,
-                    validation: &metrics,
+                    validation: Ok(&metrics),
                     lineage,
                     personas: &persona_records,
                     episodes: &episodes,
                 })
             }
-            _ if self.state.best_validation.is_some() => Ok(()),
-            _ => self.ctx.dir.write_best(&Best {
+            CandidateOutcome::Failed(failure) => self.validation_failed(k, program, train, failure),
+            CandidateOutcome::Infrastructure(why) => self.validation_failed(
+                k,
                 program,
                 train,
-                validation: &EvalMetrics::default(),
-                lineage,
-                personas: &[] as &[Persona],
-                episodes: &[] as &[Episode],
-            }),
+                FailureInfo {
+                    stage: "infrastructure".into(),
+                    reason: why,
+                    ..FailureInfo::default()
+                },
+            ),
         }
+    }
+
+    /// Log a failed validation of a new train best or batch best; write `best/` without
+    /// validation results only when it holds no validated program yet (a validated program
+    /// stays there).
+    fn validation_failed(
+        &mut self,
+        k: u64,
+        program: &Program,
+        train: &EvalMetrics,
+        failure: FailureInfo,
+    ) -> Result<()> {
+        tracing::warn!(
+            iteration = k,
+            program = program.id.0.as_str(),
+            "validation of the new best failed ({}): {}",
+            failure.stage,
+            crate::io::printable(&failure.reason)
+        );
+        let why = format!("{}: {}", failure.stage, failure.reason);
+        self.log.append(Event::ValidationFailed {
+            iteration: k,
+            program_id: program.id.0.clone(),
+            failure,
+        })?;
+        if self.state.best_validation.is_some() {
+            return Ok(());
+        }
+        self.ctx.dir.write_best(&Best {
+            program,
+            train,
+            validation: Err(&why),
+            lineage: self.state.lineage(&program.id.0),
+            personas: &[] as &[Persona],
+            episodes: &[] as &[Episode],
+        })
     }
 
     /// The LLM cost so far (a note offline).
@@ -802,26 +873,25 @@ impl Evolution {
             best_metrics: None,
             best_validation: None,
             offline: self.ctx.cfg.offline(),
+            mutations: BTreeMap::new(),
         }
     }
 
     /// Log `run_stopped` and summarise the run.
     fn finish(mut self, reason: String) -> Result<RunSummary> {
         let best = self.state.archive.best().cloned();
+        let records = runlog::read(&self.ctx.dir.log_path()).unwrap_or_default();
         let best_metrics = best.as_ref().and_then(|b| {
-            runlog::read(&self.ctx.dir.log_path())
-                .ok()?
-                .into_iter()
-                .rev()
-                .find_map(|r| match r.event {
-                    Event::CandidateEvaluated {
-                        program_id,
-                        metrics,
-                        ..
-                    } if program_id == b.id.0 => Some(metrics),
-                    _ => None,
-                })
+            records.iter().rev().find_map(|r| match &r.event {
+                Event::CandidateEvaluated {
+                    program_id,
+                    metrics,
+                    ..
+                } if *program_id == b.id.0 => Some(metrics.clone()),
+                _ => None,
+            })
         });
+        let mutations = runlog::mutation_outcomes(&records);
         let cost = self.cost();
         self.log.append(Event::RunStopped {
             reason: reason.clone(),
@@ -829,6 +899,7 @@ impl Evolution {
             best_program_id: best.as_ref().map(|b| b.id.0.clone()),
             best_metrics: best_metrics.clone(),
             cost,
+            mutations: mutations.clone(),
         })?;
         Ok(RunSummary {
             run_dir: self.ctx.dir.path().to_path_buf(),
@@ -838,6 +909,7 @@ impl Evolution {
             best_metrics,
             best_validation: self.state.best_validation.map(|(_, m)| m),
             offline: self.ctx.cfg.offline(),
+            mutations,
         })
     }
 }

@@ -296,6 +296,10 @@ pub enum FailureKind {
     DiffNotApplied,
     /// A rewrite answer held no program.
     NoProgram,
+    /// A diff answer could not be read as SEARCH/REPLACE blocks (none, unterminated, empty).
+    Unparsable,
+    /// The call to the mutator model failed (after the client's retries).
+    MutatorCall,
     /// The program does not compile.
     Syntax,
     /// The program failed in the sandbox (import, interface, timeout, bad output, ...).
@@ -310,6 +314,8 @@ impl FailureKind {
         match self {
             FailureKind::DiffNotApplied => "diff-not-applied",
             FailureKind::NoProgram => "no-program",
+            FailureKind::Unparsable => "unparsable",
+            FailureKind::MutatorCall => "mutator-call",
             FailureKind::Syntax => "syntax",
             FailureKind::Sandbox => "sandbox",
             FailureKind::Evaluation => "evaluation",
@@ -336,6 +342,24 @@ pub struct ChildFailure {
     /// What the attempt tried to do (the mutator's stated reasoning), if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// The operator that made the attempt (`diff`, `rewrite`, `structural`, `crossover`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    /// The first [`RAW_REPLY_BYTES`] of the mutator's answer when it could not be used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_reply: Option<String>,
+}
+
+/// How much of a model's unusable answer is kept with its failure (log, report, `-v`).
+pub const RAW_REPLY_BYTES: usize = 2048;
+
+/// The first `RAW_REPLY_BYTES` of `text`, cut on a character boundary.
+pub fn raw_reply(text: &str) -> String {
+    let mut end = text.len().min(RAW_REPLY_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
 }
 
 impl ChildFailure {
@@ -348,6 +372,8 @@ impl ChildFailure {
             stderr_tail: None,
             angle: None,
             summary: None,
+            operator: None,
+            raw_reply: None,
         }
     }
 }

@@ -38,8 +38,8 @@ pub struct Best<'a, P: Serialize, E: Serialize> {
     pub program: &'a Program,
     /// Its train metrics.
     pub train: &'a EvalMetrics,
-    /// Its validation metrics (all zero when validation could not score it).
-    pub validation: &'a EvalMetrics,
+    /// Its validation metrics, or why validation could not score it.
+    pub validation: std::result::Result<&'a EvalMetrics, &'a str>,
     /// Program ids from the seed down to this program.
     pub lineage: Vec<String>,
     /// The personas of its validation evaluation.
@@ -187,10 +187,15 @@ impl RunDir {
         let dir = self.join("best");
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating directory", &dir, e))?;
         crate::io::write_atomic(&dir.join("program.py"), best.program.code.as_bytes())?;
+        let (validation, failure) = match best.validation {
+            Ok(m) => (json!(m), serde_json::Value::Null),
+            Err(why) => (serde_json::Value::Null, json!(why)),
+        };
         let info = json!({
             "program_id": best.program.id.0,
             "metrics": best.train,
-            "validation": best.validation,
+            "validation": validation,
+            "validation_failure": failure,
             "lineage": best.lineage,
             "mutation": best.program.mutation,
             "iteration_found": best.program.iteration_found,
@@ -201,6 +206,18 @@ impl RunDir {
                 .expect("json")
                 .as_bytes(),
         )?;
+        if best.validation.is_err() {
+            // no validation personas or episodes: none rather than empty (or a previous best's)
+            for f in ["personas.jsonl", "episodes.jsonl"] {
+                match std::fs::remove_file(dir.join(f)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(Error::io("removing", dir.join(f), e))
+                    }
+                    _ => {}
+                }
+            }
+            return Ok(());
+        }
         self.write_jsonl("best/personas.jsonl", best.personas)?;
         self.write_jsonl("best/episodes.jsonl", best.episodes)
     }

@@ -62,7 +62,7 @@ pub struct PersonaOutcome {
 }
 
 /// A failed candidate or operation: what stage, why, and the tail of stderr when there is one.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FailureInfo {
     /// `mutation:<kind>` | `sandbox:<stage>` | `validation` | `infrastructure`
     pub stage: String,
@@ -71,6 +71,10 @@ pub struct FailureInfo {
     /// Last lines of stderr, when relevant.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub stderr_tail: String,
+    /// The first 2 KB of the model's answer when it could not be used (an unparsable
+    /// mutation, a rewrite without a program).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub raw_reply: String,
 }
 
 /// Token and cost use per role, plus totals.
@@ -186,6 +190,16 @@ pub enum Event {
         /// Metrics with the final N and fixed weights.
         metrics: EvalMetrics,
     },
+    /// The new best program's validation could not score it (its generation failed, or the
+    /// LLM was unavailable): `best/program.json` says so and holds no validation metrics.
+    ValidationFailed {
+        /// Iteration at which it ran.
+        iteration: u64,
+        /// Program id.
+        program_id: String,
+        /// What failed.
+        failure: FailureInfo,
+    },
     /// A checkpoint was written.
     Checkpoint {
         /// Iteration.
@@ -208,6 +222,10 @@ pub enum Event {
         best_metrics: Option<EvalMetrics>,
         /// Total cost.
         cost: CostSummary,
+        /// Mutation outcomes over the whole run (every process of it): see
+        /// [`mutation_outcomes`].
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        mutations: BTreeMap<String, u64>,
     },
 }
 
@@ -220,6 +238,7 @@ impl Event {
             Event::CandidateEvaluated { .. } => "candidate_evaluated",
             Event::CandidateFailed { .. } => "candidate_failed",
             Event::Validation { .. } => "validation",
+            Event::ValidationFailed { .. } => "validation_failed",
             Event::Checkpoint { .. } => "checkpoint",
             Event::Resumed { .. } => "resumed",
             Event::RunStopped { .. } => "run_stopped",
@@ -370,6 +389,13 @@ pub struct EvalRow {
     /// Why the row could not be computed (e.g. "direct" needs an LLM endpoint), when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    /// Personas the program wrote, of those asked for (persona rows only): the row scores what
+    /// was generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personas_generated: Option<(usize, usize)>,
+    /// What failed, per task (`task 3: generation failed (import): ...`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
 }
 
 /// The output of `ppol eval` (`RUN_DIR/eval-<split>.json`).
@@ -383,4 +409,62 @@ pub struct EvalTable {
     pub human_source: Vec<String>,
     /// Rows in order human, base, direct, seed, evolved.
     pub rows: Vec<EvalRow>,
+}
+
+/// What became of every attempted child of a run, counted from its log (so the counts cover
+/// every process of a resumed run): keys are `OPERATOR:OUTCOME`, e.g. `diff:applied`,
+/// `diff:unparsable` (no readable SEARCH/REPLACE block), `diff:not-applicable` (the SEARCH lines
+/// are not in the program), `rewrite:no-program`, `diff:syntax`, `diff:mutator-call` (the model
+/// call failed), `diff:failed-contract` (the child broke the generator contract or returned bad
+/// personas), `diff:failed-in-sandbox` (it raised, timed out or hit a limit), and
+/// `*:infrastructure` (an evaluation that could not run; the candidate was re-queued or the run
+/// stopped). The seed program is not an attempt and is not counted.
+pub fn mutation_outcomes(records: &[Record]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for r in records {
+        let (op, outcome) = match &r.event {
+            Event::CandidateEvaluated { mutation, .. } => (mutation.as_str(), "applied"),
+            Event::CandidateFailed {
+                mutation, failure, ..
+            } => {
+                let outcome = match failure.stage.as_str() {
+                    "mutation:diff-not-applied" => "not-applicable",
+                    "mutation:unparsable" | "mutation:no-program" => {
+                        if mutation == "rewrite" {
+                            "no-program"
+                        } else {
+                            "unparsable"
+                        }
+                    }
+                    "mutation:syntax" => "syntax",
+                    "mutation:mutator-call" | "mutation:evaluation" => "mutator-call",
+                    "infrastructure" => "infrastructure",
+                    "validation" | "sandbox:contract" | "sandbox:validate" => "failed-contract",
+                    s if s.starts_with("sandbox:") => "failed-in-sandbox",
+                    _ => "failed",
+                };
+                (mutation.as_str(), outcome)
+            }
+            _ => continue,
+        };
+        if op == "seed" {
+            continue;
+        }
+        *out.entry(format!("{op}:{outcome}")).or_insert(0) += 1;
+    }
+    out
+}
+
+/// [`mutation_outcomes`] as one line (`diff: 3 applied, 2 unparsable; rewrite: 1 no-program`).
+pub fn mutation_outcomes_line(counts: &BTreeMap<String, u64>) -> String {
+    let mut by_op: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (k, n) in counts {
+        let (op, outcome) = k.split_once(':').unwrap_or((k.as_str(), ""));
+        by_op.entry(op).or_default().push(format!("{n} {outcome}"));
+    }
+    by_op
+        .into_iter()
+        .map(|(op, v)| format!("{op}: {}", v.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
 }

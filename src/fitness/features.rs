@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
-use regex::Regex;
+use regex::{Regex, RegexSet};
 use serde::{Deserialize, Serialize};
 
 use crate::dialogue::Dialogue;
@@ -107,6 +107,12 @@ impl FeatureSet {
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/fitness/v2.banks")),
             ),
         }
+    }
+
+    /// Compile the set's patterns now instead of on first use (once per process), so a caller
+    /// can overlap the compilation with other work, such as loading the traces.
+    pub fn compile(self) {
+        self.compiled();
     }
 
     fn compiled(self) -> &'static Compiled {
@@ -222,6 +228,10 @@ struct Compiled {
     front_loading: FrontLoading,
     repetition_min_count: u32,
     rate_banks: Vec<(usize, Regex)>,
+    /// The rate banks again, as one set (pattern `k` is bank `k`): one pass per ASCII turn
+    /// instead of one per bank. A set cannot use the bounded backtracker, so turns with other
+    /// characters (where `\b` makes the DFA give up) go bank by bank; the matches are the same.
+    rate_set: RegexSet,
     ack: Regex,
     ident: Regex,
     ident_keep_digit_or_at: bool,
@@ -300,6 +310,7 @@ impl Compiled {
         let repetition_min_count = rep.parse().map_err(|_| bad("repetition-min-count", rep))?;
 
         let mut rate_banks = Vec::new();
+        let mut rate_patterns = Vec::new();
         let mut ack = None;
         let mut ident = None;
         let mut ident_keep_digit_or_at = false;
@@ -320,7 +331,8 @@ impl Compiled {
             let modes: Vec<&str> = bank.modes.iter().map(String::as_str).collect();
             match modes.as_slice() {
                 [] | ["search"] => {
-                    rate_banks.push((bank.feature, compile(path, &loc, &alternation)?))
+                    rate_banks.push((bank.feature, compile(path, &loc, &alternation)?));
+                    rate_patterns.push(alternation);
                 }
                 ["fullmatch"] => {
                     ack = Some(compile(path, &loc, &format!(r"\A(?:{alternation})\z"))?)
@@ -357,6 +369,11 @@ impl Compiled {
             front_loading,
             repetition_min_count,
             rate_banks,
+            rate_set: regex::RegexSetBuilder::new(&rate_patterns)
+                .size_limit(64 << 20)
+                .dfa_size_limit(64 << 20)
+                .build()
+                .map_err(|e| Error::parse(path, "banks", format!("invalid regex set: {e}")))?,
             ack: ack.ok_or_else(|| {
                 Error::parse(path, "banks", "acknowledgment_rate must be fullmatch")
             })?,
@@ -422,8 +439,20 @@ impl Compiled {
             .sum::<usize>() as f64
             / nf;
         f[10] = lens[0];
-        for (idx, re) in &self.rate_banks {
-            f[*idx] = lowered.iter().filter(|t| re.is_match(t)).count() as f64 / nf;
+        let mut hits = vec![0usize; self.rate_banks.len()];
+        for t in &lowered {
+            if t.is_ascii() {
+                for k in self.rate_set.matches(t).iter() {
+                    hits[k] += 1;
+                }
+            } else {
+                for (k, (_, re)) in self.rate_banks.iter().enumerate() {
+                    hits[k] += usize::from(re.is_match(t));
+                }
+            }
+        }
+        for ((idx, _), n) in self.rate_banks.iter().zip(hits) {
+            f[*idx] = n as f64 / nf;
         }
         Fingerprint(f)
     }
@@ -436,7 +465,9 @@ impl Compiled {
     }
 
     fn repetition_rate(&self, tokens: &[Vec<&str>]) -> f64 {
-        let mut counts: HashMap<(&str, &str, &str), u32> = HashMap::new();
+        let windows = tokens.iter().map(|t| t.len().saturating_sub(2)).sum();
+        let mut counts: HashMap<(&str, &str, &str), u32, TrigramHash> =
+            HashMap::with_capacity_and_hasher(windows, TrigramHash::default());
         for turn in tokens {
             for w in turn.windows(3) {
                 *counts.entry((w[0], w[1], w[2])).or_insert(0) += 1;
@@ -462,6 +493,48 @@ impl Compiled {
         } else {
             self.ident.find_iter(text).count()
         }
+    }
+}
+
+/// The hasher of the trigram counts in `repetition_rate`: the multiply-rotate hash of rustc
+/// (FxHash), several times faster than SipHash on short words. The counts, and so the feature,
+/// do not depend on the hasher; only the speed does.
+type TrigramHash = std::hash::BuildHasherDefault<FxHasher>;
+
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(last) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        // The table indexes by the low bits, which the multiply leaves weak: bring high bits down.
+        self.0.rotate_left(26)
     }
 }
 

@@ -390,7 +390,7 @@ pub fn train_discriminator(
 pub fn load_reference(paths: &[std::path::PathBuf], set: FeatureSet) -> Result<HumanReference> {
     if let [single] = paths {
         if single != Path::new("-") {
-            let text = crate::io::read_to_string(single)?;
+            let text = crate::hub::read_to_string(single)?;
             if HumanReference::sniff(&text) {
                 let r = HumanReference::from_json(&text, single)?;
                 if r.feature_set != set {

@@ -2,7 +2,8 @@
 //!
 //! The key is the SHA-256 of a canonical JSON document (sorted keys, no whitespace) holding
 //! the provider name, model, base URL and the effective request *without* its role — so the
-//! user simulator and the agent share entries for identical prompts. Each entry is one file
+//! user simulator and the agent share entries for identical prompts with identical settings
+//! (temperature, `max_tokens`, seed, tools; the per-role default `max_tokens` differ). Each entry is one file
 //! `DIR/ab/abcdef….json` written atomically; a corrupt or unreadable entry is a miss.
 //!
 //! A cache returns the same answer for the same request even at temperature > 0: enable it

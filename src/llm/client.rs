@@ -3,12 +3,25 @@
 //! * **Routing** — each [`CallRole`] has its own [`ModelSpec`] and provider; roles with the same
 //!   spec share one provider (and its connection pool or script).
 //! * **Concurrency** — one global semaphore of `max_concurrency` permits over all roles. A
-//!   permit is held for the whole call, retries and backoff included.
-//! * **Timeouts and retries** — every attempt has the role's `timeout_s`. Rate limits (429),
-//!   server errors (5xx), timeouts, connection errors, unparseable bodies or tool arguments,
-//!   empty answers and truncated answers (`finish_reason == "length"` with no text) are retried
-//!   up to `max_retries` times with exponential backoff and jitter (`Retry-After` honoured);
-//!   each retry is logged with `tracing::warn!` and counted. Other 4xx fail at once.
+//!   permit is held for the whole call, retries and backoff included. On top of it each base
+//!   URL has its own limit ([`super::endpoint`]): the smallest `max_concurrency` of the specs
+//!   using it, halved whenever an attempt times out with others in flight.
+//! * **Bounded requests** — a request without `max_tokens` gets the role's spec value, else
+//!   the role's default ([`CallRole::default_max_tokens`]). When the model's context window
+//!   is known (`context_window`, or learned from a context-length error) the history is
+//!   trimmed to fit ([`super::context`]) and the answer carries a note saying so.
+//! * **Timeouts, deadline and retries** — every attempt has the role's `timeout_s`, and the
+//!   whole call the role's deadline (`deadline_s`, default 2.5 × `timeout_s`): no attempt
+//!   starts after it and an attempt's timeout is cut to what is left. Rate limits (429),
+//!   server errors (5xx), timeouts, broken connections, unparseable bodies, empty answers and
+//!   truncated answers (`finish_reason == "length"` with no text) are retried up to
+//!   `max_retries` times with exponential backoff and jitter (`Retry-After` honoured); each
+//!   retry is logged with `tracing::warn!` and counted. A retry after a failure of the content
+//!   (empty, truncated, garbage, timeout) changes the seed and raises the temperature
+//!   (0.4, 0.7, 1.0), since an identical request at temperature 0 fails the same way again.
+//!   A refused connection is not retried but waited out (bounded by `endpoint_wait_s` and the
+//!   deadline, shared by all callers of the endpoint). A context-length error is answered by
+//!   trimming and resending (at most three times per call). Other 4xx fail at once.
 //! * **Cache** — opt-in ([`super::ResponseCache`]); a hit makes no request, costs nothing and
 //!   is marked `cached: true`. Hits are served even when the budget is spent. Providers that
 //!   say they are not [cacheable](super::Provider::cacheable) (scripted) bypass it.
@@ -24,6 +37,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
+use super::context::{self, Calibration};
+use super::endpoint::{Endpoint, Reachability};
 use super::{
     llm_error, AttemptError, Budget, CallRole, ChatModel, ChatRequest, ChatResponse, FailureKind,
     LlmConfig, ModelSpec, OpenAiProvider, Provider, ProviderKind, ResponseCache, ScriptedModel,
@@ -32,6 +47,24 @@ use crate::{Error, Result};
 
 /// Longest wait honoured from a `Retry-After` header.
 const RETRY_AFTER_CAP: Duration = Duration::from_secs(120);
+
+/// Temperatures of the retries after a failure of the content (first, second, third and later).
+const RETRY_TEMPERATURES: [f32; 3] = [0.4, 0.7, 1.0];
+
+/// Resends after a context-length error within one call.
+const MAX_CONTEXT_RESENDS: u32 = 3;
+
+/// Times one call goes on after waiting for an unreachable endpoint.
+const MAX_RECONNECTS: u32 = 5;
+
+/// What is known about one model's context at one endpoint.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    /// Learned from a context-length error.
+    learned: Option<u32>,
+    /// Characters per token.
+    calibration: Calibration,
+}
 
 /// Counters of one role (or of all roles, in [`Accounting::total`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -142,6 +175,9 @@ impl std::fmt::Display for Accounting {
 struct Route {
     provider: Arc<dyn Provider>,
     spec: ModelSpec,
+    endpoint: Arc<Endpoint>,
+    /// Key of this model's [`Window`] (`endpoint|model`).
+    window_key: String,
 }
 
 struct Inner {
@@ -150,9 +186,11 @@ struct Inner {
     max_retries: u32,
     backoff_base: Duration,
     backoff_max: Duration,
+    endpoint_wait: Duration,
     cache: Option<ResponseCache>,
     config: LlmConfig,
     stats: Mutex<BTreeMap<CallRole, RoleAccounting>>,
+    windows: Mutex<BTreeMap<String, Window>>,
 }
 
 /// The LLM wrapper. Cheap to clone (all clones share limits, cache and accounting).
@@ -190,6 +228,7 @@ impl LlmClientBuilder {
         let config = self.config;
         config.validate()?;
         let mut shared: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
+        let mut endpoints: BTreeMap<String, Arc<Endpoint>> = BTreeMap::new();
         let mut routes = BTreeMap::new();
         for role in CallRole::ALL {
             let spec = config.spec(role);
@@ -206,9 +245,11 @@ impl LlmClientBuilder {
                         Some(p) => p.clone(),
                         None => {
                             let p: Arc<dyn Provider> = match spec.provider {
-                                ProviderKind::OpenAi => {
-                                    Arc::new(OpenAiProvider::from_spec(&spec, &key)?)
-                                }
+                                ProviderKind::OpenAi => Arc::new(OpenAiProvider::from_spec_capped(
+                                    &spec,
+                                    &key,
+                                    config.max_response_bytes,
+                                )?),
                                 ProviderKind::Scripted => {
                                     Arc::new(ScriptedModel::from_script(spec.script.as_deref())?)
                                 }
@@ -219,7 +260,22 @@ impl LlmClientBuilder {
                     }
                 }
             };
-            routes.insert(role, Route { provider, spec });
+            let url = provider.endpoint();
+            let endpoint = endpoints
+                .entry(url.clone())
+                .or_insert_with(|| Arc::new(Endpoint::new(&url, spec.max_concurrency)))
+                .clone();
+            endpoint.limit_to(spec.max_concurrency);
+            let window_key = format!("{url}|{}", provider.model());
+            routes.insert(
+                role,
+                Route {
+                    provider,
+                    spec,
+                    endpoint,
+                    window_key,
+                },
+            );
         }
         let cache = match &config.cache_dir {
             Some(dir) => Some(ResponseCache::new(dir)?),
@@ -236,8 +292,10 @@ impl LlmClientBuilder {
                 max_retries: config.max_retries,
                 backoff_base: Duration::from_millis(config.backoff_base_ms),
                 backoff_max: Duration::from_millis(config.backoff_max_ms),
+                endpoint_wait: Duration::from_secs_f64(config.endpoint_wait_s),
                 cache,
                 stats: Mutex::new(stats),
+                windows: Mutex::new(BTreeMap::new()),
                 config,
             }),
         })
@@ -411,17 +469,68 @@ impl LlmClient {
         }
     }
 
-    /// The request as sent: the role's spec fills temperature and max_tokens when unset.
-    fn effective(&self, request: &ChatRequest) -> ChatRequest {
+    /// The request as sent: the role's spec fills temperature and max_tokens when unset, and
+    /// the role's default caps the completion when neither does.
+    pub fn effective(&self, request: &ChatRequest) -> ChatRequest {
         let spec = &self.inner.routes[&request.role].spec;
         let mut r = request.clone();
         if r.temperature.is_none() {
             r.temperature = spec.temperature;
         }
         if r.max_tokens.is_none() {
-            r.max_tokens = spec.max_tokens;
+            r.max_tokens = Some(
+                spec.max_tokens
+                    .unwrap_or_else(|| request.role.default_max_tokens()),
+            );
         }
         r
+    }
+
+    /// The context window used for a role: its `context_window`, else one learned from the
+    /// endpoint's context-length error, else unknown.
+    pub fn context_window(&self, role: CallRole) -> Option<u32> {
+        let route = &self.inner.routes[&role];
+        route
+            .spec
+            .context_window
+            .or_else(|| self.window(&route.window_key).learned)
+    }
+
+    fn window(&self, key: &str) -> Window {
+        self.inner
+            .windows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn update_window(&self, key: &str, f: impl FnOnce(&mut Window)) {
+        let mut w = self.inner.windows.lock().unwrap_or_else(|e| e.into_inner());
+        f(w.entry(key.to_string()).or_default());
+    }
+
+    /// `request` trimmed to the role's context window, when one is known.
+    fn fit(
+        &self,
+        role: CallRole,
+        request: &ChatRequest,
+    ) -> std::result::Result<(ChatRequest, Option<String>), String> {
+        let route = &self.inner.routes[&role];
+        let Some(window) = self.context_window(role) else {
+            return Ok((request.clone(), None));
+        };
+        let w = self.window(&route.window_key);
+        match context::fit(request, window, &w.calibration, role.default_max_tokens()) {
+            Ok(f) if f.changed() => {
+                let note = f.note();
+                tracing::info!(role = role.as_str(), "{note}");
+                Ok((f.request, Some(note)))
+            }
+            Ok(f) => Ok((f.request, None)),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     async fn call(&self, request: &ChatRequest) -> Result<ChatResponse> {
@@ -429,7 +538,7 @@ impl LlmClient {
         let route = &self.inner.routes[&role];
         let provider = route.provider.clone();
         let endpoint = provider.endpoint();
-        let request = self.effective(request);
+        let mut request = self.effective(request);
 
         let cache_key = self
             .inner
@@ -467,26 +576,79 @@ impl LlmClient {
             )));
         }
 
-        let timeout = route.spec.timeout();
+        let started = Instant::now();
+        let deadline_len = route.spec.deadline();
+        let deadline = started + deadline_len;
+        let fail = |message: String| {
+            self.record(role, Outcome::Failed);
+            Err(llm_error(&endpoint, role, message))
+        };
         let max_retries = self.inner.max_retries;
         let mut retry = 0u32;
+        let mut context_resends = 0u32;
+        let mut reconnects = 0u32;
+        let mut attempts = 0u32;
+        let mut notes: Vec<String> = Vec::new();
         loop {
+            let (sent, fit_note) = match self.fit(role, &request) {
+                Ok(x) => x,
+                Err(why) => return fail(format!("{why} (not sent)")),
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return fail(format!(
+                    "deadline of {:.1} s (deadline_s) reached after {attempts} attempt(s)",
+                    deadline_len.as_secs_f64()
+                ));
+            }
+            let slot = match tokio::time::timeout(left, route.endpoint.slot()).await {
+                Ok(slot) => slot,
+                Err(_) => {
+                    return fail(format!(
+                        "deadline of {:.1} s (deadline_s) reached while waiting for a free \
+                         request slot at {endpoint} (limit {})",
+                        deadline_len.as_secs_f64(),
+                        route.endpoint.limit()
+                    ))
+                }
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            let timeout = route.spec.timeout().min(left.max(Duration::from_millis(1)));
             self.count_attempt(role, retry > 0);
-            let started = Instant::now();
-            let result = match tokio::time::timeout(timeout, provider.attempt(&request)).await {
+            attempts += 1;
+            let attempt_started = Instant::now();
+            let result = match tokio::time::timeout(timeout, provider.attempt(&sent)).await {
                 Ok(r) => r,
                 Err(_) => Err(AttemptError::new(
                     FailureKind::Timeout,
-                    format!("no answer within {:.3} s", timeout.as_secs_f64()),
+                    if timeout < route.spec.timeout() {
+                        format!(
+                            "no answer within {:.3} s (what was left of the call's deadline)",
+                            timeout.as_secs_f64()
+                        )
+                    } else {
+                        format!("no answer within {:.3} s", timeout.as_secs_f64())
+                    },
                 )),
             };
+            let in_flight = slot.in_flight_at_start();
+            drop(slot);
             let error = match result {
                 Ok(mut response) => {
+                    route.endpoint.answered();
                     response.cached = false;
+                    if response.usage.prompt_tokens > 0 {
+                        let p = response.usage.prompt_tokens;
+                        self.update_window(&route.window_key, |w| w.calibration.observe(&sent, p));
+                    }
                     self.record(
                         role,
-                        Outcome::Answered(&response, started.elapsed().as_secs_f64()),
+                        Outcome::Answered(&response, attempt_started.elapsed().as_secs_f64()),
                     );
+                    let mut all = std::mem::take(&mut notes);
+                    all.extend(fit_note);
+                    all.append(&mut response.notes);
+                    response.notes = all;
                     if let (Some(cache), Some(key)) = (&self.inner.cache, &cache_key) {
                         let (cache, key, r) = (cache.clone(), key.clone(), response.clone());
                         let stored = tokio::task::spawn_blocking(move || cache.put(&key, &r)).await;
@@ -500,27 +662,168 @@ impl LlmClient {
                 }
                 Err(e) => e,
             };
+            let mut error = error;
+            match error.kind {
+                FailureKind::Timeout => {
+                    if let Some(limit) = route.endpoint.timed_out(in_flight) {
+                        tracing::warn!(
+                            %endpoint,
+                            in_flight,
+                            limit,
+                            "an attempt timed out with {in_flight} requests in flight: at most \
+                             {limit} from now on (set max_concurrency for this model to choose)"
+                        );
+                        notes.push(format!(
+                            "timed out with {in_flight} requests in flight at the endpoint; its \
+                             concurrency limit was lowered to {limit}"
+                        ));
+                    }
+                }
+                FailureKind::Unreachable => {
+                    if reconnects >= MAX_RECONNECTS {
+                        return fail(format!(
+                            "gave up after {attempts} attempt(s): the endpoint accepted TCP \
+                             connections again {reconnects} times but the request still could \
+                             not connect; last error: {error}"
+                        ));
+                    }
+                    match route
+                        .endpoint
+                        .wait_until_reachable(&error.message, self.inner.endpoint_wait, deadline)
+                        .await
+                    {
+                        Reachability::Back(waited) => {
+                            reconnects += 1;
+                            if !waited.is_zero() {
+                                tracing::warn!(
+                                    %endpoint,
+                                    waited_s = waited.as_secs_f64(),
+                                    "the endpoint accepts connections again"
+                                );
+                                notes.push(format!(
+                                    "waited {:.1} s for the endpoint to accept connections",
+                                    waited.as_secs_f64()
+                                ));
+                            }
+                            continue;
+                        }
+                        Reachability::Down(why) => {
+                            return fail(format!("{why} (after {attempts} attempt(s))"));
+                        }
+                    }
+                }
+                FailureKind::ContextLength => {
+                    let overflow = context::parse_overflow(&error.message).unwrap_or_default();
+                    let w = self.window(&route.window_key);
+                    let estimate = w.calibration.estimate(&sent);
+                    let runaway = overflow.prompt_tokens.is_some_and(|p| {
+                        let p = f64::from(p);
+                        let e = f64::from(estimate);
+                        (w.calibration.measured && p > 1.5 * e + 64.0)
+                            || (!w.calibration.measured
+                                && attempt_started.elapsed() > Duration::from_secs(15)
+                                && p > e)
+                    });
+                    if let Some(window) = overflow.window {
+                        self.update_window(&route.window_key, |w| w.learned = Some(window));
+                    }
+                    if runaway {
+                        // The endpoint generated until its context was full (it ignores
+                        // max_tokens): a failure of the content, not of the prompt's length.
+                        let msg = format!(
+                            "the endpoint kept generating until its context{} was full \
+                             although max_tokens was {} (it ignores max_tokens: \
+                             llama-cpp-python's function calling does); {}",
+                            overflow
+                                .window
+                                .map(|w| format!(" of {w} tokens"))
+                                .unwrap_or_default(),
+                            sent.max_tokens.unwrap_or(0),
+                            error.message
+                        );
+                        notes.push(
+                            "the endpoint ran away (generated until its context was full)"
+                                .to_string(),
+                        );
+                        error = AttemptError::new(FailureKind::Truncated, msg);
+                    } else {
+                        context_resends += 1;
+                        if context_resends > MAX_CONTEXT_RESENDS {
+                            return fail(format!(
+                                "{error} — still too long after trimming {MAX_CONTEXT_RESENDS} \
+                                 times (not retried)"
+                            ));
+                        }
+                        if let Some(p) = overflow.prompt_tokens {
+                            self.update_window(&route.window_key, |w| {
+                                w.calibration.observe(&sent, u64::from(p))
+                            });
+                        }
+                        if overflow.window.is_none() {
+                            // No number given: aim a quarter below what was sent.
+                            let guess =
+                                (self.window(&route.window_key).calibration.estimate(&sent)
+                                    + sent.max_tokens.unwrap_or(0))
+                                    * 3
+                                    / 4;
+                            let guess = guess.max(256);
+                            let current = self.context_window(role).unwrap_or(u32::MAX);
+                            self.update_window(&route.window_key, |w| {
+                                w.learned = Some(guess.min(current))
+                            });
+                        }
+                        let window = self.context_window(role).unwrap_or(0);
+                        tracing::warn!(
+                            role = role.as_str(),
+                            %endpoint,
+                            window,
+                            "context window exceeded; trimming the history and sending again: {error}"
+                        );
+                        notes.push(format!(
+                            "the endpoint rejected the prompt as too long for its context \
+                             window ({window} tokens); sent again trimmed"
+                        ));
+                        continue;
+                    }
+                }
+                _ => {}
+            }
             if !error.kind.is_retryable() {
-                self.record(role, Outcome::Failed);
-                return Err(llm_error(&endpoint, role, format!("{error} (not retried)")));
+                return fail(format!("{error} (not retried)"));
             }
             if retry >= max_retries {
-                self.record(role, Outcome::Failed);
-                return Err(llm_error(
-                    &endpoint,
-                    role,
-                    format!(
-                        "gave up after {} attempt(s) ({} retries); last error: {error}",
-                        retry + 1,
-                        retry
-                    ),
+                return fail(format!(
+                    "gave up after {} attempt(s) ({} retries); last error: {error}",
+                    attempts, retry
                 ));
             }
             let delay = self.backoff(retry, error.retry_after);
+            if Instant::now() + delay >= deadline {
+                return fail(format!(
+                    "deadline of {:.1} s (deadline_s) reached after {attempts} attempt(s); last \
+                     error: {error}",
+                    deadline_len.as_secs_f64()
+                ));
+            }
+            if error.kind.is_about_content() {
+                let t = RETRY_TEMPERATURES[(retry as usize).min(RETRY_TEMPERATURES.len() - 1)];
+                request.temperature = Some(request.temperature.unwrap_or(0.0).max(t));
+                if let Some(seed) = request.seed.as_mut() {
+                    *seed = seed.wrapping_add(1);
+                }
+                notes.push(format!(
+                    "retried after '{}' with temperature {t}{}",
+                    error.kind.label(),
+                    request
+                        .seed
+                        .map(|s| format!(" and seed {s}"))
+                        .unwrap_or_default()
+                ));
+            }
             tracing::warn!(
                 role = role.as_str(),
                 endpoint = %endpoint,
-                attempt = retry + 1,
+                attempt = attempts,
                 max_retries,
                 delay_ms = delay.as_millis() as u64,
                 "LLM call failed, retrying: {error}"
@@ -533,6 +836,10 @@ impl LlmClient {
 
 #[async_trait]
 impl ChatModel for LlmClient {
+    fn describe_for(&self, role: CallRole) -> String {
+        self.describe_role(role)
+    }
+
     fn describe(&self) -> String {
         let first = self.describe_role(CallRole::ALL[0]);
         if CallRole::ALL

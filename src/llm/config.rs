@@ -9,6 +9,8 @@
 //! max_retries = 4            # retries after the first attempt
 //! backoff_base_ms = 500      # first retry waits about this long, doubling each time
 //! backoff_max_ms = 30000     # cap of one backoff
+//! endpoint_wait_s = 60       # how long to wait for an endpoint that refuses connections
+//! max_response_bytes = 8388608   # larger response bodies are cut off and fail the attempt
 //! cache_dir = ".ppol-cache"  # opt-in response cache (relative to this file)
 //!
 //! [budget]                   # optional hard caps over the whole run
@@ -21,8 +23,11 @@
 //! base_url = "http://localhost:8000/v1"   # unset: $OPENAI_BASE_URL, else api.openai.com
 //! api_key_env = "OPENAI_API_KEY"
 //! temperature = 0.7          # used when a request does not set its own
-//! max_tokens = 1024
-//! timeout_s = 60
+//! max_tokens = 1024          # unset: a per-role default (CallRole::default_max_tokens)
+//! timeout_s = 60             # one attempt
+//! deadline_s = 150           # one call, retries and waits included (unset: 2.5 × timeout_s)
+//! context_window = 8192      # the model's context in tokens (unset: learned from a 400)
+//! max_concurrency = 4        # requests in flight to this base URL (unset: no extra limit)
 //! headers = { "X-Title" = "ppol" }
 //!
 //! [roles.user-sim]           # field-by-field override of [default] for one role
@@ -39,6 +44,12 @@
 //!
 //! Role names are `user-sim`, `agent`, `mutator`, `generator` and `reflection`. Every unknown
 //! key is an [`Error::Config`] naming the dotted key (`roles.agent.temprature`).
+//!
+//! The same keys may sit under an `[llm]` table — the form a run configuration uses
+//! (`[llm]`, `[llm.default]`, `[llm.roles.agent]`) — so one file serves `--config` and `--llm`.
+//! In that form the other top-level tables belong to the run and are ignored here, except a
+//! top-level `[budget]` with `max_usd` / `max_tokens`, which fills the LLM budget where
+//! `[llm.budget]` leaves it unset (as a run does); errors then name `llm.`-prefixed keys.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -115,6 +126,21 @@ pub struct ModelSpec {
     /// Timeout of one attempt, in seconds.
     #[serde(default = "default_timeout_s")]
     pub timeout_s: f64,
+    /// Deadline of one call in seconds — every attempt, backoff and endpoint wait included.
+    /// No attempt starts after it, and an attempt's timeout is cut to what is left. `None`:
+    /// 2.5 × [`ModelSpec::timeout_s`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_s: Option<f64>,
+    /// The model's context window in tokens (prompt + completion). Known, it lets the client
+    /// trim long histories before sending; `None`: learned from the endpoint's first
+    /// context-length error (see [`super::context`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u32>,
+    /// Requests in flight to this model's base URL at once (on top of the global
+    /// [`LlmConfig::max_concurrency`]). A local server that answers one request at a time
+    /// wants 1; unset, the client lowers the limit by itself when attempts time out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<usize>,
     /// Extra HTTP headers sent with every request (`openai` only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -134,6 +160,9 @@ impl Default for ModelSpec {
             temperature: None,
             max_tokens: None,
             timeout_s: default_timeout_s(),
+            deadline_s: None,
+            context_window: None,
+            max_concurrency: None,
             headers: BTreeMap::new(),
             script: None,
         }
@@ -221,6 +250,12 @@ impl ModelSpec {
         std::time::Duration::from_secs_f64(self.timeout_s.max(0.001))
     }
 
+    /// The per-call deadline ([`ModelSpec::deadline_s`], else 2.5 × the attempt timeout).
+    pub fn deadline(&self) -> std::time::Duration {
+        let secs = self.deadline_s.unwrap_or(self.timeout_s * 2.5);
+        std::time::Duration::from_secs_f64(secs.max(0.001))
+    }
+
     fn validate(&self, key: &str) -> Result<()> {
         if !(self.timeout_s.is_finite() && self.timeout_s > 0.0) {
             return Err(Error::config(
@@ -229,6 +264,34 @@ impl ModelSpec {
                     "must be a positive number of seconds, got {}",
                     self.timeout_s
                 ),
+            ));
+        }
+        if let Some(d) = self.deadline_s {
+            if !(d.is_finite() && d > 0.0) {
+                return Err(Error::config(
+                    format!("{key}.deadline_s"),
+                    format!("must be a positive number of seconds, got {d}"),
+                ));
+            }
+        }
+        if let Some(w) = self.context_window {
+            if w < 256 {
+                return Err(Error::config(
+                    format!("{key}.context_window"),
+                    format!("must be at least 256 tokens, got {w}"),
+                ));
+            }
+        }
+        if self.max_concurrency == Some(0) {
+            return Err(Error::config(
+                format!("{key}.max_concurrency"),
+                "must be at least 1 (leave it out for no per-endpoint limit)",
+            ));
+        }
+        if self.max_tokens == Some(0) {
+            return Err(Error::config(
+                format!("{key}.max_tokens"),
+                "must be at least 1 (leave it out for the role's default)",
             ));
         }
         if let Some(url) = &self.base_url {
@@ -297,6 +360,15 @@ pub struct ModelPatch {
     /// See [`ModelSpec::timeout_s`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
+    /// See [`ModelSpec::deadline_s`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_s: Option<f64>,
+    /// See [`ModelSpec::context_window`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u32>,
+    /// See [`ModelSpec::max_concurrency`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<usize>,
     /// Extra headers, merged over the default's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
@@ -316,6 +388,9 @@ impl ModelPatch {
             temperature: spec.temperature,
             max_tokens: spec.max_tokens,
             timeout_s: Some(spec.timeout_s),
+            deadline_s: spec.deadline_s,
+            context_window: spec.context_window,
+            max_concurrency: spec.max_concurrency,
             headers: Some(spec.headers.clone()),
             script: spec.script.clone(),
         }
@@ -348,6 +423,15 @@ impl ModelPatch {
         }
         if let Some(t) = self.timeout_s {
             s.timeout_s = t;
+        }
+        if let Some(d) = self.deadline_s {
+            s.deadline_s = Some(d);
+        }
+        if let Some(w) = self.context_window {
+            s.context_window = Some(w);
+        }
+        if let Some(c) = self.max_concurrency {
+            s.max_concurrency = Some(c);
         }
         if let Some(h) = &self.headers {
             s.headers
@@ -404,6 +488,12 @@ fn default_backoff_base_ms() -> u64 {
 fn default_backoff_max_ms() -> u64 {
     30_000
 }
+fn default_endpoint_wait_s() -> f64 {
+    60.0
+}
+fn default_max_response_bytes() -> u64 {
+    8 * 1024 * 1024
+}
 
 /// The whole LLM configuration. See the [module docs](self) for the TOML form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -421,6 +511,16 @@ pub struct LlmConfig {
     /// Cap of one backoff, in milliseconds.
     #[serde(default = "default_backoff_max_ms")]
     pub backoff_max_ms: u64,
+    /// How long, in seconds, calls wait for an endpoint that refuses connections (a server
+    /// restarting) before failing; the wait is shared by every call to that endpoint, and
+    /// once it has run out later calls fail at once (after one quick connect check) instead
+    /// of each spending its own retries.
+    #[serde(default = "default_endpoint_wait_s")]
+    pub endpoint_wait_s: f64,
+    /// Largest response body read from an endpoint, in bytes; a larger (or endless) body
+    /// fails the attempt without being retried.
+    #[serde(default = "default_max_response_bytes")]
+    pub max_response_bytes: u64,
     /// Directory of the opt-in on-disk response cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_dir: Option<PathBuf>,
@@ -450,6 +550,8 @@ const TOP_KEYS: &[&str] = &[
     "max_retries",
     "backoff_base_ms",
     "backoff_max_ms",
+    "endpoint_wait_s",
+    "max_response_bytes",
     "cache_dir",
     "budget",
     "default",
@@ -464,11 +566,23 @@ const SPEC_KEYS: &[&str] = &[
     "temperature",
     "max_tokens",
     "timeout_s",
+    "deadline_s",
+    "context_window",
+    "max_concurrency",
     "headers",
     "script",
 ];
 const BUDGET_KEYS: &[&str] = &["max_usd", "max_tokens"];
 const PRICE_KEYS: &[&str] = &["prompt", "completion"];
+
+/// `prefix.key`, or `key` without a prefix.
+fn dotted(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() {
+        key.to_string()
+    } else {
+        format!("{prefix}.{key}")
+    }
+}
 
 fn check_keys(table: &toml::Table, prefix: &str, allowed: &[&str], file: &Path) -> Result<()> {
     for key in table.keys() {
@@ -495,21 +609,22 @@ fn sub_table<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Table> {
     table.get(key).and_then(|v| v.as_table())
 }
 
-/// Reject every key the schema does not know, naming it with its dotted path.
-fn check_unknown_keys(root: &toml::Table, file: &Path) -> Result<()> {
-    check_keys(root, "", TOP_KEYS, file)?;
+/// Reject every key the schema does not know, naming it with its dotted path (under
+/// `prefix`, `llm` for the wrapped form).
+fn check_unknown_keys(root: &toml::Table, prefix: &str, file: &Path) -> Result<()> {
+    check_keys(root, prefix, TOP_KEYS, file)?;
     if let Some(t) = sub_table(root, "budget") {
-        check_keys(t, "budget", BUDGET_KEYS, file)?;
+        check_keys(t, &dotted(prefix, "budget"), BUDGET_KEYS, file)?;
     }
     if let Some(t) = sub_table(root, "default") {
-        check_keys(t, "default", SPEC_KEYS, file)?;
+        check_keys(t, &dotted(prefix, "default"), SPEC_KEYS, file)?;
     }
     if let Some(roles) = sub_table(root, "roles") {
         let names: Vec<&str> = CallRole::ALL.iter().map(|r| r.as_str()).collect();
         for (role, v) in roles {
             if !names.contains(&role.as_str()) {
                 return Err(Error::config(
-                    format!("roles.{role}"),
+                    dotted(prefix, &format!("roles.{role}")),
                     format!(
                         "unknown role in '{}'; expected one of: {}",
                         file.display(),
@@ -518,18 +633,46 @@ fn check_unknown_keys(root: &toml::Table, file: &Path) -> Result<()> {
                 ));
             }
             if let Some(t) = v.as_table() {
-                check_keys(t, &format!("roles.{role}"), SPEC_KEYS, file)?;
+                check_keys(
+                    t,
+                    &dotted(prefix, &format!("roles.{role}")),
+                    SPEC_KEYS,
+                    file,
+                )?;
             }
         }
     }
     if let Some(prices) = sub_table(root, "prices") {
         for (model, v) in prices {
             if let Some(t) = v.as_table() {
-                check_keys(t, &format!("prices.\"{model}\""), PRICE_KEYS, file)?;
+                check_keys(
+                    t,
+                    &dotted(prefix, &format!("prices.\"{model}\"")),
+                    PRICE_KEYS,
+                    file,
+                )?;
             }
         }
     }
     Ok(())
+}
+
+/// A run configuration file seen from the LLM side: its `[llm]` table, its top-level
+/// `[budget]` (the run's caps, which a run copies into the LLM budget) and nothing else.
+#[derive(Deserialize)]
+struct Wrapped {
+    llm: LlmConfig,
+    #[serde(default)]
+    budget: Option<RunBudget>,
+}
+
+/// The LLM part of a run's top-level `[budget]` (other keys belong to the run).
+#[derive(Deserialize)]
+struct RunBudget {
+    #[serde(default)]
+    max_usd: Option<f64>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
 }
 
 impl LlmConfig {
@@ -540,6 +683,8 @@ impl LlmConfig {
             max_retries: default_max_retries(),
             backoff_base_ms: default_backoff_base_ms(),
             backoff_max_ms: default_backoff_max_ms(),
+            endpoint_wait_s: default_endpoint_wait_s(),
+            max_response_bytes: default_max_response_bytes(),
             cache_dir: None,
             budget: Budget::default(),
             default: spec,
@@ -581,6 +726,21 @@ impl LlmConfig {
         if self.max_concurrency == 0 {
             return Err(Error::config("max_concurrency", "must be at least 1"));
         }
+        if !(self.endpoint_wait_s.is_finite() && self.endpoint_wait_s >= 0.0) {
+            return Err(Error::config(
+                "endpoint_wait_s",
+                format!(
+                    "must be a non-negative number of seconds, got {}",
+                    self.endpoint_wait_s
+                ),
+            ));
+        }
+        if self.max_response_bytes < 1024 {
+            return Err(Error::config(
+                "max_response_bytes",
+                format!("must be at least 1024, got {}", self.max_response_bytes),
+            ));
+        }
         if self.backoff_max_ms < self.backoff_base_ms {
             return Err(Error::config(
                 "backoff_max_ms",
@@ -617,11 +777,40 @@ impl LlmConfig {
 
     /// Parse TOML text. `file` is used in error messages and relative `cache_dir` / `script`
     /// paths are resolved against its directory.
+    ///
+    /// Both the bare form (keys at the top level) and the run-configuration form (under
+    /// `[llm]`, see the [module docs](self)) are accepted.
     pub fn from_toml_str(text: &str, file: &Path) -> Result<Self> {
         let toml_error = |e: toml::de::Error| Error::toml(file, text, &e);
         let root: toml::Table = toml::from_str(text).map_err(toml_error)?;
-        check_unknown_keys(&root, file)?;
-        let mut cfg: LlmConfig = toml::from_str(text).map_err(toml_error)?;
+        let wrapped = matches!(root.get("llm"), Some(toml::Value::Table(_)));
+        let prefix = if wrapped { "llm" } else { "" };
+        let cfg = match &root.get("llm") {
+            Some(toml::Value::Table(inner)) => {
+                check_unknown_keys(inner, prefix, file)?;
+                let w: Wrapped = toml::from_str(text).map_err(toml_error)?;
+                let mut cfg = w.llm;
+                if let Some(b) = w.budget {
+                    cfg.budget.max_usd = cfg.budget.max_usd.or(b.max_usd);
+                    cfg.budget.max_tokens = cfg.budget.max_tokens.or(b.max_tokens);
+                }
+                cfg
+            }
+            Some(_) => {
+                return Err(Error::config(
+                    "llm",
+                    format!(
+                        "in '{}' must be a table ([llm] with [llm.default], [llm.roles.<role>])",
+                        file.display()
+                    ),
+                ))
+            }
+            None => {
+                check_unknown_keys(&root, prefix, file)?;
+                toml::from_str::<LlmConfig>(text).map_err(toml_error)?
+            }
+        };
+        let mut cfg = cfg;
         let base = file
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -644,7 +833,13 @@ impl LlmConfig {
                 }
             }
         }
-        cfg.validate()?;
+        cfg.validate().map_err(|e| match e {
+            Error::Config { key, message } if wrapped => Error::Config {
+                key: dotted(prefix, &key),
+                message,
+            },
+            other => other,
+        })?;
         Ok(cfg)
     }
 

@@ -8,6 +8,12 @@
 //! * [`client`] — [`LlmClient`], the wrapper every caller should use: routing by role,
 //!   semaphore, timeouts, retries with backoff, on-disk cache, accounting and budget.
 //! * [`cache`] — [`ResponseCache`], the content-addressed response cache.
+//! * [`context`] — fitting a request into a model's context window (history trimming, the
+//!   context-length errors of OpenAI, vLLM, llama.cpp and llama-cpp-python).
+//! * [`recover`] — tool calls that a model wrote into its text instead of the `tool_calls`
+//!   field, recovered for the agent loop.
+//! * [`endpoint`] — per-endpoint state shared by every role on one base URL: the adaptive
+//!   concurrency limit and the wait for an endpoint that refuses connections.
 //!
 //! Building a client:
 //!
@@ -35,7 +41,10 @@ use crate::Result;
 pub mod cache;
 pub mod client;
 pub mod config;
+pub mod context;
+pub mod endpoint;
 pub mod openai;
+pub mod recover;
 pub mod scripted;
 
 pub use cache::ResponseCache;
@@ -78,6 +87,21 @@ impl CallRole {
             CallRole::Mutator => "mutator",
             CallRole::Generator => "generator",
             CallRole::Reflection => "reflection",
+        }
+    }
+
+    /// The completion cap of a request of this role when neither the request nor the role's
+    /// [`ModelSpec::max_tokens`] sets one, so that no request is unbounded: a user or agent
+    /// turn is a few sentences or one tool call (300 / 600 tokens), a mutation is a whole
+    /// program or diff (4,096), a reflection a few paragraphs (1,024), a generator request
+    /// whatever the program asks for (2,048 when it asks for nothing).
+    pub fn default_max_tokens(self) -> u32 {
+        match self {
+            CallRole::UserSim => 300,
+            CallRole::Agent => 600,
+            CallRole::Mutator => 4096,
+            CallRole::Generator => 2048,
+            CallRole::Reflection => 1024,
         }
     }
 }
@@ -132,6 +156,11 @@ pub struct ChatRequest {
     /// Provider seed, where supported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// Return an answer with neither text nor tool calls instead of failing the attempt
+    /// ([`FailureKind::Empty`]); for callers with a fallback of their own (the LLM agent asks
+    /// again without tools).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accept_empty: bool,
 }
 
 impl ChatRequest {
@@ -144,6 +173,7 @@ impl ChatRequest {
             temperature: None,
             max_tokens: None,
             seed: None,
+            accept_empty: false,
         }
     }
 }
@@ -172,6 +202,11 @@ pub struct ChatResponse {
     /// The endpoint's finish reason (`stop`, `length`, `tool_calls`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
+    /// What ppol did to get this answer that a reader of the record should know: history
+    /// trimmed to the context window, tool calls recovered from the text, `max_tokens`
+    /// lowered, a retry that changed the seed. Empty for a plain answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Anything that answers chat requests.
@@ -179,6 +214,12 @@ pub struct ChatResponse {
 pub trait ChatModel: Send + Sync {
     /// Provider and model, for logs (`openai:gpt-4o-mini@http://...`).
     fn describe(&self) -> String;
+    /// Provider and model answering one role (a router such as [`LlmClient`] answers each
+    /// role with its own model; everything else answers every role alike).
+    fn describe_for(&self, role: CallRole) -> String {
+        let _ = role;
+        self.describe()
+    }
     /// Answer one request.
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse>;
 }
@@ -192,8 +233,18 @@ pub enum FailureKind {
     Server(u16),
     /// The attempt exceeded its timeout (or HTTP 408). Retryable.
     Timeout,
-    /// The connection could not be made or broke mid-response. Retryable.
+    /// The connection broke mid-response. Retryable.
     Connection,
+    /// The connection could not be made at all (refused, unknown host, connect timeout):
+    /// nothing is listening. [`LlmClient`] waits for the endpoint to come back (bounded,
+    /// shared by every caller of that endpoint) instead of spending its retries.
+    Unreachable,
+    /// The request does not fit the model's context window (an HTTP 400 whose text says so,
+    /// see [`context::parse_overflow`]). [`LlmClient`] trims the history and sends it again.
+    ContextLength,
+    /// The response body exceeded [`LlmConfig::max_response_bytes`]. Not retried: an endpoint
+    /// that streams without end does so again.
+    TooLarge,
     /// The body, or a tool call's arguments, is not the expected JSON. Retryable.
     Garbage,
     /// The answer has neither text nor tool calls. Retryable.
@@ -209,7 +260,26 @@ pub enum FailureKind {
 impl FailureKind {
     /// Whether the same request may succeed when sent again.
     pub fn is_retryable(self) -> bool {
-        !matches!(self, FailureKind::Client(_) | FailureKind::Fatal)
+        !matches!(
+            self,
+            FailureKind::Client(_)
+                | FailureKind::Fatal
+                | FailureKind::TooLarge
+                | FailureKind::ContextLength
+        )
+    }
+
+    /// Whether the failure is about what the model wrote (or failed to write in time), so
+    /// that sending the identical request again — same seed, temperature 0 — would most
+    /// likely fail the same way: such retries change the seed and raise the temperature.
+    pub fn is_about_content(self) -> bool {
+        matches!(
+            self,
+            FailureKind::Garbage
+                | FailureKind::Empty
+                | FailureKind::Truncated
+                | FailureKind::Timeout
+        )
     }
 
     /// Short label for logs and messages (`429`, `http-503`, `timeout`, `garbage`, ...).
@@ -219,6 +289,9 @@ impl FailureKind {
             FailureKind::Server(s) => format!("server error ({s})"),
             FailureKind::Timeout => "timeout".to_string(),
             FailureKind::Connection => "connection error".to_string(),
+            FailureKind::Unreachable => "endpoint unreachable".to_string(),
+            FailureKind::ContextLength => "context window exceeded".to_string(),
+            FailureKind::TooLarge => "response too large".to_string(),
             FailureKind::Garbage => "unparseable response".to_string(),
             FailureKind::Empty => "empty response".to_string(),
             FailureKind::Truncated => "truncated response".to_string(),
@@ -277,6 +350,18 @@ pub trait Provider: Send + Sync {
         &self,
         request: &ChatRequest,
     ) -> std::result::Result<ChatResponse, AttemptError>;
+}
+
+/// [`check_answer`], unless the request accepts empty answers.
+pub fn check_answer_for(
+    request: &ChatRequest,
+    response: ChatResponse,
+) -> std::result::Result<ChatResponse, AttemptError> {
+    if request.accept_empty {
+        Ok(response)
+    } else {
+        check_answer(response)
+    }
 }
 
 /// Reject an answer that has neither text nor tool calls: [`FailureKind::Truncated`] when the

@@ -9,7 +9,22 @@
 //!
 //! `async-openai`'s own retry layer is replaced by a plain transport that turns every non-2xx
 //! answer into a classified error (status, `Retry-After`, body), so that retries, backoff and
-//! their accounting happen in one place: [`super::LlmClient`].
+//! their accounting happen in one place: [`super::LlmClient`]. The transport also reads the
+//! body itself, up to [`super::LlmConfig::max_response_bytes`]: an endless (chunked) body
+//! fails the attempt instead of filling memory.
+//!
+//! What real servers need, measured against llama-cpp-python 0.3.36, and what is sent:
+//!
+//! * an assistant turn that only calls tools carries `"content": ""` — `null` is a
+//!   validation error (HTTP 500) and an omitted `content` breaks chat templates;
+//! * `"tool_choice": "auto"` whenever tools are offered — llama.cpp's function-calling chat
+//!   formats ignore `tools` without it and answer in plain text;
+//! * tool calls that come back written into the text are recovered ([`super::recover`]);
+//! * tool-call arguments that are not JSON are kept verbatim (as a JSON string) instead of
+//!   failing the attempt, so the agent loop can answer them with a tool error and let the
+//!   model try again — resending an identical request at temperature 0 gets the same answer;
+//! * a 400 saying the prompt exceeds the context window is [`FailureKind::ContextLength`], so
+//!   that the client can trim and resend.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,7 +38,7 @@ use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
 use super::{
-    check_answer, llm_error, AttemptError, ChatModel, ChatRequest, ChatResponse, FailureKind,
+    check_answer_for, llm_error, AttemptError, ChatModel, ChatRequest, ChatResponse, FailureKind,
     ModelSpec, Provider, Usage,
 };
 use crate::dialogue::{Role, ToolCall, Turn};
@@ -68,10 +83,48 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
     }
 }
 
-/// The transport installed into `async-openai`: executes the request once, no retries.
+/// A 2xx body larger than the cap, carried through `async-openai` as `OpenAIError::Boxed`.
+#[derive(Debug)]
+struct TooLargeError {
+    cap: u64,
+}
+
+impl std::fmt::Display for TooLargeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the response body exceeded {} bytes (max_response_bytes); reading stopped there",
+            self.cap
+        )
+    }
+}
+
+impl std::error::Error for TooLargeError {}
+
+/// Read a body chunk by chunk, failing once it exceeds `cap` bytes.
+async fn read_capped(
+    response: &mut reqwest::Response,
+    cap: u64,
+) -> std::result::Result<Vec<u8>, OpenAIError> {
+    if response.content_length().is_some_and(|n| n > cap) {
+        return Err(OpenAIError::Boxed(Box::new(TooLargeError { cap })));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if (body.len() + chunk.len()) as u64 > cap {
+            return Err(OpenAIError::Boxed(Box::new(TooLargeError { cap })));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The transport installed into `async-openai`: executes the request once, no retries, and
+/// reads at most `max_bytes` of the body.
 #[derive(Clone)]
 struct PlainTransport {
     http: reqwest::Client,
+    max_bytes: u64,
 }
 
 type TransportFuture =
@@ -91,19 +144,34 @@ impl tower::Service<HttpRequestFactory> for PlainTransport {
 
     fn call(&mut self, request: HttpRequestFactory) -> Self::Future {
         let http = self.http.clone();
+        let cap = self.max_bytes;
         Box::pin(async move {
             let request = request.build().await?;
-            let response = http.execute(request).await?;
-            if response.status().is_success() {
-                return Ok(response);
+            let mut response = http.execute(request).await?;
+            let status = response.status();
+            if status.is_success() {
+                let mut rebuilt = http::Response::builder()
+                    .status(status)
+                    .version(response.version());
+                if let Some(h) = rebuilt.headers_mut() {
+                    *h = response.headers().clone();
+                }
+                let body = read_capped(&mut response, cap).await?;
+                let rebuilt = rebuilt
+                    .body(body)
+                    .map_err(|e| OpenAIError::InvalidArgument(e.to_string()))?;
+                return Ok(reqwest::Response::from(rebuilt));
             }
-            let status = response.status().as_u16();
+            let status = status.as_u16();
             let retry_after = response
                 .headers()
                 .get(reqwest::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(parse_retry_after);
-            let body = response.text().await.unwrap_or_default();
+            let body = read_capped(&mut response, cap.min(1 << 20))
+                .await
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
             Err(OpenAIError::Boxed(Box::new(HttpStatusError {
                 status,
                 retry_after,
@@ -138,8 +206,14 @@ impl std::fmt::Debug for OpenAiProvider {
 impl OpenAiProvider {
     /// Build from a spec: model (`$PPOL_LLM_MODEL` fallback), base URL (`$OPENAI_BASE_URL`
     /// fallback), API key from `spec.api_key_env`, extra headers. `key` is the config key
-    /// named in errors (`default`, `roles.agent`).
+    /// named in errors (`default`, `roles.agent`). Response bodies are capped at the default
+    /// of [`super::LlmConfig::max_response_bytes`]; see [`OpenAiProvider::from_spec_capped`].
     pub fn from_spec(spec: &ModelSpec, key: &str) -> Result<Self> {
+        OpenAiProvider::from_spec_capped(spec, key, super::LlmConfig::default().max_response_bytes)
+    }
+
+    /// [`OpenAiProvider::from_spec`] with a response-body cap in bytes.
+    pub fn from_spec_capped(spec: &ModelSpec, key: &str, max_response_bytes: u64) -> Result<Self> {
         let model = spec.resolved_model(&format!("{key}.model"))?;
         let base_url = spec.resolved_base_url();
         let api_key = spec.resolved_api_key(&format!("{key}.api_key_env"))?;
@@ -162,7 +236,10 @@ impl OpenAiProvider {
             .map_err(|e| Error::config(key, format!("cannot build HTTP client: {e}")))?;
         let client = async_openai::Client::with_config(config)
             .with_http_client(http.clone())
-            .with_http_service(PlainTransport { http });
+            .with_http_service(PlainTransport {
+                http,
+                max_bytes: max_response_bytes,
+            });
         Ok(OpenAiProvider {
             client,
             model,
@@ -245,6 +322,8 @@ impl OpenAiProvider {
                 })
                 .collect();
             body.insert("tools".into(), Value::Array(tools));
+            // llama.cpp's function-calling formats ignore `tools` without it.
+            body.insert("tool_choice".into(), json!("auto"));
         }
         if let Some(t) = request.temperature.or(self.temperature) {
             if !self.omit_temperature.load(Ordering::Relaxed) {
@@ -274,11 +353,9 @@ fn message_json(turn: &Turn, index: usize) -> std::result::Result<Value, Attempt
         Role::Assistant => {
             let mut m = Map::new();
             m.insert("role".into(), json!("assistant"));
-            if turn.content.is_empty() && !turn.tool_calls.is_empty() {
-                m.insert("content".into(), Value::Null);
-            } else {
-                m.insert("content".into(), json!(turn.content));
-            }
+            // Always a string: `null` beside tool calls is a validation error on
+            // llama-cpp-python (HTTP 500) and an omitted content breaks chat templates.
+            m.insert("content".into(), json!(turn.content));
             if !turn.tool_calls.is_empty() {
                 let calls: Vec<Value> = turn
                     .tool_calls
@@ -312,7 +389,9 @@ fn message_json(turn: &Turn, index: usize) -> std::result::Result<Value, Attempt
 }
 
 /// Parse a chat-completions response body into a [`ChatResponse`]. `fallback_model` is used
-/// when the body names none. Unparseable tool-call arguments are [`FailureKind::Garbage`].
+/// when the body names none. Tool-call arguments that are not a JSON object are kept verbatim
+/// as a JSON string (the agent loop answers such a call with a tool error); a tool call
+/// without a function name is [`FailureKind::Garbage`].
 pub fn parse_response(
     body: &Value,
     fallback_model: &str,
@@ -391,26 +470,13 @@ pub fn parse_response(
             let arguments = match function.get("arguments") {
                 None | Some(Value::Null) => Value::Object(Map::new()),
                 Some(Value::String(s)) if s.trim().is_empty() => Value::Object(Map::new()),
-                Some(Value::String(s)) => serde_json::from_str::<Value>(s).map_err(|e| {
-                    garbage(format!(
-                        "tool_calls[{i}] ({name}) arguments are not JSON ({e}): {}",
-                        excerpt(s)
-                    ))
-                })?,
+                Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                    Ok(v @ Value::Object(_)) => v,
+                    _ => Value::String(s.clone()),
+                },
                 Some(v @ Value::Object(_)) => v.clone(),
-                Some(other) => {
-                    return Err(garbage(format!(
-                        "tool_calls[{i}] ({name}) arguments are neither a JSON string nor an object: {}",
-                        excerpt(&other.to_string())
-                    )))
-                }
+                Some(other) => Value::String(other.to_string()),
             };
-            if !arguments.is_object() {
-                return Err(garbage(format!(
-                    "tool_calls[{i}] ({name}) arguments are not a JSON object: {}",
-                    excerpt(&arguments.to_string())
-                )));
-            }
             let id = call
                 .get("id")
                 .and_then(Value::as_str)
@@ -455,27 +521,72 @@ pub fn parse_response(
         model,
         cached: false,
         finish_reason,
+        notes: Vec::new(),
     })
+}
+
+/// When tools were offered and the answer has no `tool_calls`, recover calls the model wrote
+/// into its text ([`super::recover`]), with a note.
+pub fn recover_tool_calls(response: &mut ChatResponse, tools: &[super::ToolSpec]) {
+    if !response.message.tool_calls.is_empty() {
+        return;
+    }
+    if let Some(r) = super::recover::tool_calls_in_text(&response.message.content, tools) {
+        response.notes.push(format!(
+            "recovered {} tool call(s) written in the text ({})",
+            r.calls.len(),
+            r.calls
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        response.message.tool_calls = r.calls;
+        response.message.content = r.rest;
+    }
 }
 
 fn classify(error: OpenAIError) -> AttemptError {
     match error {
         OpenAIError::Boxed(inner) => match inner.downcast::<HttpStatusError>() {
             Ok(http) => {
-                let kind = match http.status {
+                let mut kind = match http.status {
                     429 => FailureKind::RateLimited,
                     408 => FailureKind::Timeout,
                     s if s >= 500 => FailureKind::Server(s),
                     s => FailureKind::Client(s),
                 };
-                let message = match serde_json::from_str::<Value>(&http.body)
+                if (400..500).contains(&http.status)
+                    && http.status != 429
+                    && super::context::parse_overflow(&http.body).is_some()
+                {
+                    kind = FailureKind::ContextLength;
+                }
+                let error_object = serde_json::from_str::<Value>(&http.body)
                     .ok()
-                    .and_then(|v| {
-                        v.pointer("/error/message")
-                            .and_then(Value::as_str)
-                            .map(str::to_string)
-                    }) {
-                    Some(m) => format!("HTTP {}: {}", http.status, excerpt(&m)),
+                    .and_then(|v| v.get("error").cloned());
+                let message = match error_object
+                    .as_ref()
+                    .and_then(|e| e.get("message").and_then(Value::as_str))
+                {
+                    Some(m) => {
+                        // llama.cpp's server puts the numbers beside the message.
+                        let extra: Vec<String> = ["n_ctx", "n_prompt_tokens"]
+                            .iter()
+                            .filter_map(|k| {
+                                error_object
+                                    .as_ref()
+                                    .and_then(|e| e.get(*k))
+                                    .map(|v| format!("{k}: {v}"))
+                            })
+                            .collect();
+                        let extra = if extra.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", extra.join(", "))
+                        };
+                        format!("HTTP {}: {}{extra}", http.status, excerpt(m))
+                    }
                     None => http.to_string(),
                 };
                 AttemptError {
@@ -484,13 +595,18 @@ fn classify(error: OpenAIError) -> AttemptError {
                     retry_after: http.retry_after,
                 }
             }
-            Err(other) => AttemptError::new(FailureKind::Fatal, other.to_string()),
+            Err(other) => match other.downcast::<TooLargeError>() {
+                Ok(big) => AttemptError::new(FailureKind::TooLarge, big.to_string()),
+                Err(other) => AttemptError::new(FailureKind::Fatal, other.to_string()),
+            },
         },
         OpenAIError::Reqwest(e) => {
             let kind = if e.is_timeout() {
                 FailureKind::Timeout
             } else if e.is_builder() {
                 FailureKind::Fatal
+            } else if e.is_connect() {
+                FailureKind::Unreachable
             } else {
                 FailureKind::Connection
             };
@@ -540,10 +656,15 @@ impl Provider for OpenAiProvider {
         request: &ChatRequest,
     ) -> std::result::Result<ChatResponse, AttemptError> {
         let mut body = self.request_body(request)?;
+        let finish = |answer: Value| {
+            let mut response = parse_response(&answer, &self.model)?;
+            recover_tool_calls(&mut response, &request.tools);
+            check_answer_for(request, response)
+        };
         // At most two parameter adaptations, then the answer stands.
         for _ in 0..2 {
             match self.client.chat().create_byot(body.clone()).await {
-                Ok(answer) => return check_answer(parse_response(&answer, &self.model)?),
+                Ok(answer) => return finish(answer),
                 Err(e) => {
                     let e = classify(e);
                     if !self.adapt_to_rejection(&e, &mut body) {
@@ -558,7 +679,7 @@ impl Provider for OpenAiProvider {
             .create_byot(body)
             .await
             .map_err(classify)?;
-        check_answer(parse_response(&answer, &self.model)?)
+        finish(answer)
     }
 }
 

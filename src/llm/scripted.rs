@@ -40,7 +40,7 @@ use serde_json::json;
 
 use super::cache::{canonical_json, sha256_hex};
 use super::{
-    check_answer, llm_error, AttemptError, CallRole, ChatModel, ChatRequest, ChatResponse,
+    check_answer_for, llm_error, AttemptError, CallRole, ChatModel, ChatRequest, ChatResponse,
     FailureKind, Provider, ScriptToolCall, Usage,
 };
 use crate::dialogue::{Role, ToolCall, Turn};
@@ -334,16 +334,20 @@ impl ScriptedModel {
                 .iter()
                 .map(|c| estimate_tokens(&c.arguments.to_string()) + estimate_tokens(&c.name))
                 .sum::<u64>();
-        check_answer(ChatResponse {
-            message,
-            usage: Usage {
-                prompt_tokens,
-                completion_tokens,
+        check_answer_for(
+            request,
+            ChatResponse {
+                message,
+                usage: Usage {
+                    prompt_tokens,
+                    completion_tokens,
+                },
+                model: "scripted".to_string(),
+                cached: false,
+                finish_reason: Some(finish),
+                notes: Vec::new(),
             },
-            model: "scripted".to_string(),
-            cached: false,
-            finish_reason: Some(finish),
-        })
+        )
     }
 }
 

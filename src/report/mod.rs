@@ -31,6 +31,7 @@
 //! ```
 
 pub mod pca;
+pub mod study;
 pub mod svg;
 
 use std::collections::{BTreeMap, HashMap};
@@ -309,6 +310,7 @@ struct Failed<'a> {
     mutation: &'a str,
     stage: &'a str,
     reason: &'a str,
+    raw_reply: &'a str,
     requeued: bool,
 }
 
@@ -379,6 +381,7 @@ impl<'a> LogView<'a> {
                     mutation,
                     stage: &failure.stage,
                     reason: &failure.reason,
+                    raw_reply: &failure.raw_reply,
                     requeued: *requeued,
                 }),
                 Event::Validation {
@@ -388,6 +391,19 @@ impl<'a> LogView<'a> {
                 } => v.validations.push((*iteration, program_id, metrics)),
                 Event::Checkpoint { .. } => v.checkpoints += 1,
                 Event::Resumed { from_iteration } => v.resumed.push(*from_iteration),
+                Event::ValidationFailed {
+                    iteration,
+                    program_id,
+                    failure,
+                } => v.failed.push(Failed {
+                    iteration: *iteration,
+                    program_id: Some(program_id),
+                    mutation: "validation",
+                    stage: &failure.stage,
+                    reason: &failure.reason,
+                    raw_reply: &failure.raw_reply,
+                    requeued: false,
+                }),
             }
         }
         v
@@ -665,6 +681,14 @@ fn section_summary(out: &mut String, files: &RunFiles, view: &LogView) {
             fact(&mut facts, "stopped", &esc(time));
             fact(&mut facts, "stop reason", &esc(reason));
             fact(&mut facts, "iterations", &iterations.to_string());
+            let outcomes = runlog::mutation_outcomes(&files.log);
+            if !outcomes.is_empty() {
+                fact(
+                    &mut facts,
+                    "mutations (whole run)",
+                    &esc(&runlog::mutation_outcomes_line(&outcomes)),
+                );
+            }
         }
         _ => {
             fact(
@@ -1351,6 +1375,13 @@ fn section_lineage(out: &mut String, files: &RunFiles, view: &LogView) {
                 .unwrap_or_default(),
             esc(last.reason)
         );
+        if !last.raw_reply.is_empty() {
+            let _ = write!(
+                out,
+                r#"<tr><td colspan="4" class="l"><details><summary>the model's raw reply (first 2 KB)</summary><pre>{}</pre></details></td></tr>"#,
+                esc(last.raw_reply)
+            );
+        }
     }
     if stages.is_empty() {
         out.push_str(r#"<tr><td colspan="4" class="skip">no failed candidates</td></tr>"#);

@@ -4,8 +4,10 @@
 //! [`Mutator::propose`] first [chooses](Mutator::choose) an [`Operator`] for the parent, then
 //! applies it:
 //!
-//! - with an LLM: a SEARCH/REPLACE **diff** of the parent, or a full **rewrite** once the parent's
-//!   children failed `mutation.rewrite_after_failures` times in a row;
+//! - with an LLM: a SEARCH/REPLACE **diff** of the parent; a full **rewrite** once the parent's
+//!   children failed `mutation.rewrite_after_failures` (K) times in a row; and a **structural**
+//!   edit (as offline) once K more failed, so a weak mutator never stalls a run — a child that
+//!   is evaluated resets the chain to diffs;
 //! - offline: a **crossover** with an inspiration (probability `mutation.crossover_rate`, when
 //!   an inspiration other than the parent exists), else a **structural** edit of the program's
 //!   literal data. A child whose code the archive already holds would waste its evaluation: a
@@ -27,7 +29,9 @@ use crate::evolve::mutation::structural::{
     crossover, structural_mutate_with, AxisVocab, MechanicPhrases, StructuralOptions,
 };
 use crate::evolve::mutation::{failure_from_diff_error, ChildFailure, FailureKind};
-use crate::evolve::program::{code_hash, MutationInfo, MutationKind, Program, ProgramId};
+use crate::evolve::program::{
+    code_hash, raw_reply, MutationInfo, MutationKind, Program, ProgramId,
+};
 use crate::llm::ChatModel;
 use crate::seed::mix;
 use crate::{Error, Result};
@@ -130,10 +134,14 @@ impl Mutator {
         seed: u64,
     ) -> Operator {
         if self.uses_llm() {
-            return if archive.consecutive_failures(&parent.id) >= self.rewrite_after_failures {
+            let failed = archive.consecutive_failures(&parent.id);
+            let k = self.rewrite_after_failures;
+            return if failed < k {
+                Operator::Diff
+            } else if failed < k + k.max(1) {
                 Operator::Rewrite
             } else {
-                Operator::Diff
+                Operator::Structural
             };
         }
         let other = inspirations.iter().find(|i| i.program.id != parent.id);
@@ -251,8 +259,10 @@ impl Mutator {
         }
         .map_err(|e| ChildFailure::new(FailureKind::NoProgram, format!("prompt: {e}")))?;
         let angle = prompt.angle.id.to_string();
+        let operator = if rewrite { "rewrite" } else { "diff" };
         let with_angle = |mut f: ChildFailure| {
             f.angle = Some(angle.clone());
+            f.operator = Some(operator.into());
             f
         };
         let answer = model
@@ -260,23 +270,27 @@ impl Mutator {
             .await
             .map_err(|e| {
                 with_angle(ChildFailure::new(
-                    FailureKind::Evaluation,
+                    FailureKind::MutatorCall,
                     format!("mutator call failed: {e}"),
                 ))
             })?
             .message
             .content;
+        let with_reply = |f: ChildFailure| ChildFailure {
+            raw_reply: Some(raw_reply(&answer)),
+            ..with_angle(f)
+        };
         let code = if rewrite {
             extract_full_program(&answer)
         } else {
             apply_diff(&parent.code, &answer).map(|a| a.code)
         }
-        .map_err(|e| with_angle(failure_from_diff_error(&e)))?;
+        .map_err(|e| with_reply(failure_from_diff_error(&e)))?;
         match check_python_syntax(&code) {
             Ok(Ok(())) => {}
-            Ok(Err(msg)) => return Err(with_angle(ChildFailure::new(FailureKind::Syntax, msg))),
+            Ok(Err(msg)) => return Err(with_reply(ChildFailure::new(FailureKind::Syntax, msg))),
             Err(e) => {
-                return Err(with_angle(ChildFailure::new(
+                return Err(with_reply(ChildFailure::new(
                     FailureKind::Syntax,
                     format!("could not check syntax: {e}"),
                 )))
@@ -332,7 +346,10 @@ async fn offline_child(
             mutation: MutationInfo::new(kind, summary),
             second_parent,
         }),
-        Err(msg) => Err(ChildFailure::new(FailureKind::Syntax, msg)),
+        Err(msg) => Err(ChildFailure {
+            operator: Some(kind.as_str().into()),
+            ..ChildFailure::new(FailureKind::Syntax, msg)
+        }),
     })
 }
 

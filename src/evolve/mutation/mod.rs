@@ -95,10 +95,12 @@ pub use crate::evolve::program::{ChildFailure, FailureKind};
 /// A child failure from a [`DiffError`] (kind [`FailureKind::NoProgram`] for
 /// [`DiffError::NoProgram`], else [`FailureKind::DiffNotApplied`]).
 pub fn failure_from_diff_error(e: &DiffError) -> ChildFailure {
-    let kind = if matches!(e, DiffError::NoProgram) {
-        FailureKind::NoProgram
-    } else {
-        FailureKind::DiffNotApplied
+    let kind = match e {
+        DiffError::NoProgram => FailureKind::NoProgram,
+        DiffError::NoBlocks | DiffError::Unterminated { .. } | DiffError::EmptySearch { .. } => {
+            FailureKind::Unparsable
+        }
+        _ => FailureKind::DiffNotApplied,
     };
     ChildFailure::new(kind, e.to_string())
 }

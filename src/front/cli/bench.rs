@@ -1,12 +1,18 @@
-//! `ppol bench fingerprint TRACES [--repeat N]`: fingerprinting throughput, side by side with the
-//! reference Python package when it is installed, so the ratio comes from one run on one machine.
+//! `ppol bench fingerprint TRACES [--repeat N]`: fingerprinting speed, side by side with the
+//! reference Python package when it is installed, so the ratios come from one run on one machine.
+//! Two figures: the kernel (fingerprints of dialogues already in memory) and end to end (a
+//! `ppol fingerprint FILE -o OUT` process against a `python -c` process doing the same with the
+//! reference package, from process start to the JSONL file written).
 
-use std::path::PathBuf;
-use std::time::Instant;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 
-use crate::fitness::features::{fingerprint, fingerprint_many, FeatureSet};
+use crate::dialogue::Dialogue;
+use crate::fitness::features::{fingerprint, fingerprint_many, FeatureSet, Fingerprint};
 use crate::fitness::traces::{self, LoadOptions};
 
 /// `ppol bench ...`
@@ -38,6 +44,12 @@ pub enum BenchCommand {
         /// Skip the reference comparison.
         #[arg(long)]
         no_reference: bool,
+        /// End to end: the dialogues are repeated into one JSONL file of at least this many.
+        #[arg(long, default_value_t = 3000)]
+        end_to_end_dialogues: usize,
+        /// End to end: runs of each process; the fastest counts.
+        #[arg(long, default_value_t = 3)]
+        end_to_end_runs: usize,
     },
     /// Offline evolutions over several run seeds, scored on the human dialogues each run held
     /// out: evolved − seed, evolved − base, Dice D1–D4, seconds per iteration.
@@ -67,9 +79,36 @@ dt = time.perf_counter() - t
 print(json.dumps({"per_s": len(convs) * repeat / dt, "features": first}))
 "#;
 
+/// The reference end to end, what `ppol fingerprint FILE -o OUT` does: read the JSONL file,
+/// fingerprint every dialogue with `ppol.fingerprinting`, write one JSONL line per dialogue.
+const REFERENCE_END_TO_END: &str = r#"
+import importlib.util, json, os, sys
+spec = importlib.util.find_spec("ppol")
+if spec is None or not spec.submodule_search_locations:
+    sys.exit(3)
+path = os.path.join(list(spec.submodule_search_locations)[0], "fingerprinting.py")
+s = importlib.util.spec_from_file_location("ppol_ref_fingerprinting", path)
+m = importlib.util.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)
+with open(sys.argv[1], encoding="utf-8") as f:
+    rows = [json.loads(l) for l in f if l.strip()]
+ex = m.BehavioralFingerprintExtractor()
+with open(sys.argv[2], "w", encoding="utf-8") as out:
+    for r in rows:
+        fp = ex.compute_fingerprint(r["conversation"])
+        out.write(json.dumps({"id": r.get("id"), "task_id": r.get("task_id"), "features": fp.to_dict()}) + "\n")
+"#;
+
 /// Run `ppol bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let (traces, repeat, feature_set, reference_python, no_reference) = match args.command {
+    let (
+        traces,
+        repeat,
+        feature_set,
+        reference_python,
+        no_reference,
+        end_to_end_dialogues,
+        end_to_end_runs,
+    ) = match args.command {
         BenchCommand::Evolve(a) => return super::bench_evolve::run(a),
         BenchCommand::Fingerprint {
             traces,
@@ -77,7 +116,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             feature_set,
             reference_python,
             no_reference,
-        } => (traces, repeat, feature_set, reference_python, no_reference),
+            end_to_end_dialogues,
+            end_to_end_runs,
+        } => (
+            traces,
+            repeat,
+            feature_set,
+            reference_python,
+            no_reference,
+            end_to_end_dialogues,
+            end_to_end_runs,
+        ),
     };
     let ds = traces::load_many(&traces, &LoadOptions::default())?;
     anyhow::ensure!(!ds.is_empty(), "no dialogues in the given traces");
@@ -108,12 +157,31 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         feature_set,
         rayon::current_num_threads()
     );
+    println!("kernel: fingerprints of dialogues already in memory (no process start, no I/O)");
     println!("ppol (rayon, all cores): {par:>12.0} dialogues/s");
     println!("ppol (one core):         {single:>12.0} dialogues/s");
-    if no_reference || feature_set != FeatureSet::Ppol011 {
-        return Ok(());
+    let compare = !no_reference && feature_set == FeatureSet::Ppol011;
+    if compare {
+        kernel_reference(&ds, &ours, repeat, &reference_python, par, single);
     }
-    match reference_rate(&ds, repeat.min(5), &reference_python) {
+    end_to_end(
+        &ds,
+        feature_set,
+        end_to_end_dialogues.max(1),
+        end_to_end_runs.max(1),
+        compare.then_some(reference_python.as_str()),
+    )
+}
+
+fn kernel_reference(
+    ds: &[Dialogue],
+    ours: &[Fingerprint],
+    repeat: usize,
+    reference_python: &str,
+    par: f64,
+    single: f64,
+) {
+    match reference_rate(ds, repeat.min(5), reference_python) {
         Ok((ref_rate, ref_features)) => {
             let max_diff = ours
                 .iter()
@@ -121,21 +189,209 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 .flat_map(|(a, b)| a.0.iter().zip(b.0.iter()).map(|(x, y)| (x - y).abs()))
                 .fold(0.0f64, f64::max);
             println!("reference ppol 0.1.1:    {ref_rate:>12.0} dialogues/s  ({reference_python})");
-            println!("speed-up: {:.0}x (all cores), {:.0}x (one core); max |difference| of features: {max_diff:.3e}", par / ref_rate, single / ref_rate);
+            println!("speed-up (kernel): {:.0}x (all cores), {:.0}x (one core); max |difference| of features: {max_diff:.3e}", par / ref_rate, single / ref_rate);
         }
         Err(why) => println!("reference ppol 0.1.1: not measured ({why})"),
     }
+}
+
+/// The end-to-end comparison: the dialogues repeated into one JSONL file of at least `min_dialogues`,
+/// then `ppol fingerprint FILE -o OUT` (this binary, a child process) and, when `reference` is
+/// given, `python -c REFERENCE_END_TO_END FILE OUT`, each run `runs` times, the fastest kept.
+fn end_to_end(
+    ds: &[Dialogue],
+    feature_set: FeatureSet,
+    min_dialogues: usize,
+    runs: usize,
+    reference: Option<&str>,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let input = dir.path().join("traces.jsonl");
+    let n = write_repeated(ds, min_dialogues, &input)?;
+    let bytes = std::fs::metadata(&input)?.len();
+    println!(
+        "end to end: process start -> {n} dialogues read from one JSONL file ({:.1} MB, the input repeated) -> fingerprints -> JSONL file written; fastest of {runs} runs",
+        bytes as f64 / 1e6
+    );
+    let exe = match ppol_binary() {
+        Ok(exe) => exe,
+        Err(why) => {
+            println!("ppol fingerprint:        not measured ({why})");
+            return Ok(());
+        }
+    };
+    let ours_out = dir.path().join("ppol.features.jsonl");
+    let ours = fastest(runs, || {
+        let mut cmd = Command::new(&exe);
+        cmd.arg("fingerprint")
+            .arg("--feature-set")
+            .arg(feature_set.name())
+            .arg(&input)
+            .arg("-o")
+            .arg(&ours_out);
+        run_child(cmd, "ppol fingerprint")
+    })?;
+    let per_s = |t: Duration| n as f64 / t.as_secs_f64();
+    println!(
+        "ppol fingerprint:        {:>9.3} s  {:>12.0} dialogues/s  ({} threads)",
+        ours.as_secs_f64(),
+        per_s(ours),
+        rayon::current_num_threads()
+    );
+    let Some(python) = reference else {
+        return Ok(());
+    };
+    let ref_out = dir.path().join("reference.features.jsonl");
+    let theirs = fastest(runs, || {
+        let mut cmd = Command::new(python);
+        cmd.arg("-c")
+            .arg(REFERENCE_END_TO_END)
+            .arg(&input)
+            .arg(&ref_out);
+        run_child(cmd, python)
+    });
+    let theirs = match theirs {
+        Ok(t) => t,
+        Err(why) => {
+            println!("reference ppol 0.1.1:    not measured ({why:#})");
+            return Ok(());
+        }
+    };
+    println!(
+        "reference ppol 0.1.1:    {:>9.3} s  {:>12.0} dialogues/s  (one thread, {python})",
+        theirs.as_secs_f64(),
+        per_s(theirs)
+    );
+    let max_diff = max_difference(&ours_out, &ref_out)?;
+    println!(
+        "speed-up (end to end): {:.0}x; max |difference| of features between the two output files: {max_diff:.3e}",
+        theirs.as_secs_f64() / ours.as_secs_f64()
+    );
     Ok(())
 }
 
+/// Write `ds` as JSONL (one object per dialogue: id, task_id, domain, conversation and the
+/// metadata keys, as the loader reads them back) repeated until there are at least
+/// `min_dialogues` lines; returns the number of lines.
+fn write_repeated(ds: &[Dialogue], min_dialogues: usize, path: &Path) -> anyhow::Result<usize> {
+    let lines = ds
+        .iter()
+        .map(|d| {
+            let mut obj = serde_json::Map::new();
+            obj.insert("id".into(), d.id.clone().into());
+            if let Some(t) = &d.task_id {
+                obj.insert("task_id".into(), t.clone().into());
+            }
+            if let Some(dom) = &d.domain {
+                obj.insert("domain".into(), dom.clone().into());
+            }
+            obj.insert("conversation".into(), serde_json::to_value(&d.turns)?);
+            for (k, v) in &d.meta {
+                obj.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            let mut line = serde_json::to_vec(&obj)?;
+            line.push(b'\n');
+            Ok(line)
+        })
+        .collect::<anyhow::Result<Vec<Vec<u8>>>>()?;
+    let copies = min_dialogues.div_ceil(ds.len());
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for _ in 0..copies {
+        for line in &lines {
+            w.write_all(line)?;
+        }
+    }
+    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(copies * ds.len())
+}
+
+/// This process's executable when it is the `ppol` binary (not, say, Python running the
+/// binding's `cli()`).
+fn ppol_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+    match exe.file_stem().and_then(|s| s.to_str()) {
+        Some(stem) if stem.starts_with("ppol") => Ok(exe),
+        _ => Err(format!(
+            "{} is not the ppol binary; run `ppol bench` from the command line",
+            exe.display()
+        )),
+    }
+}
+
+/// Run `cmd` to completion; its wall time from spawn to exit.
+fn run_child(mut cmd: Command, what: &str) -> anyhow::Result<Duration> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let t = Instant::now();
+    let out = cmd
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run {what}: {e}"))?;
+    let elapsed = t.elapsed();
+    if out.status.code() == Some(3) {
+        anyhow::bail!("{what} cannot find the package 'ppol'; install it with `pip install --no-deps ppol==0.1.1 numpy`");
+    }
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        anyhow::bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            err.lines().last().unwrap_or("")
+        );
+    }
+    Ok(elapsed)
+}
+
+fn fastest(
+    runs: usize,
+    mut run: impl FnMut() -> anyhow::Result<Duration>,
+) -> anyhow::Result<Duration> {
+    let mut best = run()?;
+    for _ in 1..runs {
+        best = best.min(run()?);
+    }
+    Ok(best)
+}
+
+/// Largest |difference| between the features of two fingerprint JSONL files, line by line
+/// (an error when the numbers of lines differ).
+fn max_difference(a: &Path, b: &Path) -> anyhow::Result<f64> {
+    let read = |p: &Path| -> anyhow::Result<Vec<Fingerprint>> {
+        let rows: Vec<serde_json::Value> = crate::io::read_jsonl(p, "a fingerprint row")?;
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let map = r["features"].as_object().ok_or_else(|| {
+                    anyhow::anyhow!("{}: line {}: no 'features' object", p.display(), i + 1)
+                })?;
+                Fingerprint::from_map(map)
+                    .map_err(|e| anyhow::anyhow!("{}: line {}: {e}", p.display(), i + 1))
+            })
+            .collect()
+    };
+    let (fa, fb) = (read(a)?, read(b)?);
+    anyhow::ensure!(
+        fa.len() == fb.len(),
+        "{} has {} fingerprints, {} has {}",
+        a.display(),
+        fa.len(),
+        b.display(),
+        fb.len()
+    );
+    Ok(fa
+        .iter()
+        .zip(&fb)
+        .flat_map(|(x, y)| x.0.iter().zip(y.0.iter()).map(|(p, q)| (p - q).abs()))
+        .fold(0.0f64, f64::max))
+}
+
 fn reference_rate(
-    ds: &[crate::dialogue::Dialogue],
+    ds: &[Dialogue],
     repeat: usize,
     python: &str,
-) -> Result<(f64, Vec<crate::fitness::features::Fingerprint>), String> {
+) -> Result<(f64, Vec<Fingerprint>), String> {
     let mut tmp = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
     {
-        use std::io::Write;
         for d in ds {
             let conv: Vec<_> = d
                 .turns
@@ -169,11 +425,7 @@ fn reference_rate(
         .as_array()
         .ok_or("no features")?
         .iter()
-        .map(|f| {
-            crate::fitness::features::Fingerprint::from_map(
-                f.as_object().unwrap_or(&Default::default()),
-            )
-        })
+        .map(|f| Fingerprint::from_map(f.as_object().unwrap_or(&Default::default())))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((rate, feats))
 }

@@ -34,6 +34,9 @@ pub struct EpisodesArgs {
     /// User turns before an episode is cut (default: the configuration's episodes.val_max_turns).
     #[arg(long)]
     pub max_turns: Option<usize>,
+    /// Tool-call rounds an LLM agent may make before it must answer the user (default 12).
+    #[arg(long)]
+    pub max_tool_rounds: Option<usize>,
     /// Root seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -88,6 +91,7 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
         trials: args.trials,
         llm,
         max_turns: args.max_turns,
+        max_tool_rounds: args.max_tool_rounds,
         user_temperature: None,
         seed: args.seed,
         concurrency: args.concurrency,

@@ -172,6 +172,12 @@ fn print_summary(s: &RunSummary) {
             v.combined, v.human_likeness, v.coverage
         );
     }
+    if !s.mutations.is_empty() {
+        println!(
+            "mutations: {}",
+            crate::evolve::runlog::mutation_outcomes_line(&s.mutations)
+        );
+    }
     println!(
         "next: ppol eval {0}   then   ppol report {0}",
         s.run_dir.display()

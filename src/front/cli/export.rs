@@ -1,11 +1,12 @@
-//! `ppol export sft EPISODES.jsonl -o train.jsonl`: agent-hardening data.
+//! `ppol export sft EPISODES.jsonl -o train.jsonl [--format ppol|openai|hf]`: agent-hardening
+//! data in the format a training toolkit reads (see [`crate::simulate::export`]).
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
 use super::Outcome;
-use crate::front::ops::{self, ExportRequest};
+use crate::front::ops::{self, ExportRequest, SftFormat};
 
 /// `ppol export ...`
 #[derive(Debug, Args)]
@@ -18,8 +19,13 @@ pub struct ExportArgs {
 /// Export formats.
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
-    /// OpenAI-style chat fine-tuning records from the agent's point of view.
+    /// Chat fine-tuning records from the agent's point of view.
     Sft {
+        /// Record format: `ppol` (messages + tools + metadata), `openai` (OpenAI chat
+        /// fine-tuning JSONL) or `hf` (TRL SFTTrainer / transformers chat templates:
+        /// `messages` + `tools`, for `datasets.load_dataset("json", ...)`).
+        #[arg(long, default_value = "ppol")]
+        format: SftFormat,
         /// Episode files written by `ppol episodes` or `ppol evolve`.
         #[arg(required = true)]
         episodes: Vec<PathBuf>,
@@ -45,10 +51,10 @@ pub enum ExportCommand {
     },
 }
 
-/// Run `ppol export`.
 /// Run `ppol export sft`.
 pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
     let ExportCommand::Sft {
+        format,
         episodes,
         all,
         tau2_data,
@@ -63,6 +69,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
         tau2_data,
         heldout_fraction,
         seed,
+        format,
     })?;
     if report.train.is_empty() {
         anyhow::bail!(
@@ -78,7 +85,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
     }
     crate::io::write_jsonl(&output, &report.train)?;
     eprintln!(
-        "wrote {} of {} episodes to {} ({})",
+        "wrote {} of {} episodes as {format} records to {} ({})",
         report.train.len(),
         report.n_episodes,
         output.display(),

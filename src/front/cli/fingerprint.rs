@@ -4,8 +4,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
+use rayon::prelude::*;
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use crate::fitness::features::{fingerprint_many, FeatureSet};
+use crate::fitness::features::{fingerprint_many, FeatureSet, Fingerprint, FEATURE_NAMES};
 use crate::fitness::traces::{self, LoadOptions};
 
 /// Arguments of `ppol fingerprint`.
@@ -25,26 +27,64 @@ pub struct FingerprintArgs {
     pub output: Option<PathBuf>,
 }
 
-/// Run `ppol fingerprint`: one JSONL line per dialogue, in input order.
-pub fn run(args: FingerprintArgs) -> anyhow::Result<()> {
-    let ds = traces::load_many(
-        &args.traces,
-        &LoadOptions {
-            domain: args.domain,
-        },
-    )?;
-    let fps = fingerprint_many(&ds, args.feature_set);
-    let mut out = String::with_capacity(ds.len() * 700);
-    for (d, f) in ds.iter().zip(&fps) {
-        let line = serde_json::json!({"id": d.id, "task_id": d.task_id, "features": f.to_map()});
-        out.push_str(&line.to_string());
-        out.push('\n');
+/// One output line: `{"id", "task_id", "features": {name: value, ...}}`.
+#[derive(serde::Serialize)]
+struct Row<'a> {
+    id: &'a str,
+    task_id: Option<&'a str>,
+    features: Features<'a>,
+}
+
+/// The features in column order, serialized without building a map.
+struct Features<'a>(&'a Fingerprint);
+
+impl Serialize for Features<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(FEATURE_NAMES.len()))?;
+        for (name, value) in FEATURE_NAMES.iter().zip(self.0.values()) {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
     }
-    super::write_output(args.output.as_deref(), out.as_bytes())?;
+}
+
+/// Run `ppol fingerprint`: one JSONL line per dialogue, in input order, written at once
+/// (atomically to a file).
+pub fn run(args: FingerprintArgs) -> anyhow::Result<()> {
+    let opts = LoadOptions {
+        domain: args.domain,
+    };
+    // Only the user turns are fingerprinted; the patterns compile while the traces load.
+    let (ds, ()) = rayon::join(
+        || traces::load_many_user_turns(&args.traces, &opts),
+        || args.feature_set.compile(),
+    );
+    let ds = ds?;
+    let fps = fingerprint_many(&ds, args.feature_set);
+    let pieces = ds
+        .par_chunks(256)
+        .zip(fps.par_chunks(256))
+        .map(|(ds, fps)| {
+            let mut out = Vec::with_capacity(ds.len() * 700);
+            for (d, f) in ds.iter().zip(fps) {
+                let row = Row {
+                    id: &d.id,
+                    task_id: d.task_id.as_deref(),
+                    features: Features(f),
+                };
+                serde_json::to_writer(&mut out, &row)?;
+                out.push(b'\n');
+            }
+            Ok(out)
+        })
+        .collect::<serde_json::Result<Vec<Vec<u8>>>>()?;
+    // Freeing the dialogues is off the path to the written file (the process may exit first).
+    let n = ds.len();
+    rayon::spawn(move || drop(ds));
+    super::write_output(args.output.as_deref(), &pieces.concat())?;
     if let Some(p) = &args.output {
         eprintln!(
-            "wrote {} fingerprints ({}) to {}",
-            ds.len(),
+            "wrote {n} fingerprints ({}) to {}",
             args.feature_set,
             p.display()
         );

@@ -149,7 +149,7 @@ pub fn run(args: MockServerArgs) -> anyhow::Result<()> {
         outage,
         ..MockOptions::default()
     };
-    let stats = super::runtime()?.block_on(mock_server::run_replicas(
+    let stats = crate::front::ops::runtime()?.block_on(mock_server::run_replicas(
         args.replicas,
         script,
         options,

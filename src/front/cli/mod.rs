@@ -24,6 +24,7 @@ mod mock_server;
 mod reference;
 mod report;
 mod score;
+mod study;
 mod traces;
 
 /// ppol: evolve persona policies for LLM user simulators.
@@ -61,6 +62,8 @@ pub enum Command {
     Episodes(episodes::EpisodesArgs),
     /// Export episodes as agent-hardening training data.
     Export(export::ExportArgs),
+    /// A blinded human-judgement study: make the annotation page, analyze the answers.
+    Study(study::StudyArgs),
     /// Measure speed.
     Bench(bench::BenchArgs),
     /// Write a self-contained HTML report of an evolution run from its run directory.
@@ -157,16 +160,12 @@ fn run(command: Command) -> anyhow::Result<Outcome> {
         Command::Score(a) => score::run_score(a)?.into(),
         Command::Episodes(a) => episodes::run(a)?,
         Command::Export(a) => export::run(a)?,
+        Command::Study(a) => study::run(a)?.into(),
         Command::Bench(a) => bench::run(a)?.into(),
         Command::Report(a) => report::run(a)?.into(),
         Command::Generate(a) => generate::run(a)?,
         Command::MockServer(a) => mock_server::run(a)?.into(),
     })
-}
-
-/// The runtime for commands that do async work ([`crate::front::ops::runtime`]).
-pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(crate::front::ops::runtime()?)
 }
 
 /// A progress bar on stderr (hidden with `quiet` or when stderr is not a terminal).

@@ -32,6 +32,8 @@ pub struct EpisodesRequest {
     pub llm: Option<LlmConfig>,
     /// User turns before an episode is cut (default: `episodes.val_max_turns`).
     pub max_turns: Option<usize>,
+    /// Tool-call rounds per LLM agent turn (default: `episodes.max_tool_rounds`).
+    pub max_tool_rounds: Option<usize>,
     /// User-simulator temperature (default: `episodes.user_temperature`).
     pub user_temperature: Option<f32>,
     /// Root seed.
@@ -214,7 +216,12 @@ pub async fn episodes(
         client.as_ref(),
         req.user_temperature.unwrap_or(defaults.user_temperature),
     );
-    let runner = Tau2Runner::new(req.domain.clone(), backend, max_turns);
+    let max_tool_rounds = req.max_tool_rounds.unwrap_or(defaults.max_tool_rounds);
+    if max_tool_rounds == 0 {
+        return Err(Error::config("max_tool_rounds", "must be at least 1"));
+    }
+    let runner = Tau2Runner::new(req.domain.clone(), backend, max_turns)
+        .with_max_tool_rounds(max_tool_rounds);
     let (sink, earlier) = match &req.output {
         Some(p) => {
             let (s, done) = EpisodeSink::open(p)?;

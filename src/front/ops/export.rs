@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::load_domain;
 use crate::llm::ToolSpec;
+pub use crate::simulate::export::SftFormat;
 use crate::{Error, Result};
 
 /// What `ppol export sft` needs.
@@ -21,6 +22,8 @@ pub struct ExportRequest {
     pub heldout_fraction: f64,
     /// Seed of the hold-out.
     pub seed: u64,
+    /// Record format (default `ppol`).
+    pub format: SftFormat,
 }
 
 /// Training records and a summary.
@@ -38,9 +41,10 @@ pub struct ExportReport {
     pub clusters: Vec<crate::simulate::export::ClusterSummary>,
 }
 
-/// Turn episodes into chat fine-tuning records from the agent's point of view.
+/// Turn episodes into chat fine-tuning records from the agent's point of view, in
+/// `req.format`; personas held out by `req.heldout_fraction` go to `heldout` in every format.
 pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
-    use crate::simulate::export::{held_out, selected, sft_record, Selection};
+    use crate::simulate::export::{held_out, selected, sft_record_as, Selection};
     if !(req.heldout_fraction.is_finite() && (0.0..1.0).contains(&req.heldout_fraction)) {
         return Err(Error::config(
             "--heldout-fraction",
@@ -53,8 +57,11 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
         Selection::Successful
     };
     let mut loaded = Vec::new();
-    for path in &req.episodes {
-        loaded.extend(crate::simulate::episode::record::load_episodes(path)?);
+    let mut origin = Vec::new();
+    for (i, path) in req.episodes.iter().enumerate() {
+        let eps = crate::simulate::episode::record::load_episodes(path)?;
+        origin.extend(std::iter::repeat_n(i, eps.len()));
+        loaded.extend(eps);
     }
     if loaded.is_empty() {
         return Err(Error::Insufficient(format!(
@@ -76,7 +83,7 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
         clusters: crate::simulate::export::cluster_summaries(&loaded),
     };
     let mut held_ids = BTreeSet::new();
-    for e in loaded.iter().filter(|e| selected(e, sel)) {
+    for (e, &file) in loaded.iter().zip(&origin).filter(|(e, _)| selected(e, sel)) {
         if !domains.contains_key(&e.domain) {
             let d = load_domain(&e.domain, req.tau2_data.as_deref())?;
             domains.insert(
@@ -88,7 +95,8 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
             );
         }
         let (system, tools) = &domains[&e.domain];
-        let record = sft_record(e, system, tools);
+        let record = sft_record_as(req.format, e, system, tools)
+            .map_err(|why| Error::parse(&req.episodes[file], format!("episode '{}'", e.id), why))?;
         if held_out(&e.persona_id, req.heldout_fraction, req.seed) {
             held_ids.insert(e.persona_id.clone());
             report.heldout.push(record);

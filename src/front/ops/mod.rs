@@ -14,6 +14,7 @@
 //! | `ppol generate` | `generate` | [`generate`] |
 //! | `ppol episodes` | `episodes` | [`episodes`] |
 //! | `ppol export sft` | `export_sft` | [`export_sft`] |
+//! | `ppol study make` / `analyze` | `study_make`, `study_analyze` | [`study_make`], [`study_analyze`] |
 //! | `ppol evolve` / `resume` | `evolve`, `evolve_async`, `resume` | [`evolve`], [`resume`], [`spawn_evolution`] |
 //! | `ppol eval` | `evaluate` | [`evaluate`] |
 //! | `ppol report` | `report` | [`report`] |
@@ -41,13 +42,15 @@ mod episodes;
 mod evolve;
 mod export;
 mod generate;
+mod study;
 
 pub use episodes::{
     episode_backend, episodes, summary_ks, EpisodeSink, EpisodesReport, EpisodesRequest,
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
-pub use export::{export_sft, ExportReport, ExportRequest};
+pub use export::{export_sft, ExportReport, ExportRequest, SftFormat};
 pub use generate::{generate, sandbox_config, GenerateReport, GenerateRequest, TaskGeneration};
+pub use study::{study_analyze, study_make, StudyMakeRequest};
 
 // ---------------------------------------------------------------------------------------------
 // Runtime

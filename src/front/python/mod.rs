@@ -599,6 +599,7 @@ fn episodes<'py>(
         trials,
         llm: llm_of(llm.as_deref(), &cfg)?,
         max_turns: max_turns.or(Some(cfg.episodes.val_max_turns)),
+        max_tool_rounds: Some(cfg.episodes.max_tool_rounds),
         user_temperature: Some(cfg.episodes.user_temperature),
         seed,
         concurrency,
@@ -608,10 +609,11 @@ fn episodes<'py>(
     to_py(py, &report)
 }
 
-/// Export episodes as chat fine-tuning records (as `ppol export sft`); returns `{"train",
-/// "heldout", "heldout_personas", "n_episodes", "clusters"}`.
+/// Export episodes as chat fine-tuning records (as `ppol export sft`) in `format` (`ppol`,
+/// `openai` or `hf`); returns `{"train", "heldout", "heldout_personas", "n_episodes",
+/// "clusters"}`.
 #[pyfunction]
-#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0))]
+#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0, format="ppol"))]
 fn export_sft<'py>(
     py: Python<'py>,
     episodes: Vec<PathBuf>,
@@ -619,6 +621,7 @@ fn export_sft<'py>(
     tau2_data: Option<PathBuf>,
     heldout_fraction: f64,
     seed: u64,
+    format: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let req = ops::ExportRequest {
         episodes,
@@ -626,6 +629,7 @@ fn export_sft<'py>(
         tau2_data,
         heldout_fraction,
         seed,
+        format: ops::SftFormat::parse(format).map_err(to_py_err)?,
     };
     let report = py.detach(|| ops::export_sft(&req)).map_err(to_py_err)?;
     to_py(py, &report)
@@ -748,6 +752,55 @@ fn report(py: Python<'_>, run_dir: PathBuf, out: Option<PathBuf>) -> PyResult<Pa
         .map_err(to_py_err)
 }
 
+/// Make a blinded human-judgement study (as `ppol study make`): `conditions` are `NAME=FILE`
+/// specs; writes the page, the Label Studio files and the key into `out` and returns
+/// `{"page", "label_studio_tasks", "label_studio_config", "key", "n_items", "study_id"}`.
+#[pyfunction]
+#[pyo3(signature = (conditions, out, per_condition=20, seed=0, attention_checks=1, agent_turns="dimmed", discriminator=None, title=None, domain=None))]
+#[allow(clippy::too_many_arguments)]
+fn study_make<'py>(
+    py: Python<'py>,
+    conditions: Vec<String>,
+    out: PathBuf,
+    per_condition: usize,
+    seed: u64,
+    attention_checks: usize,
+    agent_turns: &str,
+    discriminator: Option<PathBuf>,
+    title: Option<String>,
+    domain: Option<String>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let req = ops::StudyMakeRequest {
+        conditions,
+        out,
+        per_condition: Some(per_condition),
+        seed,
+        attention_checks: Some(attention_checks),
+        agent_turns: Some(agent_turns.to_string()),
+        discriminator,
+        title,
+        domain,
+    };
+    let files = py.detach(|| ops::study_make(&req)).map_err(to_py_err)?;
+    to_py(py, &files)
+}
+
+/// Un-blind a study's answer files with its key (as `ppol study analyze`); returns the
+/// analysis as a dict.
+#[pyfunction]
+#[pyo3(signature = (answers, key, keep_failed_attention=false))]
+fn study_analyze<'py>(
+    py: Python<'py>,
+    answers: Vec<PathBuf>,
+    key: PathBuf,
+    keep_failed_attention: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let a = py
+        .detach(|| ops::study_analyze(&answers, &key, keep_failed_attention))
+        .map_err(to_py_err)?;
+    to_py(py, &a)
+}
+
 /// The compiled module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -768,6 +821,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(report, m)?)?;
     m.add_class::<PyEvolveHandle>()?;
     m.add_function(wrap_pyfunction!(persona_block, m)?)?;
+    m.add_function(wrap_pyfunction!(study_make, m)?)?;
+    m.add_function(wrap_pyfunction!(study_analyze, m)?)?;
     m.add_class::<PyHumanReference>()?;
     m.add_class::<PyDiscriminator>()?;
     for (name, ty) in [

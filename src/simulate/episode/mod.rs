@@ -100,6 +100,18 @@ pub trait UserSimulator: Send {
     /// `user` turns are this simulator's own past messages, `assistant` turns the agent's).
     /// Tool traffic in `history` must be ignored (the user does not see it).
     async fn respond(&mut self, history: &[Turn]) -> Result<UserReply>;
+
+    /// Notes on what happened since the last call (retries, fallbacks), for the episode
+    /// record. The default has none.
+    fn take_notes(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// User turns kept although they speak as the agent (after the simulator's own retry),
+    /// so far. The default is 0.
+    fn role_confusion(&self) -> u32 {
+        0
+    }
 }
 
 /// An agent acting on a tool environment.
@@ -109,6 +121,12 @@ pub trait AgentSimulator: Send {
     /// calls, each followed by its tool-result turn, ending with one assistant text message to
     /// the user. Returns those turns and whether the agent transferred the user to a human.
     async fn respond(&mut self, history: &[Turn], env: &mut dyn ToolEnv) -> Result<AgentReply>;
+
+    /// Notes on what happened since the last call (invalid tool calls answered with an error,
+    /// fallbacks), for the episode record. The default has none.
+    fn take_notes(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What the agent did in one turn.

@@ -68,9 +68,28 @@ pub struct Episode {
     /// mechanics it played and the persona sentences it could not play.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persona_play: Option<PersonaPlay>,
+    /// User turns that spoke as the agent even after the simulator asked again (kept in the
+    /// conversation). Non-zero flags the episode: fitness and reports can exclude or count it
+    /// ([`Episode::role_confused`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub role_confusion: u32,
+    /// What happened on the way that a reader should know: history trimmed to the context
+    /// window, tool calls recovered from text or answered with an error, retries with another
+    /// seed, fallbacks of the agent, replies that spoke as the agent. Empty for a plain episode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Episode {
+    /// Whether a user turn spoke as the agent even after a retry (see `role_confusion`).
+    pub fn role_confused(&self) -> bool {
+        self.role_confusion > 0
+    }
+
     /// Success = reward ≥ 1 (τ²'s convention).
     pub fn success(&self) -> bool {
         self.reward.is_some_and(|r| r >= 1.0 - 1e-9)
@@ -201,6 +220,8 @@ mod tests {
             backend: "scripted".into(),
             usage: Value::Null,
             persona_play: None,
+            role_confusion: 0,
+            notes: Vec::new(),
         }
     }
 

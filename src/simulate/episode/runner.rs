@@ -14,7 +14,7 @@ use super::EpisodeRunner;
 use super::{
     AgentSimulator, Plan, PlannedAction, Scenario, Termination, ToolEnv, ToolOutcome, UserSimulator,
 };
-use crate::llm::{ChatModel, ToolSpec};
+use crate::llm::{CallRole, ChatModel, ToolSpec};
 use crate::persona::{self, Persona};
 use crate::simulate::tau2::{self, Domain, Task, UserInstructions};
 
@@ -122,12 +122,19 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// `scripted` or the models' descriptions.
+    /// `scripted`, one model description when user and agent use the same model, else
+    /// `user=<model> agent=<model>` (each the model that answers that role).
     pub fn describe(&self) -> String {
         match self {
             Backend::Scripted => "scripted".into(),
             Backend::Llm { user, agent, .. } => {
-                format!("user={} agent={}", user.describe(), agent.describe())
+                let u = user.describe_for(CallRole::UserSim);
+                let a = agent.describe_for(CallRole::Agent);
+                if u == a {
+                    u
+                } else {
+                    format!("user={u} agent={a}")
+                }
             }
         }
     }
@@ -140,6 +147,8 @@ pub struct Tau2Runner {
     guidelines: String,
     /// User turns before the episode is cut (`max_turns`).
     pub max_turns: usize,
+    /// Tool-call rounds an LLM agent may make before it must answer (`max_tool_rounds`).
+    pub max_tool_rounds: usize,
 }
 
 impl Tau2Runner {
@@ -151,7 +160,14 @@ impl Tau2Runner {
             backend,
             guidelines,
             max_turns,
+            max_tool_rounds: crate::simulate::episode::llm::DEFAULT_MAX_TOOL_ROUNDS,
         }
+    }
+
+    /// The same runner with at most `rounds` tool-call rounds per LLM agent turn.
+    pub fn with_max_tool_rounds(mut self, rounds: usize) -> Self {
+        self.max_tool_rounds = rounds.max(1);
+        self
     }
 
     /// The domain.
@@ -205,6 +221,8 @@ impl Tau2Runner {
             backend: self.backend.describe(),
             usage: Value::Null,
             persona_play: None,
+            role_confusion: 0,
+            notes: Vec::new(),
         }
     }
 }
@@ -212,10 +230,18 @@ impl Tau2Runner {
 /// Calls, cache hits, prompt and completion tokens, per role.
 type UsageCounts = Arc<std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>>;
 
-/// A [`ChatModel`] wrapper counting one episode's calls and tokens per role.
+/// Notes of one episode's LLM answers (trims, recovered tool calls, varied retries).
+type EpisodeNotes = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Notes kept per episode; later ones are counted, not stored.
+const MAX_NOTES: usize = 100;
+
+/// A [`ChatModel`] wrapper counting one episode's calls and tokens per role, and keeping the
+/// notes of its answers.
 struct Metered {
     inner: Arc<dyn ChatModel>,
     counts: UsageCounts,
+    notes: EpisodeNotes,
 }
 
 #[async_trait]
@@ -224,18 +250,41 @@ impl ChatModel for Metered {
         self.inner.describe()
     }
 
+    fn describe_for(&self, role: CallRole) -> String {
+        self.inner.describe_for(role)
+    }
+
     async fn chat(
         &self,
         request: &crate::llm::ChatRequest,
     ) -> crate::Result<crate::llm::ChatResponse> {
         let r = self.inner.chat(request).await?;
-        let mut c = self.counts.lock().expect("usage lock");
-        let e = c.entry(request.role.as_str().to_string()).or_default();
-        e.0 += 1;
-        e.1 += u64::from(r.cached);
-        e.2 += r.usage.prompt_tokens;
-        e.3 += r.usage.completion_tokens;
+        {
+            let mut c = self.counts.lock().expect("usage lock");
+            let e = c.entry(request.role.as_str().to_string()).or_default();
+            e.0 += 1;
+            e.1 += u64::from(r.cached);
+            e.2 += r.usage.prompt_tokens;
+            e.3 += r.usage.completion_tokens;
+        }
+        if !r.notes.is_empty() {
+            let mut n = self.notes.lock().expect("notes lock");
+            for note in &r.notes {
+                n.push(format!("{}: {note}", request.role.as_str()));
+            }
+        }
         Ok(r)
+    }
+}
+
+/// Append notes, keeping at most [`MAX_NOTES`] (then one line counting the rest).
+fn push_notes(all: &mut Vec<String>, more: impl IntoIterator<Item = String>) {
+    for note in more {
+        if all.len() < MAX_NOTES {
+            all.push(note);
+        } else if all.len() == MAX_NOTES {
+            all.push("(further notes not kept)".to_string());
+        }
     }
 }
 
@@ -306,13 +355,13 @@ impl EpisodeRunner for Tau2Runner {
             .map(|p| p.axis_placement.clone())
             .unwrap_or_default();
         let text = persona.map(|p| p.text.as_str()).unwrap_or("");
-        let counts: Arc<
-            std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>,
-        > = Default::default();
+        let counts: UsageCounts = Default::default();
+        let llm_notes: EpisodeNotes = Default::default();
         let meter = |m: &Arc<dyn ChatModel>| -> Arc<dyn ChatModel> {
             Arc::new(Metered {
                 inner: m.clone(),
                 counts: counts.clone(),
+                notes: llm_notes.clone(),
             })
         };
         let mut persona_play = None;
@@ -341,23 +390,37 @@ impl EpisodeRunner for Tau2Runner {
                             *user_temperature,
                             Some(seed),
                         )),
-                        Box::new(LlmAgent::new(
-                            meter(agent),
-                            agent_system_prompt(&self.domain.policy),
-                            *agent_temperature,
-                            Some(seed),
-                        )),
+                        Box::new({
+                            let mut agent = LlmAgent::new(
+                                meter(agent),
+                                agent_system_prompt(&self.domain.policy),
+                                *agent_temperature,
+                                Some(seed),
+                            );
+                            agent.max_tool_rounds = self.max_tool_rounds;
+                            agent
+                        }),
                     )
                 }
             };
         let (conversation, termination, error) =
             run_dialogue(user.as_mut(), agent.as_mut(), &mut env, self.max_turns).await;
         let usage = usage_json(&counts.lock().expect("usage lock"));
+        let mut notes = Vec::new();
+        push_notes(
+            &mut notes,
+            std::mem::take(&mut *llm_notes.lock().expect("notes lock")),
+        );
+        push_notes(&mut notes, user.take_notes());
+        push_notes(&mut notes, agent.take_notes());
+        let role_confusion = user.role_confusion();
         if let Some(why) = error {
             let mut e = self.failed(task_id, persona, trial, seed, why);
             e.conversation = conversation;
             e.usage = usage;
             e.persona_play = persona_play;
+            e.notes = notes;
+            e.role_confusion = role_confusion;
             return e;
         }
         let premature =
@@ -391,6 +454,8 @@ impl EpisodeRunner for Tau2Runner {
             backend: self.backend.describe(),
             usage,
             persona_play,
+            role_confusion,
+            notes,
         }
     }
 }
