@@ -402,8 +402,13 @@ def is_instruction(s):
 
 
 class Mutator:
-    def __init__(self, code, vocabulary, rng, op_weights=None, mechanics=None):
+    def __init__(self, code, vocabulary, rng, op_weights=None, mechanics=None, axis_evidence=None):
         self.op_weights = {str(k): float(v) for k, v in (op_weights or {}).items()}
+        # per axis: mean P(human) of the parent's personas with the axis on minus with it off
+        self.axis_evidence = {
+            str(k): float(v) for k, v in (axis_evidence or {}).items()
+            if isinstance(v, (int, float)) and math.isfinite(v)
+        }
         self.src = Source(code)
         self.tree = ast.parse(code)
         self.rng = rng
@@ -566,6 +571,56 @@ class Mutator:
             return None
         return f"recombined fragments {path}[{i}]+{path}[{j}]"
 
+    def placement_dicts(self):
+        """Module-level dicts of probabilities keyed by axis names (e.g. placement weights)."""
+        axis_names = {a.name for a in self.axis_objs if a.name}
+        found = []
+        for var, node in sorted(self.literals.items()):
+            if not isinstance(node, ast.Dict) or not node.keys or var == AXES_NAME:
+                continue
+            keys = [k.value if isinstance(k, ast.Constant) else None for k in node.keys]
+            if not all(isinstance(k, str) for k in keys) or not set(keys) <= axis_names:
+                continue
+            if not all(is_number(v) for v in node.values):
+                continue
+            vals = [ast.literal_eval(v) for v in node.values]
+            if all(0.0 <= v <= 1.0 for v in vals):
+                found.append((var, dict(zip(keys, node.values))))
+        return found
+
+    def op_steer_axis(self):
+        """Move an axis's placement probability toward the state whose personas the
+        discriminator found more human in the parent's own evaluation (axis_evidence), all the
+        way (half of the time) or by a random 40-100 % of the distance; an axis is chosen with probability proportional to the
+        square of its effect."""
+        if not self.axis_evidence:
+            return None
+        options = []
+        for var, entries in self.placement_dicts():
+            for name, node in sorted(entries.items()):
+                effect = self.axis_evidence.get(name)
+                if effect is None or abs(effect) < 0.02:
+                    continue
+                old = ast.literal_eval(node)
+                target = 1.0 if effect > 0 else 0.0
+                if abs(target - old) < 0.01:
+                    continue
+                options.append((var, name, node, old, target, effect))
+        if not options:
+            return None
+        # squared: the axis with the clearest evidence is steered most often, and an effect
+        # that is mostly batch noise only rarely
+        var, name, node, old, target, effect = self.rng.choices(
+            options, weights=[o[5] ** 2 for o in options]
+        )[0]
+        # half of the steps go all the way: one placement state for every persona
+        share = 1.0 if self.rng.random() < 0.5 else self.rng.uniform(0.4, 1.0)
+        new = round(old + (target - old) * share, 3)
+        s, e = self.src.span(node)
+        if new == old or not self.patch.add(s, e, fmt_number(new)):
+            return None
+        return f"steered {var}['{name}'] {fmt_number(old)}→{fmt_number(new)} (P(human) {effect:+.2f} with it on)"
+
     def op_add_mechanic(self):
         if not self.mechanics or not self.instruction_lists:
             return None
@@ -606,6 +661,7 @@ class Mutator:
             ("fragment", self.op_fragment, 2),
             ("add-mechanic", self.op_add_mechanic, 2),
             ("tune-mechanic", self.op_tune_mechanic, 2),
+            ("steer-axis", self.op_steer_axis, 2),
         ]
         n_edits = 1 + (self.rng.random() < 0.35) + (self.rng.random() < 0.1)
         done = []
@@ -745,7 +801,8 @@ def answer(req, seed):
             summary = "crossover: " + "; ".join(edits)
         elif req.get("op") == "mutate":
             new, edits = Mutator(
-                code, req.get("vocabulary") or [], rng, req.get("op_weights"), req.get("mechanics")
+                code, req.get("vocabulary") or [], rng, req.get("op_weights"), req.get("mechanics"),
+                req.get("axis_evidence"),
             ).run()
             summary = "; ".join(edits)
         else:

@@ -972,11 +972,91 @@ fn only_op(only: &str) -> StructuralOptions {
         "fragment",
         "add-mechanic",
         "tune-mechanic",
+        "steer-axis",
     ] {
         o.op_weights
             .insert(op.into(), if op == only { 1.0 } else { 0.0 });
     }
     o
+}
+
+/// `steer-axis` moves an axis's placement probability toward the state whose personas were
+/// more human in the parent's own evaluation (up for a positive effect, down for a negative
+/// one, never past 0 or 1), and does not apply without evidence.
+#[test]
+fn steer_axis_follows_the_parents_axis_evidence() {
+    let seed = offline_seed();
+    let weight = |code: &str, axis: &str| -> f64 {
+        let line = code
+            .lines()
+            .find(|l| l.starts_with("PLACEMENT_WEIGHTS = {"))
+            .unwrap();
+        let re = regex::Regex::new(&format!(r#""{axis}": ([0-9.]+)"#)).unwrap();
+        re.captures(line).unwrap()[1].parse().unwrap()
+    };
+    assert_eq!(weight(&seed, "terse"), 0.5);
+    let mut o = only_op("steer-axis");
+    o.axis_evidence = [("terse".to_string(), 0.3), ("skeptical".to_string(), -0.25)]
+        .into_iter()
+        .collect();
+    let (mut up, mut down) = (0, 0);
+    for s in 0..16 {
+        let (code, summary) = structural_mutate_with(&o, &seed, &vocab(), s).unwrap();
+        assert!(
+            summary.starts_with("steered PLACEMENT_WEIGHTS['"),
+            "{summary}"
+        );
+        let (t, k) = (weight(&code, "terse"), weight(&code, "skeptical"));
+        assert!(
+            (0.5..=1.0).contains(&t) && (0.0..=0.5).contains(&k),
+            "{summary}"
+        );
+        assert_eq!(weight(&code, "frustrated"), 0.5, "{summary}");
+        up += usize::from(t > 0.5);
+        down += usize::from(k < 0.5);
+    }
+    assert!(up > 0 && down > 0, "up {up}, down {down}");
+    // no evidence (or too little): the operator does not apply, another one is used
+    o.axis_evidence = [("terse".to_string(), 0.01)].into_iter().collect();
+    let (_, summary) = structural_mutate_with(&o, &seed, &vocab(), 3).unwrap();
+    assert!(!summary.contains("steered"), "{summary}");
+}
+
+/// The evidence behind `steer-axis`: per axis, mean P(human) with the axis on minus with it
+/// off, over the scored personas; axes with fewer than two personas on either side get none.
+#[test]
+fn axis_evidence_is_the_p_human_gap_between_on_and_off() {
+    use ppol::evolve::mutation::structural::axis_evidence;
+    use ppol::evolve::runlog::PersonaOutcome;
+    let p = |axes: &[&str], p_human: Option<f64>| PersonaOutcome {
+        task_id: "t".into(),
+        persona_id: "p".into(),
+        axes: axes.iter().map(|a| a.to_string()).collect(),
+        p_human,
+        reward: None,
+    };
+    let personas = [
+        p(&["terse", "rare"], Some(0.9)),
+        p(&["terse"], Some(0.7)),
+        p(&[], Some(0.2)),
+        p(&["frustrated"], Some(0.4)),
+        p(&["frustrated"], Some(0.6)),
+        p(&["terse", "frustrated"], None),
+    ];
+    let e = axis_evidence(&personas);
+    assert_eq!(e.len(), 2, "{e:?}");
+    // terse: on 0.9, 0.7; off 0.2, 0.4, 0.6 (the unscored persona does not count)
+    assert!(
+        (e["axis_effect:terse"] - (0.8 - 0.4)).abs() < 1e-12,
+        "{e:?}"
+    );
+    // frustrated: on 0.4, 0.6; off 0.9, 0.7, 0.2
+    assert!(
+        (e["axis_effect:frustrated"] - (0.5 - 0.6)).abs() < 1e-12,
+        "{e:?}"
+    );
+    // one persona has 'rare' on: no entry
+    assert!(!e.contains_key("axis_effect:rare"), "{e:?}");
 }
 
 fn offline_seed() -> String {

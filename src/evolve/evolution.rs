@@ -41,6 +41,7 @@ use crate::evolve::evaluate::{
     evaluate_candidate, program_metric_names, program_metrics, rank, CandidateOutcome, TaskContext,
 };
 use crate::evolve::mutation::dispatch::Mutator;
+use crate::evolve::mutation::structural::axis_evidence;
 use crate::evolve::mutation::{ChildFailure, FailureKind};
 use crate::evolve::program::{code_hash, Program, ProgramId};
 use crate::evolve::reflection::{self, Evidence};
@@ -685,6 +686,8 @@ impl Evolution {
             Evaluation::Scored(s) => {
                 self.state.requeues = 0;
                 program.metrics = program_metrics(&s.metrics);
+                // what its personas say about each axis, for its structural children
+                program.metrics.extend(axis_evidence(&s.personas));
                 program.reflection = Some(s.reflection.clone());
                 self.state
                     .parents
