@@ -7,6 +7,8 @@ JSON request on stdin and writes one JSON answer on stdout:
      "vocabulary": [{"name": "typos", "definition": "...", "on": "...", "off": "..."}]}
     {"op": "crossover", "code": "...", "code_b": "...", "seed": 7}
     {"op": "mutate", "code": "...", "vocabulary": [...], "seeds": [1, 2, 3]}   (batch)
+    optional in "mutate": "op_weights": {"perturb": 2.0, ...},
+                          "mechanics": [{"id": "word_limit", "phrases": ["...", ...]}, ...]
 
     -> {"ok": true, "code": "...", "summary": "added axis 'typos'; ...", "edits": ["...", ...]}
     -> {"ok": false, "error": "..."}
@@ -27,6 +29,13 @@ Mutation operators (one to three per call, on non-overlapping segments):
   drop-fragment remove a string of a list of strings (at least one is kept)
   swap-fragment exchange two strings of a list of strings
   recombine     replace a string by the head of one fragment joined to the tail of another
+  add-mechanic  append a canonical sentence of the offline user's mechanics vocabulary
+                (fitness/mechanics.toml, passed as "mechanics": [{"id", "phrases"}]) to a list of
+                instruction sentences (MECHANICS... first), one the list does not already play
+  tune-mechanic move an intensity in an instruction sentence (of any list of them) one or two
+                steps along its scale
+                (rarely < sometimes < often < usually < always; once < twice < repeatedly;
+                slightly < (plain) < very; a word limit "under N words" by a factor)
 Crossover takes, for every literal both parents define, the second parent's value with
 probability 1/2 (numbers of a numeric dict key by key), and merges DIVERSITY_AXES by union
 or intersection of the axis names, each common axis coming from either parent.
@@ -319,9 +328,87 @@ def recombine(rng, a, b):
     return out if out not in (a, b) else None
 
 
+# Intensity scales of instruction sentences (the words fitness/mechanics.toml reads).
+FREQUENCY_SCALE = ["rarely", "sometimes", "often", "usually", "always"]
+COUNT_SCALE = ["once", "twice", "repeatedly"]
+STRENGTH_SCALE = ["slightly", "", "very"]
+NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+                "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+                "eighteen", "nineteen", "twenty"]
+WORD_LIMIT = re.compile(
+    r"\b(under|below|fewer than|less than|at most|no more than|within|up to|around|about)\s+"
+    r"(\d+|" + "|".join(NUMBER_WORDS) + r")\s+words?\b", re.I)
+SCALE_WORD = re.compile(r"\b(" + "|".join(FREQUENCY_SCALE + COUNT_SCALE) + r")\b", re.I)
+STRENGTH_WORD = re.compile(r"\b(slightly|very)\b", re.I)
+STRENGTH_TARGET = re.compile(r"\b(irritated|angry|upset|frustrated|annoyed|impatient|polite|formal|calm|brief|"
+                             r"guarded|skeptical|doubtful|warm|friendly|curt)\b", re.I)
+
+
+def _case_like(word, model):
+    return word.capitalize() if model[:1].isupper() else word
+
+
+def tune_sentence(rng, text):
+    """Move one intensity of an instruction sentence along its scale; None if it has none."""
+    options = []
+    for m in WORD_LIMIT.finditer(text):
+        options.append(("limit", m))
+    for m in SCALE_WORD.finditer(text):
+        options.append(("scale", m))
+    for m in STRENGTH_WORD.finditer(text):
+        options.append(("strength", m))
+    if not STRENGTH_WORD.search(text):
+        for m in STRENGTH_TARGET.finditer(text):
+            options.append(("intensify", m))
+    if not options:
+        return None
+    kind, m = rng.choice(options)
+    step = rng.choice([-2, -1, -1, 1, 1, 2])
+    if kind == "limit":
+        raw = m.group(2).lower()
+        n = int(raw) if raw.isdigit() else NUMBER_WORDS.index(raw)
+        new_n = max(3, min(40, int(round(n * math.exp(rng.gauss(0.0, 0.35))))))
+        if new_n == n:
+            new_n = n + (1 if rng.random() < 0.5 else -1) if n > 3 else n + 1
+        word = NUMBER_WORDS[new_n] if not raw.isdigit() and new_n < len(NUMBER_WORDS) else str(new_n)
+        return text[:m.start(2)] + word + text[m.end(2):], f"limit {raw}→{word}"
+    if kind == "scale":
+        w = m.group(1)
+        scale = FREQUENCY_SCALE if w.lower() in FREQUENCY_SCALE else COUNT_SCALE
+        i = scale.index(w.lower())
+        j = max(0, min(len(scale) - 1, i + step))
+        if j == i:
+            j = i - 1 if i > 0 else i + 1
+        new = _case_like(scale[j], w)
+        return text[:m.start(1)] + new + text[m.end(1):], f"{w.lower()}→{scale[j]}"
+    if kind == "strength":
+        w = m.group(1)
+        if w.lower() == "very":
+            # drop it (plain) or soften it
+            new = "" if rng.random() < 0.5 else _case_like("slightly", w)
+        else:
+            new = "" if rng.random() < 0.5 else _case_like("very", w)
+        out = text[:m.start(1)] + new + text[m.end(1):]
+        out = re.sub(r"  +", " ", out)
+        return out, f"{w.lower()}→{new.lower() or '(plain)'}"
+    w = m.group(1)
+    new = ("very " if rng.random() < 0.6 else "slightly ") + w
+    return text[:m.start(1)] + new + text[m.end(1):], f"{w.lower()}→{new.lower()}"
+
+
+def is_instruction(s):
+    s = s.strip()
+    return len(s.split()) >= 3 and s[-1:] in ".!?)" and "{" not in s
+
+
 class Mutator:
-    def __init__(self, code, vocabulary, rng, op_weights=None):
+    def __init__(self, code, vocabulary, rng, op_weights=None, mechanics=None, axis_evidence=None):
         self.op_weights = {str(k): float(v) for k, v in (op_weights or {}).items()}
+        # per axis: mean P(human) of the parent's personas with the axis on minus with it off
+        self.axis_evidence = {
+            str(k): float(v) for k, v in (axis_evidence or {}).items()
+            if isinstance(v, (int, float)) and math.isfinite(v)
+        }
         self.src = Source(code)
         self.tree = ast.parse(code)
         self.rng = rng
@@ -338,6 +425,20 @@ class Mutator:
             if name == AXES_NAME and self.axes is not None:
                 continue
             collect_targets(name, self.literals[name], self.numbers, self.str_lists)
+        self.mechanics = []
+        for m in mechanics or []:
+            phrases = [p for p in (m.get("phrases") or []) if isinstance(p, str) and p.strip()]
+            if isinstance(m.get("id"), str) and phrases:
+                self.mechanics.append((m["id"], phrases))
+        # lists of instruction sentences: MECHANICS-like literals first, else any sentence list
+        sentence_lists = [
+            (p, n) for p, n in self.str_lists
+            if n.elts and all(is_instruction(ast.literal_eval(e)) for e in n.elts)
+        ]
+        preferred = [(p, n) for p, n in sentence_lists if "MECHANIC" in p.upper()]
+        self.instruction_lists = preferred or sentence_lists
+        # intensities are tuned in every list of instruction sentences (arcs, openers, ...)
+        self.tunable_lists = sentence_lists
         self.patch = Patch(self.src)
         self.added = set()
         self.dropped = set()
@@ -470,6 +571,87 @@ class Mutator:
             return None
         return f"recombined fragments {path}[{i}]+{path}[{j}]"
 
+    def placement_dicts(self):
+        """Module-level dicts of probabilities keyed by axis names (e.g. placement weights)."""
+        axis_names = {a.name for a in self.axis_objs if a.name}
+        found = []
+        for var, node in sorted(self.literals.items()):
+            if not isinstance(node, ast.Dict) or not node.keys or var == AXES_NAME:
+                continue
+            keys = [k.value if isinstance(k, ast.Constant) else None for k in node.keys]
+            if not all(isinstance(k, str) for k in keys) or not set(keys) <= axis_names:
+                continue
+            if not all(is_number(v) for v in node.values):
+                continue
+            vals = [ast.literal_eval(v) for v in node.values]
+            if all(0.0 <= v <= 1.0 for v in vals):
+                found.append((var, dict(zip(keys, node.values))))
+        return found
+
+    def op_steer_axis(self):
+        """Move an axis's placement probability toward the state whose personas the
+        discriminator found more human in the parent's own evaluation (axis_evidence), all the
+        way (half of the time) or by a random 40-100 % of the distance; an axis is chosen with probability proportional to the
+        square of its effect."""
+        if not self.axis_evidence:
+            return None
+        options = []
+        for var, entries in self.placement_dicts():
+            for name, node in sorted(entries.items()):
+                effect = self.axis_evidence.get(name)
+                if effect is None or abs(effect) < 0.02:
+                    continue
+                old = ast.literal_eval(node)
+                target = 1.0 if effect > 0 else 0.0
+                if abs(target - old) < 0.01:
+                    continue
+                options.append((var, name, node, old, target, effect))
+        if not options:
+            return None
+        # squared: the axis with the clearest evidence is steered most often, and an effect
+        # that is mostly batch noise only rarely
+        var, name, node, old, target, effect = self.rng.choices(
+            options, weights=[o[5] ** 2 for o in options]
+        )[0]
+        # half of the steps go all the way: one placement state for every persona
+        share = 1.0 if self.rng.random() < 0.5 else self.rng.uniform(0.4, 1.0)
+        new = round(old + (target - old) * share, 3)
+        s, e = self.src.span(node)
+        if new == old or not self.patch.add(s, e, fmt_number(new)):
+            return None
+        return f"steered {var}['{name}'] {fmt_number(old)}→{fmt_number(new)} (P(human) {effect:+.2f} with it on)"
+
+    def op_add_mechanic(self):
+        if not self.mechanics or not self.instruction_lists:
+            return None
+        path, node = self.rng.choice(self.instruction_lists)
+        present = " ".join(ast.literal_eval(e).lower() for e in node.elts)
+        options = [(i, p) for i, ps in self.mechanics for p in ps if p.lower() not in present]
+        if not options:
+            return None
+        mid, phrase = self.rng.choice(options)
+        quote = quote_style(self.src, node.elts[0]) if node.elts else '"'
+        if not insert_after_last(self.patch, self.src, node, py_str(phrase, quote)):
+            return None
+        return f"added mechanic '{mid}' to {path}"
+
+    def op_tune_mechanic(self):
+        options = []
+        for path, node in self.tunable_lists:
+            for i, e in enumerate(node.elts):
+                options.append((path, i, e))
+        self.rng.shuffle(options)
+        for path, i, e in options[:12]:
+            tuned = tune_sentence(self.rng, ast.literal_eval(e))
+            if tuned is None:
+                continue
+            text, what = tuned
+            s, t = self.src.span(e)
+            if not self.patch.add(s, t, py_str(text, quote_style(self.src, e))):
+                return None
+            return f"tuned {path}[{i}] {what}"
+        return None
+
     def run(self):
         ops = [
             ("add-axis", self.op_add_axis, 2),
@@ -477,6 +659,9 @@ class Mutator:
             ("edit-axis", self.op_edit_axis, 2),
             ("perturb", self.op_perturb, 2),
             ("fragment", self.op_fragment, 2),
+            ("add-mechanic", self.op_add_mechanic, 2),
+            ("tune-mechanic", self.op_tune_mechanic, 2),
+            ("steer-axis", self.op_steer_axis, 2),
         ]
         n_edits = 1 + (self.rng.random() < 0.35) + (self.rng.random() < 0.1)
         done = []
@@ -615,7 +800,10 @@ def answer(req, seed):
             new, edits = crossover(code, req["code_b"], rng)
             summary = "crossover: " + "; ".join(edits)
         elif req.get("op") == "mutate":
-            new, edits = Mutator(code, req.get("vocabulary") or [], rng, req.get("op_weights")).run()
+            new, edits = Mutator(
+                code, req.get("vocabulary") or [], rng, req.get("op_weights"), req.get("mechanics"),
+                req.get("axis_evidence"),
+            ).run()
             summary = "; ".join(edits)
         else:
             raise NoEdit(f"unknown op {req.get('op')!r}")

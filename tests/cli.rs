@@ -296,3 +296,51 @@ fn mock_server_flags_set_replicas_latency_strictness_and_the_context_window() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn bench_evolve_reports_gains_on_held_out_humans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bench");
+    let args = [
+        "bench",
+        "evolve",
+        "--seeds",
+        "2",
+        "--iterations",
+        "2",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let (code, stdout, err) = run_ppol(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for (i, r) in runs.iter().enumerate() {
+        assert_eq!(r["seed"], i as u64 + 1);
+        assert_eq!(r["iterations"], 2);
+        assert!(r["wall_s"].as_f64().unwrap() > 0.0 && r["cpu_s"].as_f64().unwrap() > 0.0);
+        assert!(r["n_heldout"].as_u64().unwrap() > 0);
+        let score = |name: &str| {
+            r["table"]["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|row| row["name"] == name)
+                .unwrap_or_else(|| panic!("no {name} row"))["score"]
+                .as_f64()
+                .unwrap()
+        };
+        let gain = v["evolved_minus_seed"][i].as_f64().unwrap();
+        assert!((gain - (score("evolved") - score("seed"))).abs() < 1e-12);
+        let gain = v["evolved_minus_base"][i].as_f64().unwrap();
+        assert!((gain - (score("evolved") - score("base"))).abs() < 1e-12);
+        let dir = out.join(format!("seed-{}", i + 1));
+        assert!(dir.join("eval-test.json").is_file() && dir.join("best/program.py").is_file());
+    }
+    // the runs are kept: a second benchmark into the same directory is refused
+    let (code, _, err) = run_ppol(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("seed-1") && err.contains("exists"), "{err}");
+}

@@ -9,9 +9,9 @@ use ppol::evolve::mutation::prompt::{
 };
 use ppol::evolve::mutation::{
     apply_diff, check_python_syntax, crossover, crossover_batch, extract_full_program, parse_diff,
-    structural_mutate, structural_mutate_batch, template_hashes, AxisVocab, ChildFailure,
-    DiffError, FailureKind, MutationContext, PromptBuilder, PromptConfig, StructuralOptions,
-    MUTATION_ANGLES,
+    structural_mutate, structural_mutate_batch, structural_mutate_with, template_hashes, AxisVocab,
+    ChildFailure, DiffError, FailureKind, MechanicPhrases, MutationContext, PromptBuilder,
+    PromptConfig, StructuralOptions, MUTATION_ANGLES,
 };
 use ppol::evolve::program::{MutationInfo, MutationKind, Program};
 use ppol::llm::CallRole;
@@ -955,4 +955,211 @@ async fn dispatch_makes_llm_children_and_failures() {
         .expect_err("the diff does not apply");
     assert_eq!(failure.kind, FailureKind::DiffNotApplied);
     assert!(failure.angle.is_some());
+}
+
+// ---------------------------------------------------------------- mechanics-level operators
+
+/// Options with every structural operator off except `only`.
+fn only_op(only: &str) -> StructuralOptions {
+    let mut o = StructuralOptions {
+        mechanics: MechanicPhrases::vocabulary(),
+        ..StructuralOptions::default()
+    };
+    for op in [
+        "add-axis",
+        "drop-axis",
+        "edit-axis",
+        "perturb",
+        "fragment",
+        "add-mechanic",
+        "tune-mechanic",
+        "steer-axis",
+    ] {
+        o.op_weights
+            .insert(op.into(), if op == only { 1.0 } else { 0.0 });
+    }
+    o
+}
+
+/// `steer-axis` moves an axis's placement probability toward the state whose personas were
+/// more human in the parent's own evaluation (up for a positive effect, down for a negative
+/// one, never past 0 or 1), and does not apply without evidence.
+#[test]
+fn steer_axis_follows_the_parents_axis_evidence() {
+    let seed = offline_seed();
+    let weight = |code: &str, axis: &str| -> f64 {
+        let line = code
+            .lines()
+            .find(|l| l.starts_with("PLACEMENT_WEIGHTS = {"))
+            .unwrap();
+        let re = regex::Regex::new(&format!(r#""{axis}": ([0-9.]+)"#)).unwrap();
+        re.captures(line).unwrap()[1].parse().unwrap()
+    };
+    assert_eq!(weight(&seed, "terse"), 0.5);
+    let mut o = only_op("steer-axis");
+    o.axis_evidence = [("terse".to_string(), 0.3), ("skeptical".to_string(), -0.25)]
+        .into_iter()
+        .collect();
+    let (mut up, mut down) = (0, 0);
+    for s in 0..16 {
+        let (code, summary) = structural_mutate_with(&o, &seed, &vocab(), s).unwrap();
+        assert!(
+            summary.starts_with("steered PLACEMENT_WEIGHTS['"),
+            "{summary}"
+        );
+        let (t, k) = (weight(&code, "terse"), weight(&code, "skeptical"));
+        assert!(
+            (0.5..=1.0).contains(&t) && (0.0..=0.5).contains(&k),
+            "{summary}"
+        );
+        assert_eq!(weight(&code, "frustrated"), 0.5, "{summary}");
+        up += usize::from(t > 0.5);
+        down += usize::from(k < 0.5);
+    }
+    assert!(up > 0 && down > 0, "up {up}, down {down}");
+    // no evidence (or too little): the operator does not apply, another one is used
+    o.axis_evidence = [("terse".to_string(), 0.01)].into_iter().collect();
+    let (_, summary) = structural_mutate_with(&o, &seed, &vocab(), 3).unwrap();
+    assert!(!summary.contains("steered"), "{summary}");
+}
+
+/// The evidence behind `steer-axis`: per axis, mean P(human) with the axis on minus with it
+/// off, over the scored personas; axes with fewer than two personas on either side get none.
+#[test]
+fn axis_evidence_is_the_p_human_gap_between_on_and_off() {
+    use ppol::evolve::mutation::structural::axis_evidence;
+    use ppol::evolve::runlog::PersonaOutcome;
+    let p = |axes: &[&str], p_human: Option<f64>| PersonaOutcome {
+        task_id: "t".into(),
+        persona_id: "p".into(),
+        axes: axes.iter().map(|a| a.to_string()).collect(),
+        p_human,
+        reward: None,
+    };
+    let personas = [
+        p(&["terse", "rare"], Some(0.9)),
+        p(&["terse"], Some(0.7)),
+        p(&[], Some(0.2)),
+        p(&["frustrated"], Some(0.4)),
+        p(&["frustrated"], Some(0.6)),
+        p(&["terse", "frustrated"], None),
+    ];
+    let e = axis_evidence(&personas);
+    assert_eq!(e.len(), 2, "{e:?}");
+    // terse: on 0.9, 0.7; off 0.2, 0.4, 0.6 (the unscored persona does not count)
+    assert!(
+        (e["axis_effect:terse"] - (0.8 - 0.4)).abs() < 1e-12,
+        "{e:?}"
+    );
+    // frustrated: on 0.4, 0.6; off 0.9, 0.7, 0.2
+    assert!(
+        (e["axis_effect:frustrated"] - (0.5 - 0.6)).abs() < 1e-12,
+        "{e:?}"
+    );
+    // one persona has 'rare' on: no entry
+    assert!(!e.contains_key("axis_effect:rare"), "{e:?}");
+}
+
+fn offline_seed() -> String {
+    std::fs::read_to_string(root().join("seeds/offline_templates.py")).unwrap()
+}
+
+/// The string literals of a program, in order.
+fn strings_of(code: &str) -> Vec<String> {
+    let re = regex::Regex::new(r#""((?:[^"\\]|\\.)*)""#).unwrap();
+    re.captures_iter(code).map(|c| c[1].to_string()).collect()
+}
+
+#[test]
+fn every_mechanic_phrase_plays_its_own_mechanic() {
+    use ppol::simulate::episode::scripted::read_persona;
+    use ppol::simulate::episode::Scenario;
+    let vocab = MechanicPhrases::vocabulary();
+    assert!(vocab.len() >= 30, "{}", vocab.len());
+    for m in &vocab {
+        for p in &m.phrases {
+            let play = read_persona(p, &Scenario::default());
+            assert!(
+                play.mechanic_ids().contains(&m.id.as_str()),
+                "'{p}' plays {:?}, not {}",
+                play.mechanic_ids(),
+                m.id
+            );
+            assert!(play.unplayed.is_empty(), "'{p}': {:?}", play.unplayed);
+        }
+    }
+}
+
+#[test]
+fn add_mechanic_appends_a_vocabulary_sentence_to_a_mechanics_list() {
+    let seed = offline_seed();
+    let phrases: BTreeSet<String> = MechanicPhrases::vocabulary()
+        .into_iter()
+        .flat_map(|m| m.phrases)
+        .collect();
+    let before = strings_of(&seed);
+    let opts = only_op("add-mechanic");
+    let mut ids = BTreeSet::new();
+    for s in 0..12 {
+        let (code, summary) = structural_mutate_with(&opts, &seed, &[], s).unwrap();
+        assert!(summary.starts_with("added mechanic '"), "{summary}");
+        assert!(summary.contains("to MECHANICS["), "{summary}");
+        ids.insert(summary.split('\'').nth(1).unwrap().to_string());
+        // one string more than the seed per edit (one to three), each a vocabulary sentence
+        let n = summary.matches("added mechanic '").count();
+        assert!((1..=3).contains(&n), "{summary}");
+        let mut left = strings_of(&code);
+        assert_eq!(left.len(), before.len() + n, "{summary}");
+        for b in &before {
+            let i = left
+                .iter()
+                .position(|x| x == b)
+                .expect("a seed string vanished");
+            left.remove(i);
+        }
+        for a in &left {
+            assert!(phrases.contains(a), "{a} is not a vocabulary sentence");
+        }
+        assert_eq!(
+            structural_mutate_with(&opts, &seed, &[], s).unwrap().0,
+            code,
+            "not deterministic"
+        );
+    }
+    assert!(ids.len() >= 6, "{ids:?}");
+}
+
+#[test]
+fn tune_mechanic_moves_one_intensity_along_its_scale() {
+    let seed = offline_seed();
+    let opts = only_op("tune-mechanic");
+    let before = strings_of(&seed);
+    let mut kinds = BTreeSet::new();
+    for s in 0..30 {
+        let (code, summary) = structural_mutate_with(&opts, &seed, &[], s).unwrap();
+        assert!(summary.starts_with("tuned "), "{summary}");
+        let after = strings_of(&code);
+        assert_eq!(after.len(), before.len(), "{summary}");
+        let changed: Vec<(&String, &String)> = before
+            .iter()
+            .zip(after.iter())
+            .filter(|(a, b)| a != b)
+            .collect();
+        assert!(
+            !changed.is_empty() && changed.len() <= 2,
+            "{summary}: {changed:?}"
+        );
+        kinds.insert(
+            summary
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .split('→')
+                .next()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    // word limits, frequencies and strengths are all reached from the seed's sentences
+    assert!(kinds.len() >= 4, "{kinds:?}");
 }

@@ -89,6 +89,12 @@ fn episode(d: &Dialogue, persona: &str, trial: u32) -> Episode {
         error: None,
         backend: "scripted".into(),
         usage: Value::Null,
+        persona_play: Some(
+            serde_json::from_value(json!({"source": "text",
+                "played": [{"id": "word_limit", "n": 12}, {"id": "pushback", "count": 1}],
+                "unplayed": ["You are a nurse on night shifts."]}))
+            .unwrap(),
+        ),
         role_confusion: 0,
         notes: Vec::new(),
     }
@@ -697,4 +703,73 @@ fn write_report_fixture() {
     }
     write_fixture_run(&dir);
     eprintln!("fixture run written to {}", dir.display());
+}
+
+#[test]
+fn report_lists_the_mechanics_played_and_unplayed() {
+    let (_tmp, dir) = fixture();
+    let path = dir.join("best/episodes.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // episodes without a persona play (an LLM run's) get a notice
+    let bare: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("persona_play");
+            v.to_string()
+        })
+        .collect();
+    std::fs::write(&path, bare.join("\n") + "\n").unwrap();
+    let html = ppol::report::render(&dir).unwrap();
+    assert!(html.contains(r#"<section id="mechanics">"#));
+    assert!(html.contains("No episode records how its persona was played"));
+
+    let mut lines = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut v: Value = serde_json::from_str(line).unwrap();
+        let play = if i % 2 == 0 {
+            json!({"source": "text",
+                   "played": [{"id": "word_limit", "n": 8}, {"id": "lowercase", "level": 0.9},
+                              {"id": "word_limit", "n": 12}],
+                   "unplayed": ["You collect <stamps> from Peru."], "task_sentences": 1})
+        } else {
+            json!({"source": "axes", "unplayed": ["You collect <stamps> from Peru.", "You hum."]})
+        };
+        v["persona_play"] = play;
+        lines.push(v.to_string());
+    }
+    let n = lines.len();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let html = ppol::report::render(&dir).unwrap();
+    let sec = &html[html.find(r#"<section id="mechanics">"#).unwrap()..];
+    let sec = &sec[..sec.find("</section>").unwrap()];
+    let n_text = n.div_ceil(2);
+    assert!(
+        sec.contains(&format!(
+            "{n_text} of {n} validation episodes were driven by the text"
+        )),
+        "{sec}"
+    );
+    // counted once per episode, with the vocabulary's dimension and summary
+    assert!(
+        sec.contains(&format!(
+            r#"<td class="mono">word_limit</td><td>D1</td><td>keeps messages under a word limit (short, fragments)</td><td>{n_text} ("#
+        )),
+        "{sec}"
+    );
+    assert!(sec.contains(r#"<td class="mono">lowercase</td>"#));
+    // never-played mechanics of the vocabulary, framing left out
+    assert!(sec.contains(r#"<span class="tag">give_up</span>"#), "{sec}");
+    assert!(
+        !sec.contains(r#"<span class="tag">keep_goal</span>"#),
+        "{sec}"
+    );
+    // unplayed sentences, escaped, most frequent first
+    let stamps = sec
+        .find(&format!(
+            "<td>You collect &lt;stamps&gt; from Peru.</td><td>{n}</td>"
+        ))
+        .expect("stamps");
+    let hum = sec.find("<td>You hum.</td>").expect("hum");
+    assert!(stamps < hum);
 }

@@ -9,7 +9,9 @@ use ppol::fitness::features::{
     feature_index, fingerprint_user_texts, FeatureSet, FEATURE_NAMES, N_FEATURES,
 };
 use ppol::llm::ToolSpec;
-use ppol::simulate::episode::scripted::{ScriptedAgent, ScriptedUser, KNOWN_AXES};
+use ppol::simulate::episode::scripted::{
+    PersonaPlay, PlaySource, ScriptedAgent, ScriptedUser, KNOWN_AXES,
+};
 use ppol::simulate::episode::{
     AgentSimulator, Plan, PlannedAction, Scenario, Termination, ToolEnv, ToolOutcome,
     UserSimulator, STOP_TOKENS,
@@ -1087,5 +1089,210 @@ fn terse_composes_with_other_axes() {
             f(&both, feat) > f(&plain, feat) + 0.1,
             "terse+{axis} lost {feat}"
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Persona text: the mechanics vocabulary (fitness/mechanics.toml)
+
+fn run_text(
+    s: &Scenario,
+    plan: &Plan,
+    text: &str,
+    seed: u64,
+    env: &mut FakeEnv,
+) -> (Episode, PersonaPlay) {
+    let mut user = ScriptedUser::for_persona(s, &Map::new(), text, seed);
+    let play = user.persona_play().clone();
+    let mut agent = ScriptedAgent::new(plan, seed);
+    (block_on(run_async(&mut user, &mut agent, env)), play)
+}
+
+/// Mean fingerprint of a persona text over `SEEDS` seeds × all scenarios.
+fn mean_fp_text(text: &str) -> [f64; N_FEATURES] {
+    let mut sum = [0.0; N_FEATURES];
+    let mut n = 0.0;
+    for (s, plan) in tasks() {
+        for seed in 0..SEEDS {
+            let (e, _) = run_text(&s, &plan, text, seed * 7919 + 13, &mut FakeEnv::new());
+            let fp = fingerprint_user_texts(e.user_texts(), FeatureSet::Ppol011);
+            for (a, b) in sum.iter_mut().zip(fp.0.iter()) {
+                *a += b;
+            }
+            n += 1.0;
+        }
+    }
+    sum.map(|x| x / n)
+}
+
+/// Mean words of the user's non-empty messages.
+fn mean_words(e: &Episode) -> f64 {
+    let lens: Vec<usize> = e
+        .user_texts()
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| t.split_whitespace().count())
+        .collect();
+    lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64
+}
+
+#[test]
+fn a_word_limit_in_the_text_yields_short_turns() {
+    let base = "You are a busy parent calling from the car.";
+    let limited = format!("{base} Keep every message under ten words.");
+    let (mut plain_sum, mut lim_sum, mut over, mut total) = (0.0, 0.0, 0usize, 0usize);
+    for (s, plan) in tasks() {
+        for seed in 0..SEEDS {
+            let (p, _) = run_text(&s, &plan, base, seed, &mut FakeEnv::new());
+            let (l, play) = run_text(&s, &plan, &limited, seed, &mut FakeEnv::new());
+            assert_eq!(play.source, PlaySource::Text);
+            let wl = play.played.iter().find(|m| m.id == "word_limit");
+            assert_eq!(wl.and_then(|m| m.n), Some(10), "{play:?}");
+            plain_sum += mean_words(&p);
+            lim_sum += mean_words(&l);
+            for t in l.user_texts().filter(|t| !t.trim().is_empty()) {
+                total += 1;
+                if t.split_whitespace().count() > 10 {
+                    over += 1;
+                }
+            }
+        }
+    }
+    let n = (tasks().len() as u64 * SEEDS) as f64;
+    let (plain, lim) = (plain_sum / n, lim_sum / n);
+    println!("words per user turn: plain text {plain:.1}, under ten words {lim:.1}; {over}/{total} turns over ten");
+    assert!(
+        lim <= 8.0 && lim < 0.6 * plain,
+        "plain {plain}, limited {lim}"
+    );
+    // identifiers and the task's own wording may need a longer message now and then
+    assert!(
+        (over as f64) < 0.03 * total as f64,
+        "{over}/{total} turns over the limit"
+    );
+}
+
+#[test]
+fn unplayable_sentences_are_recorded_and_played_ones_are_not() {
+    let (s, plan) = &tasks()[0];
+    let text = "You collect vintage stamps from Peru. Type in lowercase. \
+                Withhold your order number until the agent asks twice.";
+    let (e, play) = run_text(s, plan, text, 3, &mut FakeEnv::new());
+    assert_eq!(play.source, PlaySource::Text);
+    assert_eq!(
+        play.unplayed,
+        vec!["You collect vintage stamps from Peru.".to_string()]
+    );
+    let ids = play.mechanic_ids();
+    assert!(ids.contains(&"lowercase"), "{ids:?}");
+    assert!(ids.contains(&"withhold_ids"), "{ids:?}");
+    let w = play.played.iter().find(|m| m.id == "withhold_ids").unwrap();
+    assert_eq!(w.count, Some(2), "{w:?}");
+    let first = e.user_texts().next().unwrap();
+    assert!(!first.contains("#W1234567"), "{first}");
+}
+
+#[test]
+fn a_text_that_plays_nothing_falls_back_to_the_axes() {
+    let (s, plan) = &tasks()[0];
+    let terse = axes(&["terse", "frustrated"], &[]);
+    for seed in 0..10 {
+        let by_axes = run(s, plan, &terse, seed, &mut FakeEnv::new());
+        let mut user = ScriptedUser::for_persona(s, &terse, "You are Ann, a nurse.", seed);
+        assert_eq!(user.persona_play().source, PlaySource::Axes);
+        assert_eq!(user.persona_play().unplayed, vec!["You are Ann, a nurse."]);
+        let mut agent = ScriptedAgent::new(plan, seed);
+        let by_text = block_on(run_async(&mut user, &mut agent, &mut FakeEnv::new()));
+        assert_eq!(by_axes.turns, by_text.turns);
+    }
+}
+
+#[test]
+fn hard_text_personas_still_complete_every_plan() {
+    let texts = [
+        "Keep most messages under six words. Type in lowercase. No greeting. Withhold your \
+         identifiers until the agent asks twice. Give one detail per turn.",
+        "Push back repeatedly on what the agent proposes. Get more frustrated with every \
+         refusal and repeat your demand. Sometimes trail off mid-sentence... Make typos.",
+        "Reply with just 'ok' or 'yes' when you can. Ask clarifying questions about every \
+         step. Sometimes change the subject to something else before coming back.",
+    ];
+    for (s, plan) in tasks() {
+        let gold: Vec<(String, Value)> = plan
+            .actions
+            .iter()
+            .map(|a| (a.name.clone(), a.arguments.clone()))
+            .collect();
+        for text in texts {
+            for seed in 0..20 {
+                let (e, play) = run_text(&s, &plan, text, seed, &mut FakeEnv::new());
+                assert!(play.unplayed.is_empty(), "{text}: {:?}", play.unplayed);
+                assert_eq!(
+                    e.calls,
+                    gold,
+                    "{} seed {seed} {text}:\n{}",
+                    s.task_id,
+                    fmt_dialogue(&e)
+                );
+            }
+        }
+    }
+}
+
+/// (persona sentence, feature, +1 up / -1 down, minimum absolute change against a text that
+/// plays only `clear_request`)
+const TEXT_DIRECTIONS: &[(&str, &str, f64, f64)] = &[
+    (
+        "Keep messages under eight words.",
+        "words_per_turn",
+        -1.0,
+        3.0,
+    ),
+    ("Push back on every proposal.", "pushback_rate", 1.0, 0.06),
+    (
+        "Get angrier with every refusal and blame the agent.",
+        "accusatory_rate",
+        1.0,
+        0.05,
+    ),
+    (
+        "You are very upset and it shows.",
+        "emotional_expression_rate",
+        1.0,
+        0.15,
+    ),
+    // updates are rare in the fake tasks (one or two per dialogue), hence the small move
+    (
+        "When the agent gives an update, often reply with just 'ok' or 'got it'.",
+        "acknowledgment_rate",
+        1.0,
+        0.02,
+    ),
+    (
+        "Always sound unsure and hedge.",
+        "uncertainty_rate",
+        1.0,
+        0.1,
+    ),
+    (
+        "Withhold your identifiers until asked twice.",
+        "front_loading_ratio",
+        -1.0,
+        0.03,
+    ),
+];
+
+#[test]
+fn every_text_mechanic_moves_its_features() {
+    let anchor = "State your request clearly.";
+    let base = mean_fp_text(anchor);
+    for (sentence, feat, dir, min) in TEXT_DIRECTIONS {
+        let v = mean_fp_text(&format!("{anchor} {sentence}"));
+        let d = f(&v, feat) - f(&base, feat);
+        println!(
+            "{sentence:<55} {feat:<28} {:7.3} -> {:7.3}",
+            f(&base, feat),
+            f(&v, feat)
+        );
+        assert!(d * dir >= *min, "{sentence}: {feat} moved {d:+.3}");
     }
 }

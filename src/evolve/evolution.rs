@@ -53,6 +53,7 @@ use crate::evolve::evaluate::{
     evaluate_candidate, program_metric_names, program_metrics, rank, CandidateOutcome, TaskContext,
 };
 use crate::evolve::mutation::dispatch::Mutator;
+use crate::evolve::mutation::structural::axis_evidence;
 use crate::evolve::mutation::{ChildFailure, FailureKind};
 use crate::evolve::program::{code_hash, Program, ProgramId};
 use crate::evolve::reflection::{self, Evidence};
@@ -160,8 +161,13 @@ pub struct State {
     pub stagnation: u64,
     /// The parent of every evaluated program, by id (for lineages).
     pub parents: BTreeMap<String, Option<String>>,
-    /// The latest validation of a best program: its id and metrics.
+    /// The best validation so far (the program in `best/`): its id and metrics.
     pub best_validation: Option<(String, EvalMetrics)>,
+    /// The best train score on each batch at the final persona count (key: [`batch_key`]).
+    /// Train scores are only comparable within a batch, so a candidate that beats its batch's
+    /// best is validated even when another batch holds the global train best.
+    #[serde(default)]
+    pub batch_best: BTreeMap<String, f64>,
     /// Wall-clock seconds spent up to this commit, over every process of the run.
     pub elapsed_s: f64,
     /// LLM usage and cost per role up to this commit, over every process of the run (None
@@ -184,6 +190,7 @@ impl State {
             stagnation: 0,
             parents: BTreeMap::new(),
             best_validation: None,
+            batch_best: BTreeMap::new(),
             elapsed_s: 0.0,
             cost: None,
         })
@@ -691,7 +698,16 @@ impl Evolution {
                 break;
             }
             let island = state.archive.next_island();
-            let parent = state.archive.sample_parent(island)?.program;
+            let sampled = state.archive.sample_parent(island)?.program;
+            let seed = mix(self.ctx.cfg.search.seed, k);
+            // Train scores are batch-noisy; the program that validates best is the reliable
+            // improvement, so half of the children are bred from it (on every island's batch).
+            let validated = state
+                .best_validation
+                .as_ref()
+                .filter(|_| (mix(seed, 0x7661_6c69) % 10_000) < VALIDATED_PARENT_SHARE)
+                .and_then(|(id, _)| state.archive.get(&ProgramId(id.clone())).cloned());
+            let parent = validated.unwrap_or(sampled);
             let inspirations = state.archive.inspirations(&parent, island)?;
             picks.push(Pick::Child {
                 iteration: k,
@@ -888,6 +904,8 @@ impl Evolution {
             Evaluation::Scored(s) => {
                 self.state.requeues = 0;
                 program.metrics = program_metrics(&s.metrics);
+                // what its personas say about each axis, for its structural children
+                program.metrics.extend(axis_evidence(&s.personas));
                 program.reflection = Some(s.reflection.clone());
                 self.state
                     .parents
@@ -909,7 +927,7 @@ impl Evolution {
                     prompt_fit: program.mutation.prompt_fit.clone(),
                     epoch: s.plan.epoch,
                     batch_in_epoch: s.plan.batch_in_epoch,
-                    tasks: s.tasks,
+                    tasks: s.tasks.clone(),
                     metrics: s.metrics.clone(),
                     new_elite: added.new_elite,
                     new_best: added.new_best,
@@ -920,7 +938,19 @@ impl Evolution {
                     seconds: started.elapsed().as_secs_f64(),
                     cost: self.cost(),
                 })?;
-                if added.new_best {
+                let batch_best = s.plan.n_personas == self.bench.schedule.n_personas && {
+                    let key = batch_key(&s.tasks, &s.plan);
+                    let beats = self
+                        .state
+                        .batch_best
+                        .get(&key)
+                        .is_none_or(|b| s.metrics.combined > *b);
+                    if beats {
+                        self.state.batch_best.insert(key, s.metrics.combined);
+                    }
+                    beats
+                };
+                if added.new_best || batch_best {
                     self.validate(k, &program, &s.metrics).await?;
                 }
                 self.state.iteration = k;
@@ -942,8 +972,9 @@ impl Evolution {
         }
     }
 
-    /// Validate a new best program (final N, fixed weights, the validation tasks) and write
-    /// `best/`. A validation that cannot score the program still writes the program.
+    /// Validate a new train best or batch best (final N, fixed weights, the validation tasks) and write
+    /// `best/` when it validates at least as well as the program there. A validation that
+    /// cannot score the program still writes the program when `best/` has no validated one.
     async fn validate(&mut self, k: u64, program: &Program, train: &EvalMetrics) -> Result<()> {
         let cfg = &self.ctx.cfg;
         let outcome = evaluate_candidate(
@@ -970,6 +1001,16 @@ impl Evolution {
                     program_id: program.id.0.clone(),
                     metrics: metrics.clone(),
                 })?;
+                // A train best is the best of its own batch; batches differ far more than
+                // programs do, so `best/` keeps the program that validates best.
+                if self
+                    .state
+                    .best_validation
+                    .as_ref()
+                    .is_some_and(|(_, b)| b.combined > metrics.combined)
+                {
+                    return Ok(());
+                }
                 self.state.best_validation = Some((program.id.0.clone(), metrics.clone()));
                 self.ctx.dir.write_best(&Best {
                     program,
@@ -994,7 +1035,9 @@ impl Evolution {
         }
     }
 
-    /// Log a failed validation of the new best and write `best/` without validation results.
+    /// Log a failed validation of a new train best or batch best; write `best/` without
+    /// validation results only when it holds no validated program yet (a validated program
+    /// stays there).
     fn validation_failed(
         &mut self,
         k: u64,
@@ -1015,6 +1058,9 @@ impl Evolution {
             program_id: program.id.0.clone(),
             failure,
         })?;
+        if self.state.best_validation.is_some() {
+            return Ok(());
+        }
         self.ctx.dir.write_best(&Best {
             program,
             train,
@@ -1172,6 +1218,20 @@ impl RunControl {
             p(&progress);
         }
     }
+}
+
+/// Share (in 1/10,000) of children bred from the best-validated program rather than from the
+/// archive's draw.
+const VALIDATED_PARENT_SHARE: u64 = 5_000;
+
+/// The key of a train batch: its tasks, persona count and human-likeness weight.
+fn batch_key(tasks: &[String], plan: &BatchPlan) -> String {
+    format!(
+        "{}|{}|{:.4}",
+        tasks.join(","),
+        plan.n_personas,
+        plan.lambda_h
+    )
 }
 
 /// The final weights (validation, `ppol eval`, and ranking with `select_by = "fixed"`).

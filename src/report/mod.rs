@@ -17,6 +17,7 @@
 //! | evaluation table | every `eval-<split>.json` |
 //! | lineage | `best/program.json` lineage (else parent ids of `candidate_evaluated`), `best/program.py`, counts by mutation kind and failure stage |
 //! | personas, dialogues | `best/personas.jsonl`, `best/episodes.jsonl` |
+//! | offline mechanics | `persona_play` of `best/episodes.jsonl` (scripted episodes): the mechanics of `fitness/mechanics.toml` the offline user played, those it never played, and the persona sentences it could not play |
 //! | costs | `run_stopped.cost` (else the sum of `candidate_evaluated.cost`), event times |
 //!
 //! Only `log.jsonl` is required. Every other file may be missing (a run stopped early, `ppol
@@ -578,7 +579,7 @@ pub fn render_files(files: &RunFiles) -> String {
     let mut body = String::new();
     let _ = write!(
         body,
-        r##"<header><h1>ppol run report: {}</h1><p class="sub">Evolution of persona policies, built from the files of <span class="mono">{}</span> only.</p><nav><a href="#summary">Summary</a><a href="#scores">Scores</a><a href="#map">Fingerprint map</a><a href="#dice">D1–D4</a><a href="#eval">Evaluation table</a><a href="#lineage">Lineage</a><a href="#personas">Personas</a><a href="#dialogues">Dialogues</a><a href="#costs">Costs</a></nav></header>"##,
+        r##"<header><h1>ppol run report: {}</h1><p class="sub">Evolution of persona policies, built from the files of <span class="mono">{}</span> only.</p><nav><a href="#summary">Summary</a><a href="#scores">Scores</a><a href="#map">Fingerprint map</a><a href="#dice">D1–D4</a><a href="#eval">Evaluation table</a><a href="#lineage">Lineage</a><a href="#personas">Personas</a><a href="#dialogues">Dialogues</a><a href="#mechanics">Mechanics</a><a href="#costs">Costs</a></nav></header>"##,
         esc(&run_name),
         esc(&files.dir.display().to_string())
     );
@@ -590,6 +591,7 @@ pub fn render_files(files: &RunFiles) -> String {
     section_lineage(&mut body, files, &view);
     section_personas(&mut body, files);
     section_dialogues(&mut body, files);
+    section_mechanics(&mut body, files);
     section_costs(&mut body, files, &view);
     let mut html = String::with_capacity(body.len() + CSS.len() + 512);
     let _ = write!(
@@ -1484,6 +1486,117 @@ fn section_dialogues(out: &mut String, files: &RunFiles) {
                 dialogue_html(out, e);
             }
         }
+    }
+    out.push_str("</section>");
+}
+
+/// Unplayed sentences listed in the mechanics section.
+const N_UNPLAYED: usize = 15;
+
+fn section_mechanics(out: &mut String, files: &RunFiles) {
+    use crate::simulate::episode::scripted::{vocabulary, PlaySource};
+    out.push_str(r#"<section id="mechanics"><h2>What the offline user played</h2>"#);
+    let Some(eps) = &files.best_episodes else {
+        notice(out, "best/episodes.jsonl not found.");
+        out.push_str("</section>");
+        return;
+    };
+    let plays: Vec<_> = eps.iter().filter_map(|e| e.persona_play.as_ref()).collect();
+    if plays.is_empty() {
+        notice(
+            out,
+            "No episode records how its persona was played: the episodes were played by an LLM (or written by an older ppol). Mechanics apply to the offline scripted user only.",
+        );
+        out.push_str("</section>");
+        return;
+    }
+    let n_text = plays
+        .iter()
+        .filter(|p| p.source == PlaySource::Text)
+        .count();
+    let n_axes = plays
+        .iter()
+        .filter(|p| p.source == PlaySource::Axes)
+        .count();
+    let _ = write!(
+        out,
+        r#"<p class="meta">The offline scripted user reads each persona's text against the mechanics vocabulary (<span class="mono">fitness/mechanics.toml</span>) and plays what it recognises; what it cannot express is listed below. {} of {} validation episodes were driven by the text, {} by the axis placement (a text with no mechanic), {} had no persona.</p>"#,
+        n_text,
+        plays.len(),
+        n_axes,
+        plays.len() - n_text - n_axes
+    );
+    // episodes per mechanic (each counted once per episode)
+    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in &plays {
+        for id in p.mechanic_ids() {
+            *per.entry(id).or_default() += 1;
+        }
+    }
+    let vocab = vocabulary();
+    let mut rows: Vec<(&str, usize)> = per.iter().map(|(k, v)| (*k, *v)).collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    out.push_str(r#"<h3>Played</h3>"#);
+    if rows.is_empty() {
+        notice(out, "No mechanic was played.");
+    } else {
+        out.push_str(
+            r#"<table><thead><tr><th>mechanic</th><th>dimension</th><th>what the user does</th><th>episodes</th></tr></thead><tbody>"#,
+        );
+        for (id, n) in &rows {
+            let info = vocab.get(id);
+            let _ = write!(
+                out,
+                r#"<tr><td class="mono">{}</td><td>{}</td><td>{}</td><td>{} ({:.0}%)</td></tr>"#,
+                esc(id),
+                esc(info.map_or("", |i| i.dimension.as_str())),
+                esc(info.map_or("", |i| i.summary.as_str())),
+                n,
+                100.0 * *n as f64 / plays.len() as f64
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
+    let never: Vec<String> = vocab
+        .mechanics()
+        .filter(|m| !m.framing && !per.contains_key(m.id.as_str()))
+        .map(|m| format!(r#"<span class="tag">{}</span>"#, esc(&m.id)))
+        .collect();
+    if !never.is_empty() {
+        let _ = write!(
+            out,
+            r#"<p class="meta">Mechanics of the vocabulary no persona used: {}</p>"#,
+            never.join(" ")
+        );
+    }
+    // unplayed sentences, most frequent first
+    let mut unplayed: HashMap<&str, usize> = HashMap::new();
+    for p in &plays {
+        for u in &p.unplayed {
+            *unplayed.entry(u.as_str()).or_default() += 1;
+        }
+    }
+    let mut un: Vec<(&str, usize)> = unplayed.into_iter().collect();
+    un.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let total: usize = un.iter().map(|u| u.1).sum();
+    out.push_str(r#"<h3>Not played</h3>"#);
+    if un.is_empty() {
+        notice(
+            out,
+            "Every persona sentence was played (or restated the task).",
+        );
+    } else {
+        let _ = write!(
+            out,
+            r#"<p class="meta">{} distinct sentences ({} occurrences) the offline proxy cannot express; an LLM user would read them, the scripted user ignores them. The {} most frequent:</p><table><thead><tr><th>sentence</th><th>episodes</th></tr></thead><tbody>"#,
+            un.len(),
+            total,
+            un.len().min(N_UNPLAYED)
+        );
+        for (sentence, n) in un.iter().take(N_UNPLAYED) {
+            let _ = write!(out, "<tr><td>{}</td><td>{}</td></tr>", esc(sentence), n);
+        }
+        out.push_str("</tbody></table>");
     }
     out.push_str("</section>");
 }

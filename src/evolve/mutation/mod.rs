@@ -84,7 +84,7 @@ pub use prompt::{
 };
 pub use structural::{
     crossover, crossover_batch, crossover_with, structural_mutate, structural_mutate_batch,
-    structural_mutate_with, AxisVocab, StructuralOptions,
+    structural_mutate_with, AxisVocab, MechanicPhrases, StructuralOptions,
 };
 
 /// The Python interpreter used for syntax checks and structural mutation.

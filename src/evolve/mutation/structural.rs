@@ -16,6 +16,9 @@
 //! | edit axis | `DIVERSITY_AXES` | swap in the vocabulary's phrasing of a definition or on/off playbook |
 //! | perturb | any number in a literal (dicts of weights, scalars) | multiply by `exp(N(0, 0.3))`, rounded to 3 decimals; clipped to [0, 1] when the number is a probability (a float in [0, 1] whose numeric siblings are all in [0, 1]); integers stay integers ≥ 1 |
 //! | fragments | any list of strings | duplicate, drop (≥ 1 kept), swap two, or recombine the head of one with the tail of another |
+//! | add mechanic | a list of instruction sentences (`MECHANICS…` first) | append a canonical sentence of a mechanic of the offline user's vocabulary ([`StructuralOptions::mechanics`], from `fitness/mechanics.toml`) that the list does not hold yet |
+//! | steer axis | a dict of axis probabilities (`PLACEMENT_WEIGHTS`) | move one axis's probability toward the state whose personas were more human in the parent's own evaluation ([`StructuralOptions::axis_evidence`], [`axis_evidence`]), all the way (half of the time) or by 40–100 % of the distance; an axis is chosen with probability ∝ its effect² |
+//! | tune mechanic | an instruction sentence | move one intensity one or two steps along its scale: rarely < sometimes < often < usually < always, once < twice < repeatedly, slightly < plain < very, or scale a word limit ("under twelve words") by `exp(N(0, 0.35))` |
 //!
 //! [`crossover`] takes, for each literal defined in both parents, the second parent's value
 //! with probability ½ (key by key for dicts of numbers) and merges `DIVERSITY_AXES` by union
@@ -67,8 +70,76 @@ pub struct StructuralOptions {
     /// Wall-clock limit per call. Default 20 s.
     pub timeout: Duration,
     /// Relative weights of the mutation operators by name (`add-axis`, `drop-axis`,
-    /// `edit-axis`, `perturb`, `fragment`); absent names keep their defaults, 0 disables one.
+    /// `edit-axis`, `perturb`, `fragment`, `add-mechanic`, `tune-mechanic`); absent names keep
+    /// their defaults, 0 disables one.
     pub op_weights: std::collections::BTreeMap<String, f64>,
+    /// The mechanics `add-mechanic` draws from (id and canonical sentences); empty disables it.
+    pub mechanics: Vec<MechanicPhrases>,
+    /// Per axis, the parent's evidence for `steer-axis` ([`axis_evidence`]): mean P(human) of
+    /// its personas with the axis on minus with it off. Empty disables the operator.
+    pub axis_evidence: std::collections::BTreeMap<String, f64>,
+}
+
+/// Prefix of the [`axis_evidence`] entries in a program's metrics.
+pub const AXIS_EFFECT_PREFIX: &str = "axis_effect:";
+
+/// What an evaluation says about each behaviour axis: mean P(human) of the personas with the
+/// axis on minus that of the personas with it off (an axis counts as off for a persona that
+/// has it placed `false` or not at all). Only axes with at least two scored personas on each
+/// side get an entry, keyed `axis_effect:<axis>` ([`AXIS_EFFECT_PREFIX`]), so it can be
+/// stored with the program's metrics and steer its children (`steer-axis`). The personas are
+/// the run's own train personas and the P(human) the run's discriminator: no held-out human
+/// reaches it.
+pub fn axis_evidence(
+    personas: &[crate::evolve::runlog::PersonaOutcome],
+) -> std::collections::BTreeMap<String, f64> {
+    let scored: Vec<(&[String], f64)> = personas
+        .iter()
+        .filter_map(|p| Some((p.axes.as_slice(), p.p_human?)))
+        .filter(|(_, p)| p.is_finite())
+        .collect();
+    let names: std::collections::BTreeSet<&String> =
+        scored.iter().flat_map(|(axes, _)| axes.iter()).collect();
+    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let (on, off): (Vec<_>, Vec<_>) =
+                scored.iter().partition(|(axes, _)| axes.contains(name));
+            let on: Vec<f64> = on.into_iter().map(|(_, p)| p).collect();
+            let off: Vec<f64> = off.into_iter().map(|(_, p)| p).collect();
+            (on.len() >= 2 && off.len() >= 2).then(|| {
+                (
+                    format!("{AXIS_EFFECT_PREFIX}{name}"),
+                    mean(&on) - mean(&off),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A mechanic of the offline user's vocabulary and its canonical sentences.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MechanicPhrases {
+    /// Mechanic id (`word_limit`, `pushback`, ...).
+    pub id: String,
+    /// Sentences that play it.
+    pub phrases: Vec<String>,
+}
+
+impl MechanicPhrases {
+    /// The behaviour mechanics of the embedded vocabulary (`fitness/mechanics.toml`; framing
+    /// sentences, which every user plays anyway, are left out).
+    pub fn vocabulary() -> Vec<MechanicPhrases> {
+        crate::simulate::episode::scripted::vocabulary()
+            .mechanics()
+            .filter(|m| !m.framing && !m.phrases.is_empty())
+            .map(|m| MechanicPhrases {
+                id: m.id.clone(),
+                phrases: m.phrases.clone(),
+            })
+            .collect()
+    }
 }
 
 impl Default for StructuralOptions {
@@ -77,6 +148,8 @@ impl Default for StructuralOptions {
             python: super::PYTHON.to_string(),
             timeout: Duration::from_secs(20),
             op_weights: Default::default(),
+            mechanics: Vec::new(),
+            axis_evidence: Default::default(),
         }
     }
 }
@@ -143,7 +216,9 @@ pub fn structural_mutate_with(
 ) -> Result<(String, String), String> {
     call(
         opts,
-        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seed": seed, "op_weights": opts.op_weights}),
+        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seed": seed,
+               "op_weights": opts.op_weights, "mechanics": opts.mechanics,
+               "axis_evidence": opts.axis_evidence}),
     )
 }
 
@@ -158,7 +233,9 @@ pub fn structural_mutate_batch(
 ) -> BatchResult {
     batch(
         opts,
-        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seeds": seeds}),
+        json!({"op": "mutate", "code": code, "vocabulary": vocabulary, "seeds": seeds,
+               "op_weights": opts.op_weights, "mechanics": opts.mechanics,
+               "axis_evidence": opts.axis_evidence}),
         seeds.len(),
     )
 }

@@ -55,6 +55,9 @@ pub enum BenchCommand {
     /// `--features testing`): evaluation time as a multiple of one episode, CPU per call,
     /// the concurrency it settles at under 429s.
     Llm(super::bench_llm::BenchLlmArgs),
+    /// Offline evolutions over several run seeds, scored on the human dialogues each run held
+    /// out: evolved − seed, evolved − base, Dice D1–D4, seconds per iteration.
+    Evolve(super::bench_evolve::BenchEvolveArgs),
 }
 
 /// The reference timing script: loads `ppol/fingerprinting.py` without importing the heavy
@@ -111,6 +114,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         end_to_end_runs,
     ) = match args.command {
         BenchCommand::Llm(a) => return super::bench_llm::run(a),
+        BenchCommand::Evolve(a) => return super::bench_evolve::run(a),
         BenchCommand::Fingerprint {
             traces,
             repeat,

@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_llm;
+mod bench_evolve;
 mod episodes;
 mod evolve;
 mod export;

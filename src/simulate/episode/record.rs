@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::scripted::PersonaPlay;
 use super::{AgentSimulator, Termination, ToolEnv, UserSimulator};
 use crate::dialogue::{Dialogue, Role, Turn};
 use crate::Result;
@@ -63,6 +64,10 @@ pub struct Episode {
     /// Token and cost use of this episode per role.
     #[serde(default)]
     pub usage: Value,
+    /// Offline (scripted) episodes: how the user was driven (text mechanics, axes or none), the
+    /// mechanics it played and the persona sentences it could not play.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persona_play: Option<PersonaPlay>,
     /// User turns that spoke as the agent even after the simulator asked again (kept in the
     /// conversation). Non-zero flags the episode: fitness and reports can exclude or count it
     /// ([`Episode::role_confused`]).
@@ -214,6 +219,7 @@ mod tests {
             error: None,
             backend: "scripted".into(),
             usage: Value::Null,
+            persona_play: None,
             role_confusion: 0,
             notes: Vec::new(),
         }

@@ -220,6 +220,7 @@ impl Tau2Runner {
             error: Some(why),
             backend: self.backend.describe(),
             usage: Value::Null,
+            persona_play: None,
             role_confusion: 0,
             notes: Vec::new(),
         }
@@ -367,16 +368,18 @@ impl EpisodeRunner for Tau2Runner {
                 notes: llm_notes.clone(),
             })
         };
+        let mut persona_play = None;
         let (mut user, mut agent): (Box<dyn UserSimulator>, Box<dyn AgentSimulator>) =
             match &self.backend {
-                Backend::Scripted => (
-                    Box::new(ScriptedUser::new(
-                        &scenario(&self.domain, task),
-                        &axes,
-                        seed,
-                    )),
-                    Box::new(ScriptedAgent::new(&plan(task), seed)),
-                ),
+                Backend::Scripted => {
+                    let user =
+                        ScriptedUser::for_persona(&scenario(&self.domain, task), &axes, text, seed);
+                    persona_play = Some(user.persona_play().clone());
+                    (
+                        Box::new(user),
+                        Box::new(ScriptedAgent::new(&plan(task), seed)),
+                    )
+                }
                 Backend::Llm {
                     user,
                     agent,
@@ -419,6 +422,7 @@ impl EpisodeRunner for Tau2Runner {
             let mut e = self.failed(task_id, persona, trial, seed, why);
             e.conversation = conversation;
             e.usage = usage;
+            e.persona_play = persona_play;
             e.notes = notes;
             e.role_confusion = role_confusion;
             return e;
@@ -453,6 +457,7 @@ impl EpisodeRunner for Tau2Runner {
             error: None,
             backend: self.backend.describe(),
             usage,
+            persona_play,
             role_confusion,
             notes,
         }

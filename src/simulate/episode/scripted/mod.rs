@@ -6,6 +6,15 @@
 //!
 //! # Personas
 //!
+//! [`ScriptedUser::for_persona`] plays a persona's **roleplay text**: [`mechanics`] reads it
+//! against the vocabulary in `fitness/mechanics.toml` (turn-level mechanics such as a word
+//! limit, lower case, no greeting, identifiers withheld until asked n times, one field per turn,
+//! typos, trailing off, pushback once or repeatedly, demands repeated, an emotional arc with its
+//! strength, acknowledgement-only turns, topic pivots, giving up) and the user realises each
+//! mechanic with the intensity the text states. Sentences it cannot play are kept in
+//! [`ScriptedUser::persona_play`] (and in the episode record). A text that plays no behaviour
+//! mechanic falls back to the axis placement below.
+//!
 //! [`ScriptedUser::new`] takes a persona's `axis_placement` (axis name → on/off):
 //!
 //! - **no persona** (empty map): the "easy mode" of LLM user simulators — cooperative, polite,
@@ -45,10 +54,14 @@
 
 mod agent;
 mod facts;
+pub mod mechanics;
 mod style;
 mod user;
 
 pub use agent::ScriptedAgent;
 pub use facts::{first_person, Facts, Topic};
+pub use mechanics::{
+    read_persona, vocabulary, MechanicInfo, PersonaPlay, PlaySource, PlayedMechanic, Vocabulary,
+};
 pub use style::{normalize_axis_name, Axis, KNOWN_AXES};
 pub use user::ScriptedUser;

@@ -9,6 +9,8 @@ use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value};
 
+use super::mechanics::Play;
+
 /// The behaviour axes the scripted user realises: `(name, one-line definition)`.
 ///
 /// Evolution may draw new axes from this list. Names are matched after normalisation
@@ -249,6 +251,9 @@ pub(crate) struct Style {
     pub acknowledger: bool,
     pub formal: bool,
     pub lowercase: bool,
+    /// Driven by a persona text's mechanics ([`Play`]): probabilities come from the knobs,
+    /// the flags above only pick the register and the phrase pools.
+    pub text: bool,
 }
 
 impl Style {
@@ -280,6 +285,20 @@ impl Style {
             }
         }
         s
+    }
+
+    /// The register a text persona's knobs imply: terse under a limit of 14 words or less, long
+    /// for long messages without a limit, formal from a formal register, incremental for one
+    /// field per turn.
+    pub fn from_play(k: &Play) -> Style {
+        Style {
+            text: true,
+            terse: k.max_words.is_some_and(|n| n <= 14),
+            verbose: k.long >= 0.5 && k.max_words.is_none(),
+            formal: k.formal >= 0.5,
+            incremental: k.one_field,
+            ..Style::default()
+        }
     }
 
     /// Long, well-formed sentences (easy mode, verbose, formal), unless terse.
@@ -318,6 +337,7 @@ impl Style {
     /// States every identifier it has in the opening message.
     pub fn front_loads(&self) -> bool {
         (self.easy || self.verbose || self.formal)
+            && !self.text
             && !self.incremental
             && !self.ambiguous
             && !self.terse

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::agent::{classify_answer, Answer};
 use super::facts::{re, Facts};
+use super::mechanics::{read_persona, Arc, PersonaPlay, Play, PlaySource};
 use super::style::{drop_articles, hard, lowercase, soft, typos, unmark, Style};
 use crate::dialogue::{Role, Turn};
 use crate::simulate::episode::{Scenario, Termination, UserReply, UserSimulator};
@@ -120,6 +121,20 @@ pub struct ScriptedUser {
     confirm_streak: u32,
     demand: String,
     give_up_checked: u32,
+    /// The knobs read from the persona's text (inert for axis-driven and plain users).
+    play: Play,
+    /// How this user was driven and what of the persona text it plays.
+    record: PersonaPlay,
+    /// Pushbacks, demand repeats still to make (text mode).
+    pushbacks_left: u32,
+    repeats_left: u32,
+    /// The user turn of the latest refusal or stall, and of the latest progress.
+    setback_turn: Option<u32>,
+    progress_turn: Option<u32>,
+    /// Actions the agent completed so far.
+    steps_done: u32,
+    /// The agent's last message.
+    last_agent: String,
 }
 
 /// After this many user turns the user leaves.
@@ -127,11 +142,67 @@ const MAX_USER_TURNS: u32 = 24;
 
 impl ScriptedUser {
     /// A user for `scenario` with a persona's `axis_placement` (axis → bool; empty = no persona,
-    /// "easy mode"). Unknown axis names are ignored (one warning per name per process).
-    /// Deterministic given `(scenario, axes, seed)`.
+    /// "easy mode") and no roleplay text. Unknown axis names are ignored (one warning per name
+    /// per process). Deterministic given `(scenario, axes, seed)`.
     pub fn new(scenario: &Scenario, axes: &Map<String, Value>, seed: u64) -> Self {
+        let record = PersonaPlay {
+            source: if axes.is_empty() {
+                PlaySource::None
+            } else {
+                PlaySource::Axes
+            },
+            ..PersonaPlay::default()
+        };
+        Self::build(
+            scenario,
+            Style::from_axes(axes),
+            Play::default(),
+            record,
+            seed,
+        )
+    }
+
+    /// A user for `scenario` playing a persona: the mechanics its roleplay `text` states (see
+    /// [`read_persona`]: word limits, lower case, withheld identifiers, pushback, emotional
+    /// arcs, ... with their intensities), or, when the text plays no behaviour mechanic, its
+    /// `axis_placement` as in [`ScriptedUser::new`]. What was played and which sentences could
+    /// not be are in [`ScriptedUser::persona_play`]. Deterministic given its inputs.
+    pub fn for_persona(
+        scenario: &Scenario,
+        axes: &Map<String, Value>,
+        text: &str,
+        seed: u64,
+    ) -> Self {
+        if text.trim().is_empty() {
+            return Self::new(scenario, axes, seed);
+        }
+        let mut record = read_persona(text, scenario);
+        let play = Play::from_reading(&record);
+        if play.active {
+            return Self::build(scenario, Style::from_play(&play), play, record, seed);
+        }
+        record.source = if axes.is_empty() {
+            PlaySource::None
+        } else {
+            PlaySource::Axes
+        };
+        Self::build(
+            scenario,
+            Style::from_axes(axes),
+            Play::default(),
+            record,
+            seed,
+        )
+    }
+
+    fn build(
+        scenario: &Scenario,
+        style: Style,
+        play: Play,
+        record: PersonaPlay,
+        seed: u64,
+    ) -> Self {
         let facts = Facts::from_scenario(scenario);
-        let style = Style::from_axes(axes);
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let demand_tail = ["", "", ", that's all", ". that's it"][rng.random_range(0..4usize)];
         let demand = if style.terse {
@@ -153,7 +224,21 @@ impl ScriptedUser {
             confirm_streak: 0,
             demand,
             give_up_checked: 0,
+            pushbacks_left: play.pushback,
+            repeats_left: play.repeat,
+            play,
+            record,
+            setback_turn: None,
+            progress_turn: None,
+            steps_done: 0,
+            last_agent: String::new(),
         }
+    }
+
+    /// How this user is driven (persona text, axes, or none) and, for a text, the mechanics it
+    /// plays and the sentences it cannot play.
+    pub fn persona_play(&self) -> &PersonaPlay {
+        &self.record
     }
 
     /// The facts this user plays from.
@@ -287,6 +372,11 @@ impl ScriptedUser {
                 Some(c) => (c[1].to_string(), true),
                 None => (s.trim_start_matches("I ").to_string(), false),
             };
+        // a text's word limit leaves room for a two-word lead
+        let cap = self
+            .play
+            .max_words
+            .map_or(12, |n| (n as usize).saturating_sub(2).clamp(3, 12));
         let mut words: Vec<&str> = Vec::new();
         for w in clause.split_whitespace() {
             let after_id = words
@@ -298,7 +388,7 @@ impl ScriptedUser {
                     lw.as_str(),
                     "but" | "because" | "so" | "since" | "which" | "if" | "as" | "even"
                 ) || (lw == "and" && !after_id));
-            if stop_here || words.len() >= 12 {
+            if stop_here || words.len() >= cap {
                 break;
             }
             let cut = w.ends_with([',', ';', '.', ':']);
@@ -391,7 +481,81 @@ impl ScriptedUser {
     // -----------------------------------------------------------------------------------------
     // Turns
 
+    /// The opening of a text persona: greeting, a loose or clear statement of the request, with
+    /// or without identifiers, shortened under a word limit.
+    fn text_opening(&mut self) -> Vec<String> {
+        let (s, k) = (self.style, self.play);
+        let mut parts = Vec::new();
+        self.request_said = true;
+        let first = self.details.pop_front().unwrap_or_default();
+        let first = self.vary(&first);
+        let greet = match k.greeting {
+            Some(g) => g,
+            None => self.p(if s.long() { 0.7 } else { 0.35 }),
+        };
+        if greet {
+            let g = if s.long() {
+                self.pick(&[
+                    "Hello!",
+                    "Hi there!",
+                    "Hello, I hope you are doing well.",
+                    "Hi, good morning!",
+                ])
+            } else if s.terse {
+                self.pick(&["hi", "hey", "hello"])
+            } else {
+                self.pick(&["hi,", "hello,", "hi there,", "hey,"])
+            };
+            parts.push(g.to_string());
+        }
+        if k.vague_open {
+            let obj = self.facts.object_noun();
+            parts.push(match self.rng.random_range(0..3u8) {
+                0 => format!("something is wrong with {obj}"),
+                1 => format!("i have a problem with {obj}"),
+                _ => format!("it's about {obj}"),
+            });
+            self.details.push_front(first);
+            return parts;
+        }
+        let withhold = k.withhold > 0 || k.one_field;
+        if k.front_load && !withhold {
+            parts.push(self.mark_ids(&first));
+            while let Some(d) = self.details.pop_front() {
+                let d = self.mark_ids(&d);
+                parts.push(d);
+            }
+            parts.extend(self.identity_sentences());
+            return parts;
+        }
+        let keep_ids = !withhold && self.p(0.5);
+        let short = k.max_words.is_some_and(|n| n <= 14);
+        let body = if short {
+            let clause = self.short_clause(&first, keep_ids, false);
+            self.mark_ids(&clause)
+        } else if keep_ids {
+            self.mark_ids(&first)
+        } else {
+            self.strip_ids(&first)
+        };
+        parts.push(body);
+        let more = !k.reactive && !k.one_field && !k.clear_request && !short;
+        if more && self.p(if s.long() { 0.6 } else { 0.3 }) {
+            if let Some(d) = self.details.pop_front() {
+                parts.push(if keep_ids {
+                    self.mark_ids(&d)
+                } else {
+                    self.strip_ids(&d)
+                });
+            }
+        }
+        parts
+    }
+
     fn opening(&mut self) -> Vec<String> {
+        if self.play.active {
+            return self.text_opening();
+        }
         let s = self.style;
         let mut parts = Vec::new();
         self.request_said = true;
@@ -572,6 +736,29 @@ impl ScriptedUser {
                 ])
                 .to_string()];
         }
+        // A text persona that withholds identifiers until asked n times stalls the first asks.
+        let k = self.play;
+        let held = needs
+            .iter()
+            .any(|n| *n != Need::Payment && has(*n) && self.asked[*n as usize] < k.withhold);
+        if k.active && held {
+            let t = if s.terse {
+                self.pick(&["why", "do you need that?", "is that needed", "for what?"])
+            } else if k.hedge > 0.0 && self.p(k.hedge) {
+                self.pick(&[
+                    "hmm, i'm not sure i have that handy, can't you find it another way?",
+                    "maybe you can look it up? i don't have it in front of me",
+                ])
+            } else {
+                self.pick(&[
+                    "do you really need that?",
+                    "can't you look it up from what i told you?",
+                    "is that necessary for this?",
+                    "why do you need that?",
+                ])
+            };
+            return vec![t.to_string()];
+        }
         let mut give: Vec<Need> = needs.iter().copied().filter(|n| has(*n)).collect();
         if s.incremental && give.len() > 1 {
             // one fact per turn: the first not yet revealed
@@ -583,7 +770,12 @@ impl ScriptedUser {
             give = vec![next];
         }
         let mut parts = Vec::new();
-        if already && (s.skeptical || s.frustrated) {
+        let told = if k.active {
+            already && k.already > 0.0 && self.p(k.already)
+        } else {
+            already && (s.skeptical || s.frustrated)
+        };
+        if told {
             parts.push(
                 self.pick(&[
                     "i already told you.",
@@ -764,7 +956,12 @@ impl ScriptedUser {
             };
             parts.extend(alt);
         }
-        if s.ambiguous && !parts.is_empty() && self.p(0.7) {
+        let hedged = if k.active {
+            k.hedge > 0.0 && self.p(k.hedge)
+        } else {
+            s.ambiguous && self.p(0.7)
+        };
+        if hedged && !parts.is_empty() {
             let (pre, post) = [
                 ("hmm, ", ""),
                 ("", ", i think"),
@@ -794,6 +991,7 @@ impl ScriptedUser {
     fn maybe_detail(&mut self, parts: &mut Vec<String>, prob: f64) {
         let s = self.style;
         if s.incremental
+            || self.play.reactive
             || self.details.is_empty()
             || !self.p(if s.terse { prob * 0.4 } else { prob })
         {
@@ -818,7 +1016,92 @@ impl ScriptedUser {
         parts.push(self.mark_ids(&format!("{lead}{body}")));
     }
 
+    /// A text persona's reply to a confirmation question: a doubt, a request to verify or a
+    /// question back on the first ask (as its mechanics say), else a yes — one word, restating
+    /// the proposal, or in its register. The second ask of the same action is always a yes.
+    fn text_confirm(&mut self) -> Vec<String> {
+        let (s, k) = (self.style, self.play);
+        let first_ask = self.confirm_streak == 1;
+        if first_ask && !k.prompt_yes {
+            // "once" doubts half of the proposals, "repeatedly" / "every proposal" nearly all
+            let doubt = [0.5, 0.5, 0.7, 0.9][k.pushback.min(3) as usize];
+            if self.pushbacks_left > 0 && self.p(doubt) {
+                self.pushbacks_left -= 1;
+                let t = if s.terse {
+                    self.pick(&[
+                        "are you sure?",
+                        "are you sure thats right",
+                        "hmm are you sure",
+                    ])
+                } else {
+                    self.pick(&[
+                        "are you sure that's right?",
+                        "hmm, that doesn't seem right. can you check it again?",
+                        "are you certain? i don't think that's what i asked for",
+                    ])
+                };
+                return vec![t.to_string()];
+            }
+            if k.verify > 0.0 && self.p(k.verify * 0.6) {
+                let t = self.pick(&[
+                    "before i say yes, can you read the details back to me?",
+                    "can you double-check that first?",
+                    "how do you know that's the right one?",
+                ]);
+                return vec![t.to_string()];
+            }
+            if k.clarify > 0.0 && self.p(k.clarify * 0.5) {
+                let t = self.pick(&[
+                    "what do you mean?",
+                    "wait, what exactly will happen?",
+                    "which one do you mean?",
+                ]);
+                return vec![t.to_string()];
+            }
+        }
+        if self.p(k.one_word) {
+            let t = self.pick(&["yes", "yes", "yep", "ok", "sure", "yeah"]);
+            return vec![t.to_string()];
+        }
+        let yes = if s.terse {
+            self.pick(&["yes", "y", "ok", "yep", "yes go ahead", "sure", "yes pls"])
+        } else if s.long() {
+            self.pick(&[
+                "Yes, that sounds perfect, please go ahead.",
+                "Yes, please proceed with that. Thank you for taking care of it.",
+                "Yes, that is correct, you can go ahead with it.",
+                "Yes, that is exactly what I would like, so you can go ahead.",
+            ])
+        } else if k.no_restate {
+            self.pick(&["yes", "yes go ahead", "ok go ahead", "yes please", "sure"])
+        } else {
+            self.pick(&[
+                "yes please",
+                "yes, go ahead",
+                "yes that's right, go ahead",
+                "ok, please do it",
+                "sure, go ahead",
+                "yes",
+            ])
+        };
+        let mut parts = vec![yes.to_string()];
+        if k.restate > 0.0 && self.p(k.restate) {
+            if let Some(what) = proposal(&self.last_agent) {
+                let r = if s.long() {
+                    format!("So, to be clear, you will {what}.")
+                } else {
+                    format!("so you'll {what}")
+                };
+                parts.push(self.mark_ids(&r));
+            }
+        }
+        parts
+    }
+
     fn confirm(&mut self) -> Vec<String> {
+        if self.play.active {
+            return self.text_confirm();
+        }
         let s = self.style;
         let first_ask = self.confirm_streak == 1;
         if first_ask && s.skeptical && s.terse && self.p(0.75) {
@@ -970,10 +1253,15 @@ impl ScriptedUser {
 
     fn ack(&mut self) -> Vec<String> {
         let s = self.style;
-        if (s.terse || s.acknowledger)
-            && (!s.frustrated || self.p(0.5))
-            && (self.details.is_empty() || self.p(0.6))
-        {
+        let ack_only = if self.play.active {
+            let p = self.play.ack.max(if s.terse { 0.5 } else { 0.0 });
+            p > 0.0 && self.p(p) && (self.details.is_empty() || self.play.reactive || self.p(0.6))
+        } else {
+            (s.terse || s.acknowledger)
+                && (!s.frustrated || self.p(0.5))
+                && (self.details.is_empty() || self.p(0.6))
+        };
+        if ack_only {
             return vec![self
                 .pick(&[
                     "ok", "okay", "k", "got it", "alright", "ok", "thanks", "cool",
@@ -1013,7 +1301,74 @@ impl ScriptedUser {
         parts
     }
 
+    /// A text persona's closing: bare without sign-offs, curt after a rough conversation when
+    /// it blames or is emotional, else in its register.
+    fn text_closing(&mut self, refused: bool) -> Vec<String> {
+        let (s, k) = (self.style, self.play);
+        let rough =
+            self.friction > 0 && (k.blame > 0.3 || (k.emotion >= 0.6 && k.arc != Arc::Guarded));
+        let text = if rough && k.blame > 0.3 && self.p(k.blame) {
+            if refused {
+                self.pick(&[
+                    "this is useless. forget it",
+                    "unbelievable. terrible service",
+                ])
+            } else {
+                self.pick(&[
+                    "no. this took way too long",
+                    "no. worst support ever",
+                    "no. that was a waste of time",
+                ])
+            }
+        } else if rough && self.p(k.emotion) {
+            self.pick(&[
+                "no. that was frustrating",
+                "no. finally",
+                "no, that's all. that took forever",
+            ])
+        } else if k.greeting == Some(false) || s.terse {
+            self.pick(&[
+                "no",
+                "nope",
+                "no thats all",
+                "that's it",
+                "no, that's all",
+                "no",
+            ])
+        } else if s.long() {
+            if refused {
+                self.pick(&[
+                    "I see, I understand. Thank you for checking. That will be all for today.",
+                    "That is unfortunate, however I understand. Have a nice day.",
+                ])
+            } else {
+                self.pick(&[
+                    "No, that will be all. Thank you so much for your help today!",
+                    "No, that's everything I needed. Thank you for your patience. Have a wonderful day!",
+                ])
+            }
+        } else if refused {
+            self.pick(&[
+                "oh ok. no that's it",
+                "hm ok, no thanks",
+                "ok, that's all then",
+            ])
+        } else {
+            self.pick(&[
+                "no that's all, thanks",
+                "nope, that's it. thanks",
+                "no, thank you",
+                "no thanks",
+                "that's it, thanks",
+            ])
+        };
+        vec![text.to_string()]
+    }
+
     fn closing(&mut self, refused: bool) -> Vec<String> {
+        if self.play.active {
+            return self.text_closing(refused);
+        }
         let s = self.style;
         let text = if s.frustrated && s.terse {
             if refused {
@@ -1102,7 +1457,12 @@ impl ScriptedUser {
             }];
         }
         let first = self.facts.request[0].clone();
-        let lead = if s.frustrated || s.skeptical {
+        let told = if self.play.active {
+            self.play.already > 0.0 && self.p(self.play.already)
+        } else {
+            s.frustrated || s.skeptical
+        };
+        let lead = if told {
             self.pick(&["like i said, ", "as i said, ", "i already told you, "])
         } else if s.long() {
             "To recap, "
@@ -1140,9 +1500,14 @@ impl ScriptedUser {
             let v = self.vary(&sentence);
             lower_first(&self.mark_ids(&v))
         };
-        let lead = if s.long() {
+        let told = if self.play.active {
+            self.play.already > 0.0 && self.p(self.play.already)
+        } else {
+            s.frustrated || s.skeptical
+        };
+        let lead = if s.long() && !self.play.no_restate {
             self.pick(&["Of course! ", "Sure, to recap: ", "Certainly. "])
-        } else if s.frustrated || s.skeptical {
+        } else if told {
             self.pick(&["like i said, ", "i already told you, ", "as i said, "])
         } else {
             self.pick(&["", "well, ", "basically "])
@@ -1151,7 +1516,61 @@ impl ScriptedUser {
         parts
     }
 
+    /// A text persona's reaction to a refusal: push back (while it has pushbacks left), pivot
+    /// to another option, repeat its demand, a light remark when calm, or accept it.
+    fn text_refusal(&mut self) -> Vec<String> {
+        let (s, k) = (self.style, self.play);
+        if self.pushbacks_left > 0 && !k.accept {
+            self.pushbacks_left -= 1;
+            let t = if s.terse {
+                self.pick(&["are you sure?", "thats not right", "says who?"])
+            } else {
+                self.pick(&[
+                    "are you sure? that doesn't seem right",
+                    "that's not right. which rule says that?",
+                    "i don't think that's right, can you check again?",
+                ])
+            };
+            return vec![t.to_string()];
+        }
+        if k.pivot > 0.0 && self.p(k.pivot) {
+            let t = if s.terse {
+                self.pick(&[
+                    "ok what about another option",
+                    "how about something else then",
+                ])
+            } else {
+                self.pick(&[
+                    "ok, in that case is there another option?",
+                    "how about another way to do it instead?",
+                    "alright, what other options do i have then?",
+                ])
+            };
+            return vec![t.to_string()];
+        }
+        if self.repeats_left > 0 {
+            self.repeats_left -= 1;
+            return vec![self.demand.clone()];
+        }
+        if k.calm && k.mild && self.p(0.4) {
+            let t = self.pick(&["that's a bit annoying, but ok", "hm, that's a shame. ok"]);
+            return vec![t.to_string()];
+        }
+        let t = if s.long() {
+            self.pick(&[
+                "I see, I understand. Thank you for checking on that for me.",
+                "That is unfortunate; however, I understand the policy.",
+            ])
+        } else {
+            self.pick(&["oh ok", "hm, ok", "ok i see", "ok"])
+        };
+        vec![t.to_string()]
+    }
+
     fn refusal(&mut self) -> Vec<String> {
+        if self.play.active {
+            return self.text_refusal();
+        }
         let s = self.style;
         vec![if s.frustrated {
             self.demand.clone()
@@ -1181,7 +1600,208 @@ impl ScriptedUser {
     // -----------------------------------------------------------------------------------------
     // Style
 
+    /// How likely the persona's emotion shows in this message, from its strength and arc.
+    fn emotion_now(&self, kind: Kind) -> f64 {
+        let k = self.play;
+        if k.emotion <= 0.0 || kind == Kind::Closing {
+            return 0.0;
+        }
+        let since = |t: Option<u32>| t.map(|t| self.turns.saturating_sub(t));
+        let factor = match k.arc {
+            Arc::Steady => 0.45,
+            Arc::Start => {
+                if self.turns <= 2 {
+                    1.0
+                } else {
+                    0.2
+                }
+            }
+            Arc::Guarded => 0.0, // guarded shows as wariness, not emotion words
+            Arc::OnRefusal(n) => {
+                if since(self.setback_turn).is_some_and(|d| d < n) {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            Arc::Escalate => (0.1 + 0.3 * self.friction as f64).min(1.0),
+            Arc::Progress => {
+                let stall = since(self.setback_turn).is_some_and(|d| d <= 1);
+                let moving = since(self.progress_turn).is_some_and(|d| d <= 1);
+                if stall {
+                    0.9
+                } else if moving {
+                    0.0
+                } else {
+                    0.2
+                }
+            }
+        };
+        k.emotion * factor
+    }
+
+    /// Decorations of a text persona's message, each with the probability its mechanics state.
+    fn decorate_text(&mut self, mut parts: Vec<String>, kind: Kind) -> Vec<String> {
+        let (s, k) = (self.style, self.play);
+        let bare =
+            (kind == Kind::Ack && parts.len() == 1 && parts[0].split_whitespace().count() <= 2)
+                || (s.terse
+                    && matches!(kind, Kind::Ack | Kind::Confirm | Kind::Closing)
+                    && self.p(0.5))
+                || parts.iter().all(|p| p.is_empty());
+        if bare {
+            return parts;
+        }
+        let stalled = self
+            .setback_turn
+            .is_some_and(|t| self.turns.saturating_sub(t) <= 1);
+        let pe = self.emotion_now(kind);
+        if pe > 0.0 && self.p(pe) {
+            let e = if k.emotion >= 0.75 {
+                self.pick(&[
+                    "this is ridiculous.",
+                    "i'm really frustrated right now.",
+                    "seriously?",
+                    "come on.",
+                    "this is taking forever.",
+                ])
+            } else if k.emotion >= 0.45 {
+                self.pick(&[
+                    "this is frustrating.",
+                    "i'm pretty annoyed about this.",
+                    "honestly i'm stressed about it.",
+                    "ugh.",
+                ])
+            } else {
+                self.pick(&[
+                    "this is a bit annoying.",
+                    "i'm a little stressed about this.",
+                    "honestly it's a bit frustrating.",
+                ])
+            };
+            if kind == Kind::Opening || stalled {
+                parts.insert(0, e.to_string());
+            } else {
+                parts.push(e.to_string());
+            }
+        }
+        if k.arc == Arc::Guarded
+            && self.steps_done == 0
+            && k.emotion > 0.0
+            && self.turns <= 4
+            && self.p(k.emotion)
+        {
+            let g = self.pick(&["hmm ok.", "ok... let's see.", "hm, alright."]);
+            parts.insert(0, g.to_string());
+        }
+        if k.blame > 0.0
+            && kind != Kind::Confirm
+            && self.p(k.blame * if stalled { 0.8 } else { 0.3 })
+        {
+            let a = if kind == Kind::Opening {
+                self.pick(&[
+                    "this is not the first time your company messed this up.",
+                    "your system keeps getting this wrong.",
+                ])
+            } else {
+                self.pick(&[
+                    "this is useless.",
+                    "terrible service.",
+                    "you're not helping.",
+                    "this is unacceptable.",
+                ])
+            };
+            parts.push(a.to_string());
+        }
+        if k.commands > 0.0 && stalled && kind != Kind::Closing && self.p(k.commands) {
+            let c = self.pick(&["just fix it.", "do it now.", "just do it."]);
+            parts.push(c.to_string());
+        }
+        if self.repeats_left > 0
+            && stalled
+            && kind != Kind::Closing
+            && !parts.iter().any(|p| p.contains(&self.demand))
+        {
+            self.repeats_left -= 1;
+            parts.push(self.demand.clone());
+        }
+        if k.impatient > 0.0 && kind != Kind::Closing && self.p(k.impatient * 0.5) {
+            let t = if s.terse {
+                self.pick(&["any update?", "how long?", "asap pls"])
+            } else {
+                self.pick(&[
+                    "any update?",
+                    "how long will this take?",
+                    "i need this done soon.",
+                    "what is the status?",
+                ])
+            };
+            parts.push(t.to_string());
+        }
+        if k.verify > 0.0 && matches!(kind, Kind::Ack | Kind::Other) && self.p(k.verify * 0.4) {
+            let t = self.pick(&[
+                "can you double-check that?",
+                "how do you know that's correct?",
+                "i read something different online, can you verify?",
+            ]);
+            parts.push(t.to_string());
+        }
+        if k.certainty > 0.0 && kind == Kind::Answer && self.p(k.certainty * 0.5) {
+            let t = self.pick(&["i'm sure about that.", "that's definitely right."]);
+            parts.push(t.to_string());
+        }
+        if k.hedge > 0.0 && matches!(kind, Kind::Other | Kind::Opening) && self.p(k.hedge * 0.5) {
+            let t = if s.terse {
+                self.pick(&["i think", "maybe"])
+            } else {
+                self.pick(&["i think.", "maybe.", "not sure though."])
+            };
+            parts.push(t.to_string());
+        }
+        if k.long > 0.0 && kind != Kind::Closing && self.p(k.long * 0.85) {
+            let t = self.pick(&[
+                "I have been a customer for quite a few years now, so I was surprised to have to contact support about this at all.",
+                "To give you a bit more background, I have been meaning to sort this out for a while but kept putting it off because of work.",
+                "It has been a really busy couple of weeks for me, so I would love to get this resolved today if possible.",
+                "I hope that makes sense, I am trying to give you the details you might need.",
+            ]);
+            parts.push(t.to_string());
+        }
+        if k.formal > 0.0 && kind != Kind::Closing && self.p(k.formal * 0.85) {
+            let t = self.pick(&[
+                "However, I would appreciate a brief confirmation once it is done.",
+                "Furthermore, I would like this handled promptly.",
+                "Additionally, please let me know if anything further is required.",
+            ]);
+            parts.push(t.to_string());
+        }
+        let joined = parts.join(" ").to_lowercase();
+        let polite_already =
+            re!(r"\b(?:please|pls|thanks?|thank you|thx|ty|appreciate|grateful|sorry)\b")
+                .is_match(&joined);
+        let p_polite = k.polite.unwrap_or_else(|| s.p_polite());
+        if !polite_already && self.p(p_polite) {
+            let t = if s.terse {
+                self.pick(&["thx", "pls", "ty"])
+            } else if s.long() || p_polite > 0.6 {
+                self.pick(&[
+                    "Thank you so much.",
+                    "Thank you!",
+                    "I really appreciate your help.",
+                    "Thanks in advance.",
+                ])
+            } else {
+                self.pick(&["thanks", "thank you", "please", "thanks!"])
+            };
+            parts.push(t.to_string());
+        }
+        parts
+    }
+
     fn decorate(&mut self, mut parts: Vec<String>, kind: Kind) -> Vec<String> {
+        if self.play.active {
+            return self.decorate_text(parts, kind);
+        }
         let s = self.style;
         let bare = (kind == Kind::Ack && (s.terse || s.acknowledger) && !s.frustrated)
             || (s.terse
@@ -1399,10 +2019,15 @@ impl ScriptedUser {
                 t = t.trim_end_matches('.').to_string();
             }
         }
-        let lower = s.lowercase
-            || (s.terse && self.p(0.75))
-            || (s.frustrated && self.p(0.4))
-            || (s.typos && self.p(0.3));
+        let k = self.play;
+        let lower = if k.active {
+            k.lowercase > 0.0 && self.p(k.lowercase)
+        } else {
+            s.lowercase
+                || (s.terse && self.p(0.75))
+                || (s.frustrated && self.p(0.4))
+                || (s.typos && self.p(0.3))
+        };
         if lower {
             t = lowercase(&t);
         }
@@ -1423,11 +2048,44 @@ impl ScriptedUser {
         if s.typos {
             t = typos(&t, 0.13, &mut self.rng);
         }
+        if k.active {
+            if k.typos > 0.0 {
+                t = typos(&t, k.typos, &mut self.rng);
+            }
+            if k.punct > 0.0 && self.p(k.punct) {
+                t = t.replace(", ", " ");
+                t = t.trim_end_matches(['.', '?']).to_string();
+            }
+            if k.trail > 0.0 && self.p(k.trail * 0.6) {
+                t = format!("{}...", t.trim_end_matches(['.', '?', '!', ',']));
+            } else if k.exclaim > 0.0 && self.p(k.exclaim * 0.5) {
+                t = if self.p(0.3) {
+                    format!("{} :)", t.trim_end_matches('.'))
+                } else {
+                    format!("{}!", t.trim_end_matches(['.', '!']))
+                };
+            }
+        }
         unmark(&t)
     }
 
     fn finish(&mut self, parts: Vec<String>, kind: Kind) -> String {
-        let parts = self.decorate(parts, kind);
+        let core = parts.clone();
+        let mut parts = self.decorate(parts, kind);
+        if let Some(limit) = self.play.max_words {
+            // a word limit drops decorations (never the content) until the message fits
+            let words = |ps: &[String]| -> usize {
+                ps.iter()
+                    .map(|p| unmark(p).split_whitespace().count())
+                    .sum()
+            };
+            while words(&parts) > limit as usize {
+                let Some(i) = parts.iter().rposition(|p| !core.contains(p)) else {
+                    break;
+                };
+                parts.remove(i);
+            }
+        }
         let text = self.surface(&parts);
         self.note_revealed(&text);
         text
@@ -1457,6 +2115,11 @@ impl ScriptedUser {
         self.turns += 1;
         let intent = detect(agent);
         let s = self.style;
+        self.last_agent = agent.to_string();
+        if re!(r"(?i)\b(?:done:|all set|has been (?:completed|cancelled|canceled|updated|booked|processed)|successfully)").is_match(agent) {
+            self.steps_done += 1;
+            self.progress_turn = Some(self.turns);
+        }
 
         if self.turns > MAX_USER_TURNS {
             let text = self
@@ -1467,7 +2130,9 @@ impl ScriptedUser {
         if intent.transfer {
             let text = if s.long() {
                 "Thank you, I will wait for the next agent."
-            } else if s.frustrated {
+            } else if s.frustrated
+                || (self.play.active && self.play.emotion >= 0.6 && self.friction > 0)
+            {
                 "finally"
             } else {
                 self.pick(&["ok", "ok thanks", ""])
@@ -1492,8 +2157,30 @@ impl ScriptedUser {
             !intent.question && intent.needs.is_empty() && !intent.anything_else && !intent.confirm;
         if repeated || waiting || self.confirm_streak >= 2 || intent.refusal {
             self.friction += 1;
+            self.setback_turn = Some(self.turns);
         }
         self.prev_needs = intent.needs.clone();
+        if let Some(limit) = self.play.give_up {
+            if self.friction >= limit && self.give_up_checked < self.friction {
+                self.give_up_checked = self.friction;
+                if self.p(0.6) {
+                    let t = if self.play.calm || self.play.emotion < 0.45 {
+                        self.pick(&[
+                            "ok, i'll leave it there then. bye",
+                            "alright, i'll sort it out another time",
+                        ])
+                    } else {
+                        self.pick(&[
+                            "forget it. this is useless",
+                            "forget it, i'll call instead",
+                            "never mind. this is a waste of my time",
+                        ])
+                    };
+                    let text = self.surface(&[t.to_string()]);
+                    return stop(text, Termination::UserStop);
+                }
+            }
+        }
         if s.frustrated && self.friction >= 2 && self.give_up_checked < self.friction {
             self.give_up_checked = self.friction;
             if self.p(0.2) {
@@ -1545,7 +2232,12 @@ impl ScriptedUser {
             return UserReply { text, stop: None };
         }
         if intent.question {
-            if s.ambiguous && self.p(0.35) {
+            let ask_back = if self.play.active {
+                self.play.clarify > 0.0 && self.p(self.play.clarify * 0.6)
+            } else {
+                s.ambiguous && self.p(0.35)
+            };
+            if ask_back {
                 let q = self
                     .pick(&[
                         "what do you mean?",
@@ -1571,6 +2263,16 @@ fn stop(text: String, why: Termination) -> UserReply {
         text,
         stop: Some(why),
     }
+}
+
+/// What the agent proposes to do ("I will cancel reservation EHGLP3. Shall I proceed?" →
+/// "cancel reservation EHGLP3"), for a user restating it.
+fn proposal(agent: &str) -> Option<String> {
+    let c = re!(r"(?i)\bI (?:will|would|can|'ll)\s+([^.?!]{5,120})").captures(agent)?;
+    let what = c[1].trim().trim_end_matches(',').to_string();
+    // never echo words that read as a refusal to the agent
+    (!re!(r"(?i)\b(?:no|not|don't|cancel(?:led)? nothing|wait|verify|check)\b").is_match(&what))
+        .then_some(what)
 }
 
 fn lower_first(s: &str) -> String {
