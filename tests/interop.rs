@@ -880,6 +880,13 @@ async fn mutator_prompts_are_cut_to_the_models_context_window() {
                 prompt_fit,
                 ..
             } if mutation == "diff" => fits.push(prompt_fit.clone().unwrap_or_default()),
+            // a diff the program no longer matches (a parent that already has it) still
+            // records how its prompt was fitted
+            Event::CandidateFailed { failure, .. }
+                if failure.stage == "mutation:diff-not-applied" =>
+            {
+                fits.push(failure.prompt_fit.clone())
+            }
             Event::CandidateFailed { failure, .. } => failures.push(failure.clone()),
             _ => {}
         }

@@ -14,8 +14,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
-mod bench_llm;
 mod bench_evolve;
+mod bench_llm;
 mod episodes;
 mod evolve;
 mod export;
