@@ -234,9 +234,6 @@ fn stopped_cost(dir: &Path) -> (String, serde_json::Map<String, serde_json::Valu
 /// process's share adds up to them, and a `max_usd` cap stops the third process once the
 /// run's total reaches it, though that process alone spent far less.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "open regression (#17): since the wt-thru and wt-evolves merges the resumed third \
-            process passes the cap by ~40 calls ($62.8 against $54.8, 7 in flight at most); \
-            the other assertions hold. Run with --ignored."]
 async fn llm_costs_budget_and_baseline_survive_two_kill_9s() {
     use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
     const PROMPT: u64 = 100;

@@ -721,6 +721,18 @@ impl LlmClient {
             let queued_at = Instant::now();
             let (index, slot) = acquire(route, avoid).await;
             deadline += queued_at.elapsed();
+            // A call that waited for an endpoint slot was not in flight yet: the budget may
+            // have run out meanwhile (a first attempt only: a retry finishes what was paid for).
+            if attempts == 0 {
+                if let Some(why) = self.budget_exhausted() {
+                    drop(slot);
+                    self.record(role, Outcome::Refused);
+                    return Err(Error::BudgetExhausted(format!(
+                        "{why}; {} call to {endpoint} refused",
+                        role.as_str()
+                    )));
+                }
+            }
             let replica = &route.replicas[index];
             endpoint = replica.endpoint.url().to_string();
             let left = deadline.saturating_duration_since(Instant::now());
