@@ -975,3 +975,77 @@ fn parallel_candidates_give_the_same_run_as_one_at_a_time() {
     assert_eq!(a, evaluated(&halted), "no evaluation lost or repeated");
     assert_eq!(archive(&one), archive(&halted));
 }
+
+/// SIGINT (Ctrl-C, or `timeout -s INT` around a slow real model) stops an LLM run at once:
+/// the evaluation in flight is abandoned — not recorded, evaluated again on resume — instead
+/// of being waited for (with a slow model that took minutes, and the caller's kill -9 came
+/// first). The run still ends with `run_stopped` ("interrupted") and resumes to its end.
+#[test]
+fn sigint_abandons_the_evaluation_in_flight() {
+    use ppol::testing::mock_server::{serve_with, MockOptions, MockReply, MockScript};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt
+        .block_on(serve_with(
+            MockScript {
+                default: MockReply::text("ok, thanks"),
+                ..Default::default()
+            },
+            MockOptions {
+                latency: Duration::from_millis(700),
+                ..Default::default()
+            },
+        ))
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = llm_config(tmp.path(), &server.base_url());
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "[episodes]\nbackend = \"scripted\"\n",
+        "[episodes]\nbackend = \"llm\"\nmax_turns = 6\nval_max_turns = 6\nbaseline_trials = 1\n",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let out = tmp.path().join("run");
+    let mut child = ppol()
+        .args(["evolve", "--config", cfg.to_str().unwrap(), "--out"])
+        .arg(&out)
+        .arg("--quiet")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // wait until the seed's evaluation is under way (the discriminator is trained first)
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(out.join("log.jsonl"))
+        .unwrap_or_default()
+        .contains("discriminator_trained")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no discriminator");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = Instant::now();
+    // SAFETY: signalling our own child process by its pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let status = child.wait().unwrap();
+    let took = asked.elapsed();
+    // one episode of the seed's evaluation is 6 turns × 2 calls × 0.7 s ≈ 8 s
+    assert!(
+        took < Duration::from_secs(4),
+        "stopped {took:?} after SIGINT"
+    );
+    assert!(status.code().is_some(), "{status:?}");
+    let log = read(&out.join("log.jsonl")).unwrap();
+    assert!(
+        log.iter().any(
+            |r| matches!(&r.event, Event::RunStopped { reason, .. } if reason == "interrupted")
+        ),
+        "{:?}",
+        log.iter().map(|r| r.event.kind()).collect::<Vec<_>>()
+    );
+    assert!(
+        evaluated(&out).is_empty(),
+        "the abandoned seed was not recorded"
+    );
+    drop(rt);
+}

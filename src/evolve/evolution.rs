@@ -465,7 +465,7 @@ impl Evolution {
                 }
             }
         };
-        let reason = loop {
+        let reason = 'run: loop {
             match self.stop() {
                 Some(Stop::Reason(reason)) => break reason,
                 Some(Stop::Halted) => {
@@ -504,9 +504,28 @@ impl Evolution {
                 .expect("a filled generation has a head");
             debug_assert_eq!(head.iteration, entry.iteration());
             let evaluation = match head.task {
-                Some(task) => Some(task.await.unwrap_or_else(|e| {
-                    Evaluation::Infrastructure(format!("the evaluation task failed: {e}"))
-                })),
+                // A stop request (Ctrl-C, SIGINT from a time limit) abandons the evaluations in
+                // flight at once rather than after them: with a slow model one can take
+                // minutes. Nothing is recorded for them; the proposal goes back to the saved
+                // generation and a resumed run evaluates it again.
+                Some(mut task) => Some(loop {
+                    match tokio::time::timeout(Duration::from_millis(200), &mut task).await {
+                        Ok(joined) => {
+                            break joined.unwrap_or_else(|e| {
+                                Evaluation::Infrastructure(format!(
+                                    "the evaluation task failed: {e}"
+                                ))
+                            })
+                        }
+                        Err(_) if self.control.stop.load(Ordering::SeqCst) => {
+                            task.abort();
+                            abort(&mut inflight);
+                            self.state.generation.push_front(entry);
+                            break 'run "interrupted".to_string();
+                        }
+                        Err(_) => {}
+                    }
+                }),
                 None => None,
             };
             match self
