@@ -34,6 +34,7 @@ use crate::evolve::archive::ArchiveConfig;
 use crate::evolve::schedule::Schedule;
 use crate::fitness::discriminator::ForestParams;
 use crate::fitness::features::FeatureSet;
+use crate::generate::sandbox::SandboxConfig;
 use crate::llm::config::LlmConfig;
 use crate::{Error, Result};
 
@@ -191,8 +192,32 @@ pub struct SandboxSection {
     pub memory_mb: u64,
     /// LLM calls one generation may make.
     pub max_llm_calls: usize,
-    /// Generations at once (0 = number of CPUs offline, 16 with an LLM).
+    /// Generations at once (0 = the number of CPUs offline; with an LLM behind `ppol_llm`,
+    /// [`LLM_SANDBOX_CONCURRENCY`] or the number of CPUs when higher).
     pub concurrency: usize,
+}
+
+/// Generations at once by default when an LLM answers `ppol_llm`: such a program spends its
+/// time waiting for replies, not on a CPU, so the number of CPUs would leave the endpoint idle
+/// (four candidates in flight on two cores ran their 16 generations two at a time).
+pub const LLM_SANDBOX_CONCURRENCY: usize = 16;
+
+impl SandboxSection {
+    /// The sandbox configuration of this section; `with_llm`: an LLM answers `ppol_llm`.
+    pub fn sandbox_config(&self, with_llm: bool) -> Result<SandboxConfig> {
+        let mut cfg = SandboxConfig {
+            timeout: seconds("sandbox.timeout_s", self.timeout_s)?,
+            memory_bytes: self.memory_mb << 20,
+            max_llm_calls: self.max_llm_calls,
+            ..SandboxConfig::default()
+        };
+        if self.concurrency > 0 {
+            cfg.concurrency = self.concurrency;
+        } else if with_llm {
+            cfg.concurrency = cfg.concurrency.max(LLM_SANDBOX_CONCURRENCY);
+        }
+        Ok(cfg)
+    }
 }
 
 impl Default for SandboxSection {
@@ -602,6 +627,28 @@ fn at_least<T: PartialOrd + std::fmt::Display>(key: &str, value: T, min: T) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generations_wait_on_an_llm_so_more_run_at_once_with_one() {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let s = SandboxSection::default();
+        assert_eq!(s.sandbox_config(false).unwrap().concurrency, cpus);
+        assert_eq!(
+            s.sandbox_config(true).unwrap().concurrency,
+            cpus.max(LLM_SANDBOX_CONCURRENCY)
+        );
+        let fixed = SandboxSection {
+            concurrency: 3,
+            ..SandboxSection::default()
+        };
+        assert_eq!(fixed.sandbox_config(true).unwrap().concurrency, 3);
+        let nan = SandboxSection {
+            timeout_s: f64::NAN,
+            ..SandboxSection::default()
+        };
+        let e = nan.sandbox_config(true).unwrap_err().to_string();
+        assert!(e.contains("sandbox.timeout_s"), "{e}");
+    }
 
     #[test]
     fn defaults_round_trip_and_are_offline() {

@@ -16,7 +16,7 @@ use crate::evolve::rundir::RunDir;
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::traces::{self, LoadOptions};
-use crate::generate::sandbox::{Sandbox, SandboxConfig};
+use crate::generate::sandbox::Sandbox;
 use crate::llm::client::LlmClient;
 use crate::llm::ChatModel;
 use crate::seed::{derive_seed, mix};
@@ -136,17 +136,7 @@ impl RunContext {
             .with_max_tool_rounds(cfg.episodes.max_tool_rounds);
         let val_runner = Tau2Runner::new(domain.clone(), backend, cfg.episodes.val_max_turns)
             .with_max_tool_rounds(cfg.episodes.max_tool_rounds);
-        let sandbox_cfg = SandboxConfig {
-            timeout: std::time::Duration::from_secs_f64(cfg.sandbox.timeout_s),
-            memory_bytes: cfg.sandbox.memory_mb << 20,
-            max_llm_calls: cfg.sandbox.max_llm_calls,
-            concurrency: if cfg.sandbox.concurrency == 0 {
-                SandboxConfig::default().concurrency
-            } else {
-                cfg.sandbox.concurrency
-            },
-            ..SandboxConfig::default()
-        };
+        let sandbox_cfg = cfg.sandbox.sandbox_config(model.is_some())?;
         let sandbox = Arc::new(Sandbox::new(sandbox_cfg).await?);
         let generator = SandboxGenerator::new(sandbox, model);
         let seed_code = match &cfg.search.seed_program {

@@ -36,6 +36,13 @@
 //! so for a fixed `generation_size` the archive, the log and the best program are the same for
 //! any P (the wall time is not). An evaluation still running when the run stops or is killed is
 //! not recorded: the resumed run evaluates it again from the saved generation.
+//!
+//! A candidate that will be validated at its record (a new best, or its batch's best) is
+//! validated inside its evaluation task, so validations run in parallel too: the task knows the
+//! bars as they stood when it started, records only raise them, and whatever beats the bars at
+//! its record beat them at its start ([`Bars`]). The record uses that validation (the same
+//! seeds and tasks give the same result); a validation made ahead for a candidate that an
+//! earlier record has since outdone is dropped, its LLM calls spent.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -312,13 +319,27 @@ struct Bench {
     scorer: Arc<Scorer>,
     schedule: Schedule,
     train: Arc<Vec<TaskContext>>,
+    val: Arc<Vec<TaskContext>>,
     reflection_model: Option<Arc<dyn ChatModel>>,
+}
+
+/// What a candidate must beat to be validated when it is recorded, as the state stood when its
+/// evaluation started. Records only raise these bars, so a candidate that will need a
+/// validation beats them: its evaluation task validates it at once ("speculatively"), in
+/// parallel with the other candidates in flight, and the record uses that validation. A
+/// candidate that beats them but not the bars at its record wastes its validation; one that
+/// was not validated ahead is validated at its record.
+#[derive(Clone, Default)]
+struct Bars {
+    /// The archive's best fitness.
+    best: Option<f64>,
+    /// The best combined score of each batch (see [`batch_key`]).
+    batch_best: BTreeMap<String, f64>,
 }
 
 /// One evaluation in flight, in iteration order.
 struct InFlight {
     iteration: u64,
-    started: Instant,
     task: Option<tokio::task::JoinHandle<Evaluation>>,
 }
 
@@ -329,6 +350,11 @@ struct Scored {
     reflection: String,
     plan: BatchPlan,
     tasks: Vec<String>,
+    /// The validation made ahead of the record (see [`Bars`]).
+    validation: Option<CandidateOutcome>,
+    /// Seconds the evaluation took (sandbox, episodes, scoring; not the reflection or the
+    /// validation).
+    seconds: f64,
 }
 
 /// The result of evaluating a candidate.
@@ -351,7 +377,6 @@ pub struct Evolution {
     ctx: Arc<RunContext>,
     bench: Bench,
     mutator: Mutator,
-    val: Vec<TaskContext>,
     log: RunLog,
     control: RunControl,
     state: State,
@@ -426,16 +451,16 @@ impl Evolution {
             None
         };
         let train = Arc::new(ctx.contexts(&ctx.train));
-        let val = ctx.contexts(&ctx.val);
+        let val = Arc::new(ctx.contexts(&ctx.val));
         let ctx = Arc::new(ctx);
         Ok(Evolution {
-            val,
             prior_elapsed: state.elapsed_s,
             bench: Bench {
                 ctx: ctx.clone(),
                 scorer: Arc::new(scorer),
                 schedule,
                 train,
+                val,
                 reflection_model,
             },
             ctx,
@@ -479,18 +504,20 @@ impl Evolution {
                 self.fill_generation().await?;
             }
             while inflight.len() < parallel.min(self.state.generation.len()) {
+                let bars = self.bars();
                 let entry = &self.state.generation[inflight.len()];
                 let task = match entry {
                     Proposed::Candidate {
                         iteration, program, ..
-                    } => Some(tokio::spawn(
-                        self.bench.clone().evaluate(*iteration, program.clone()),
-                    )),
+                    } => Some(tokio::spawn(self.bench.clone().evaluate(
+                        *iteration,
+                        program.clone(),
+                        bars,
+                    ))),
                     Proposed::MutationFailed { .. } => None,
                 };
                 inflight.push_back(InFlight {
                     iteration: entry.iteration(),
-                    started: Instant::now(),
                     task,
                 });
             }
@@ -528,10 +555,7 @@ impl Evolution {
                 }),
                 None => None,
             };
-            match self
-                .record_proposed(entry, evaluation, head.started)
-                .await?
-            {
+            match self.record_proposed(entry, evaluation).await? {
                 Step::Iteration { message } => {
                     self.commit()?;
                     self.iterations_here += 1;
@@ -567,19 +591,18 @@ impl Evolution {
             .generation
             .pop_front()
             .expect("a filled generation has a head");
-        let started = Instant::now();
         let evaluation = match &entry {
             Proposed::Candidate {
                 iteration, program, ..
             } => Some(
                 self.bench
                     .clone()
-                    .evaluate(*iteration, program.clone())
+                    .evaluate(*iteration, program.clone(), self.bars())
                     .await,
             ),
             Proposed::MutationFailed { .. } => None,
         };
-        self.record_proposed(entry, evaluation, started).await
+        self.record_proposed(entry, evaluation).await
     }
 
     /// Record a proposal of the generation with its evaluation (`None` for a failed mutation).
@@ -587,7 +610,6 @@ impl Evolution {
         &mut self,
         entry: Proposed,
         evaluation: Option<Evaluation>,
-        started: Instant,
     ) -> Result<Step> {
         debug_assert_eq!(entry.iteration(), self.state.iteration + 1);
         match (entry, evaluation) {
@@ -607,13 +629,8 @@ impl Evolution {
                 },
                 Some(evaluation),
             ) => {
-                self.record(
-                    iteration,
-                    Candidate { program, island },
-                    evaluation,
-                    started,
-                )
-                .await
+                self.record(iteration, Candidate { program, island }, evaluation)
+                    .await
             }
             (Proposed::Candidate { .. }, None) => {
                 unreachable!("a candidate is recorded with its evaluation")
@@ -630,6 +647,15 @@ impl Evolution {
         self.state.elapsed_s = self.elapsed();
         self.state.cost = self.ctx.client.as_ref().map(|c| c.accounting());
         self.ctx.dir.write_checkpoint(&self.state)
+    }
+
+    /// The bars a candidate must beat to be validated, as the state stands.
+    fn bars(&self) -> Bars {
+        Bars {
+            best: (!self.state.archive.is_empty())
+                .then(|| self.state.best_fitness().unwrap_or(f64::NEG_INFINITY)),
+            batch_best: self.state.batch_best.clone(),
+        }
     }
 
     fn elapsed(&self) -> f64 {
@@ -842,7 +868,6 @@ impl Evolution {
         k: u64,
         candidate: Candidate,
         evaluation: Evaluation,
-        started: Instant,
     ) -> Result<Step> {
         let Candidate {
             mut program,
@@ -954,7 +979,7 @@ impl Evolution {
                     reflection: s.reflection,
                     code_hash: program.code_hash.clone(),
                     code: program.code.clone(),
-                    seconds: started.elapsed().as_secs_f64(),
+                    seconds: s.seconds,
                     cost: self.cost(),
                 })?;
                 let batch_best = s.plan.n_personas == self.bench.schedule.n_personas && {
@@ -970,7 +995,7 @@ impl Evolution {
                     beats
                 };
                 if added.new_best || batch_best {
-                    self.validate(k, &program, &s.metrics).await?;
+                    self.validate(k, &program, &s.metrics, s.validation).await?;
                 }
                 self.state.iteration = k;
                 let islands = self.ctx.cfg.archive.num_islands;
@@ -994,19 +1019,17 @@ impl Evolution {
     /// Validate a new train best or batch best (final N, fixed weights, the validation tasks) and write
     /// `best/` when it validates at least as well as the program there. A validation that
     /// cannot score the program still writes the program when `best/` has no validated one.
-    async fn validate(&mut self, k: u64, program: &Program, train: &EvalMetrics) -> Result<()> {
-        let cfg = &self.ctx.cfg;
-        let outcome = evaluate_candidate(
-            &program.code,
-            &self.val,
-            self.bench.schedule.n_personas,
-            Weights::new(self.bench.schedule.lambda_h, self.bench.schedule.lambda_b),
-            &self.ctx.generator,
-            &self.ctx.val_runner,
-            &self.bench.scorer,
-            derive_seed(cfg.search.seed, "validation"),
-        )
-        .await;
+    async fn validate(
+        &mut self,
+        k: u64,
+        program: &Program,
+        train: &EvalMetrics,
+        ahead: Option<CandidateOutcome>,
+    ) -> Result<()> {
+        let outcome = match ahead {
+            Some(outcome) => outcome,
+            None => self.bench.validate(&program.code).await,
+        };
         let lineage = self.state.lineage(&program.id.0);
         match outcome {
             CandidateOutcome::Scored {
@@ -1171,7 +1194,8 @@ impl Evolution {
 
 impl Bench {
     /// Evaluate `program` on iteration `k`'s batch (the state is only read).
-    async fn evaluate(self, k: u64, program: Program) -> Evaluation {
+    async fn evaluate(self, k: u64, program: Program, bars: Bars) -> Evaluation {
+        let started = Instant::now();
         let cfg = &self.ctx.cfg;
         let plan = self.schedule.plan(k, self.train.len());
         let batch: Vec<TaskContext> = plan
@@ -1210,18 +1234,73 @@ impl Bench {
                     metrics: &metrics,
                     context: batch.first().map(|t| t.context.as_str()).unwrap_or(""),
                 };
-                let reflection =
-                    reflection::reflect(&self.scorer, &evidence, self.reflection_model.as_deref())
-                        .await;
+                let tasks: Vec<String> = batch.iter().map(|t| t.task_id.clone()).collect();
+                let seconds = started.elapsed().as_secs_f64();
+                let validate = self.may_need_validation(&metrics, &personas, &tasks, &plan, &bars);
+                // the reflection (an LLM call) and the validation made ahead run side by side
+                let (reflection, validation) = tokio::join!(
+                    reflection::reflect(&self.scorer, &evidence, self.reflection_model.as_deref()),
+                    async {
+                        match validate {
+                            true => Some(self.validate(&program.code).await),
+                            false => None,
+                        }
+                    }
+                );
                 Evaluation::Scored(Box::new(Scored {
                     metrics,
                     personas,
                     reflection,
-                    tasks: batch.iter().map(|t| t.task_id.clone()).collect(),
+                    tasks,
                     plan,
+                    validation,
+                    seconds,
                 }))
             }
         }
+    }
+}
+
+impl Bench {
+    /// Whether a candidate scored so may be validated at its record: it beats the bars its
+    /// evaluation started with (see [`Bars`]).
+    fn may_need_validation(
+        &self,
+        metrics: &EvalMetrics,
+        personas: &[PersonaOutcome],
+        tasks: &[String],
+        plan: &BatchPlan,
+        bars: &Bars,
+    ) -> bool {
+        let mut carried = program_metrics(metrics);
+        carried.extend(axis_evidence(personas));
+        let fitness = carried
+            .get(&self.ctx.cfg.archive.fitness_metric)
+            .copied()
+            .filter(|v| v.is_finite())
+            .unwrap_or(f64::NEG_INFINITY);
+        let best = bars.best.is_none_or(|b| fitness > b);
+        let batch = plan.n_personas == self.schedule.n_personas
+            && bars
+                .batch_best
+                .get(&batch_key(tasks, plan))
+                .is_none_or(|b| metrics.combined > *b);
+        best || batch
+    }
+
+    /// The validation of `code`: final N, fixed weights, the validation tasks.
+    async fn validate(&self, code: &str) -> CandidateOutcome {
+        evaluate_candidate(
+            code,
+            &self.val,
+            self.schedule.n_personas,
+            Weights::new(self.schedule.lambda_h, self.schedule.lambda_b),
+            &self.ctx.generator,
+            &self.ctx.val_runner,
+            &self.scorer,
+            derive_seed(self.ctx.cfg.search.seed, "validation"),
+        )
+        .await
     }
 }
 

@@ -192,7 +192,7 @@ pub enum Event {
         code_hash: String,
         /// The program source.
         code: String,
-        /// Seconds spent.
+        /// Seconds the evaluation took (sandbox, episodes, scoring; not its validation).
         seconds: f64,
         /// Cost of this evaluation.
         cost: CostSummary,

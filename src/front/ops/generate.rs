@@ -6,9 +6,7 @@ use serde::Serialize;
 
 use super::{llm_client, TaskRef};
 use crate::evolve::config::RunConfig;
-use crate::generate::generator::{
-    generate_in, Failure, GenerationOutcome, Program, Sandbox, SandboxConfig,
-};
+use crate::generate::generator::{generate_in, Failure, GenerationOutcome, Program, Sandbox};
 use crate::llm::{Accounting, ChatModel, LlmConfig};
 use crate::persona::Persona;
 use crate::{Error, Result};
@@ -68,20 +66,6 @@ impl GenerateReport {
     }
 }
 
-/// The sandbox configuration of a run's `[sandbox]` section.
-pub fn sandbox_config(s: &crate::evolve::config::SandboxSection) -> Result<SandboxConfig> {
-    let mut cfg = SandboxConfig {
-        timeout: crate::evolve::config::seconds("sandbox.timeout_s", s.timeout_s)?,
-        memory_bytes: s.memory_mb << 20,
-        max_llm_calls: s.max_llm_calls,
-        ..SandboxConfig::default()
-    };
-    if s.concurrency > 0 {
-        cfg.concurrency = s.concurrency;
-    }
-    Ok(cfg)
-}
-
 /// Run a generator program in the sandbox for every task (concurrently, bounded by the
 /// sandbox). A program failure is data (in the report), never an `Err`.
 pub async fn generate(req: GenerateRequest) -> Result<GenerateReport> {
@@ -94,7 +78,7 @@ pub async fn generate(req: GenerateRequest) -> Result<GenerateReport> {
     let client = llm_client(req.llm.as_ref())?;
     let model: Option<Arc<dyn ChatModel>> =
         client.clone().map(|c| Arc::new(c) as Arc<dyn ChatModel>);
-    let sandbox = Sandbox::new(sandbox_config(&req.sandbox)?).await?;
+    let sandbox = Sandbox::new(req.sandbox.sandbox_config(model.is_some())?).await?;
     let runs = req.tasks.iter().map(|t| {
         let (sandbox, program, model) = (&sandbox, &req.program, model.clone());
         async move {
