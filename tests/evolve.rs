@@ -23,6 +23,22 @@ fn evaluated(dir: &Path) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// The validations a run logged: (iteration, program, combined), in log order.
+fn validated(dir: &Path) -> Vec<(u64, String, String)> {
+    read(&dir.join("log.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::Validation {
+                iteration,
+                program_id,
+                metrics,
+            } => Some((iteration, program_id, format!("{:.12}", metrics.combined))),
+            _ => None,
+        })
+        .collect()
+}
+
 fn stopped_best(dir: &Path) -> Option<String> {
     read(&dir.join("log.jsonl"))
         .unwrap()
@@ -954,6 +970,10 @@ fn parallel_candidates_give_the_same_run_as_one_at_a_time() {
     assert!(a.len() >= 6, "{a:?}");
     assert_eq!(a, evaluated(&four));
     assert_eq!(stopped_best(&one), stopped_best(&four));
+    // validations run in the background and are applied a generation later, in order
+    let v = validated(&one);
+    assert!(v.len() >= 2, "{v:?}");
+    assert_eq!(v, validated(&four));
     let archive = |dir: &Path| {
         let state: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("checkpoint.json")).unwrap())
@@ -973,6 +993,7 @@ fn parallel_candidates_give_the_same_run_as_one_at_a_time() {
     let (code, _, stderr) = run_ppol(&["resume", halted.to_str().unwrap(), "--quiet"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(a, evaluated(&halted), "no evaluation lost or repeated");
+    assert_eq!(v, validated(&halted), "no validation lost or repeated");
     assert_eq!(archive(&one), archive(&halted));
 }
 

@@ -109,7 +109,8 @@ pub struct SearchSection {
     /// Children proposed from one state of the archive (a generation). Default: as many as
     /// `parallel_candidates`. For a fixed generation size a run's result does not depend on
     /// `parallel_candidates`; 1 is the steady-state search (each child sees every result
-    /// before it).
+    /// before it). Above 1, new bests are validated in the background and a generation's
+    /// proposals see the validations up to the generation before the previous one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation_size: Option<usize>,
 }

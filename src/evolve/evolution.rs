@@ -37,12 +37,17 @@
 //! any P (the wall time is not). An evaluation still running when the run stops or is killed is
 //! not recorded: the resumed run evaluates it again from the saved generation.
 //!
-//! A candidate that will be validated at its record (a new best, or its batch's best) is
-//! validated inside its evaluation task, so validations run in parallel too: the task knows the
-//! bars as they stood when it started, records only raise them, and whatever beats the bars at
-//! its record beat them at its start ([`Bars`]). The record uses that validation (the same
-//! seeds and tasks give the same result); a validation made ahead for a candidate that an
-//! earlier record has since outdone is dropped, its LLM calls spent.
+//! # Validations
+//!
+//! A new train best or batch best is validated (final N, fixed weights, the validation tasks)
+//! and `best/` keeps the program that validates best; half of the children are bred from it.
+//! With generations of one (the default) the validation runs at the candidate's record. With
+//! larger generations it runs in the background from the record on, queued in the [`State`],
+//! and is applied (logged, `best/` written) when the generation after next is proposed, in
+//! iteration order: proposals see the validations of the generations before the previous one,
+//! which keeps runs the same for any parallelism while validations overlap the evaluations of
+//! the next generation. A run that stops applies what is queued first (a stop request leaves it
+//! queued: the resumed run validates it).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -175,6 +180,13 @@ pub struct State {
     /// best is validated even when another batch holds the global train best.
     #[serde(default)]
     pub batch_best: BTreeMap<String, f64>,
+    /// Generations proposed so far.
+    #[serde(default)]
+    pub generations: u64,
+    /// Validations not yet applied, in iteration order (generations above one; see the
+    /// [module docs](self)).
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub validations: VecDeque<QueuedValidation>,
     /// Wall-clock seconds spent up to this commit, over every process of the run.
     pub elapsed_s: f64,
     /// LLM usage and cost per role up to this commit, over every process of the run (None
@@ -198,6 +210,8 @@ impl State {
             parents: BTreeMap::new(),
             best_validation: None,
             batch_best: BTreeMap::new(),
+            generations: 0,
+            validations: VecDeque::new(),
             elapsed_s: 0.0,
             cost: None,
         })
@@ -299,6 +313,19 @@ impl Proposed {
     }
 }
 
+/// A validation of a new train best or batch best, waiting to be applied.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueuedValidation {
+    /// The candidate's iteration.
+    pub iteration: u64,
+    /// The generation it was recorded in (see [`State::generations`]).
+    pub generation: u64,
+    /// The program.
+    pub program: Program,
+    /// Its train metrics.
+    pub train: EvalMetrics,
+}
+
 /// What a generation's proposal needs before its mutation runs.
 enum Pick {
     /// Ready to evaluate (the seed, or a re-queued program).
@@ -323,20 +350,6 @@ struct Bench {
     reflection_model: Option<Arc<dyn ChatModel>>,
 }
 
-/// What a candidate must beat to be validated when it is recorded, as the state stood when its
-/// evaluation started. Records only raise these bars, so a candidate that will need a
-/// validation beats them: its evaluation task validates it at once ("speculatively"), in
-/// parallel with the other candidates in flight, and the record uses that validation. A
-/// candidate that beats them but not the bars at its record wastes its validation; one that
-/// was not validated ahead is validated at its record.
-#[derive(Clone, Default)]
-struct Bars {
-    /// The archive's best fitness.
-    best: Option<f64>,
-    /// The best combined score of each batch (see [`batch_key`]).
-    batch_best: BTreeMap<String, f64>,
-}
-
 /// One evaluation in flight, in iteration order.
 struct InFlight {
     iteration: u64,
@@ -350,8 +363,6 @@ struct Scored {
     reflection: String,
     plan: BatchPlan,
     tasks: Vec<String>,
-    /// The validation made ahead of the record (see [`Bars`]).
-    validation: Option<CandidateOutcome>,
     /// Seconds the evaluation took (sandbox, episodes, scoring; not the reflection or the
     /// validation).
     seconds: f64,
@@ -385,6 +396,8 @@ pub struct Evolution {
     prior_elapsed: f64,
     /// Iterations completed by this process (for the `halt_after` hook).
     iterations_here: u64,
+    /// The queued validations running in the background, by iteration.
+    validating: BTreeMap<u64, tokio::task::JoinHandle<CandidateOutcome>>,
 }
 
 impl Evolution {
@@ -470,6 +483,7 @@ impl Evolution {
             state,
             started: Instant::now(),
             iterations_here: 0,
+            validating: BTreeMap::new(),
         })
     }
 
@@ -490,30 +504,31 @@ impl Evolution {
                 }
             }
         };
+        self.spawn_validations(); // those a resumed run had queued
         let reason = 'run: loop {
             match self.stop() {
                 Some(Stop::Reason(reason)) => break reason,
                 Some(Stop::Halted) => {
                     abort(&mut inflight);
+                    self.abort_validations();
                     return Ok(self.halted());
                 }
                 None => {}
             }
             if self.state.generation.is_empty() {
                 abort(&mut inflight);
-                self.fill_generation().await?;
+                if !self.fill_generation().await? {
+                    break 'run "interrupted".to_string();
+                }
             }
             while inflight.len() < parallel.min(self.state.generation.len()) {
-                let bars = self.bars();
                 let entry = &self.state.generation[inflight.len()];
                 let task = match entry {
                     Proposed::Candidate {
                         iteration, program, ..
-                    } => Some(tokio::spawn(self.bench.clone().evaluate(
-                        *iteration,
-                        program.clone(),
-                        bars,
-                    ))),
+                    } => Some(tokio::spawn(
+                        self.bench.clone().evaluate(*iteration, program.clone()),
+                    )),
                     Proposed::MutationFailed { .. } => None,
                 };
                 inflight.push_back(InFlight {
@@ -577,14 +592,23 @@ impl Evolution {
             }
         };
         abort(&mut inflight);
+        // The best program is validated before the run says how it ended; a stop request
+        // leaves the queue to the resumed run.
+        if reason != "interrupted"
+            && !self.state.validations.is_empty()
+            && self.apply_validations(None).await?
+        {
+            self.commit()?;
+        }
+        self.abort_validations();
         self.finish(reason)
     }
 
     /// One iteration: the next proposal of the generation (proposing a new generation when it
     /// is empty), evaluated and recorded. Nothing is saved until [`Evolution::commit`].
     pub async fn step(&mut self) -> Result<Step> {
-        if self.state.generation.is_empty() {
-            self.fill_generation().await?;
+        if self.state.generation.is_empty() && !self.fill_generation().await? {
+            return Ok(Step::Stop("interrupted".into()));
         }
         let entry = self
             .state
@@ -597,7 +621,7 @@ impl Evolution {
             } => Some(
                 self.bench
                     .clone()
-                    .evaluate(*iteration, program.clone(), self.bars())
+                    .evaluate(*iteration, program.clone())
                     .await,
             ),
             Proposed::MutationFailed { .. } => None,
@@ -649,15 +673,6 @@ impl Evolution {
         self.ctx.dir.write_checkpoint(&self.state)
     }
 
-    /// The bars a candidate must beat to be validated, as the state stands.
-    fn bars(&self) -> Bars {
-        Bars {
-            best: (!self.state.archive.is_empty())
-                .then(|| self.state.best_fitness().unwrap_or(f64::NEG_INFINITY)),
-            batch_best: self.state.batch_best.clone(),
-        }
-    }
-
     fn elapsed(&self) -> f64 {
         self.prior_elapsed + self.started.elapsed().as_secs_f64()
     }
@@ -704,7 +719,11 @@ impl Evolution {
     /// `search.generation_size` children (fewer when the run has fewer iterations left), their
     /// parents sampled in iteration order from the archive as it stands, their mutations made
     /// concurrently.
-    async fn fill_generation(&mut self) -> Result<()> {
+    async fn fill_generation(&mut self) -> Result<bool> {
+        if !self.apply_validations(Some(self.state.generations)).await? {
+            return Ok(false);
+        }
+        self.state.generations += 1;
         let k0 = self.state.iteration + 1;
         let left = self
             .ctx
@@ -808,7 +827,7 @@ impl Evolution {
         for p in made {
             self.state.generation.push_back(p?);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// A failed mutation: recorded against the parent; the iteration is spent.
@@ -995,7 +1014,18 @@ impl Evolution {
                     beats
                 };
                 if added.new_best || batch_best {
-                    self.validate(k, &program, &s.metrics, s.validation).await?;
+                    if self.ctx.cfg.search.generation_size() > 1 {
+                        self.state.validations.push_back(QueuedValidation {
+                            iteration: k,
+                            generation: self.state.generations,
+                            program: program.clone(),
+                            train: s.metrics.clone(),
+                        });
+                        self.spawn_validations();
+                    } else {
+                        let outcome = self.bench.validate(&program.code).await;
+                        self.apply_validation(k, &program, &s.metrics, outcome)?;
+                    }
                 }
                 self.state.iteration = k;
                 let islands = self.ctx.cfg.archive.num_islands;
@@ -1016,20 +1046,75 @@ impl Evolution {
         }
     }
 
-    /// Validate a new train best or batch best (final N, fixed weights, the validation tasks) and write
-    /// `best/` when it validates at least as well as the program there. A validation that
-    /// cannot score the program still writes the program when `best/` has no validated one.
-    async fn validate(
+    /// Start the queued validations that are not running yet (after a record, and for the
+    /// queue of a resumed run).
+    fn spawn_validations(&mut self) {
+        for q in &self.state.validations {
+            if !self.validating.contains_key(&q.iteration) {
+                let (bench, code) = (self.bench.clone(), q.program.code.clone());
+                let task = tokio::spawn(async move { bench.validate(&code).await });
+                self.validating.insert(q.iteration, task);
+            }
+        }
+    }
+
+    /// Apply the queued validations, in iteration order: those of generations before `before`
+    /// (all with `None`), waiting for their tasks. `Ok(false)`: a stop request came while
+    /// waiting (what is not applied stays queued).
+    async fn apply_validations(&mut self, before: Option<u64>) -> Result<bool> {
+        self.spawn_validations();
+        while let Some(q) = self.state.validations.front() {
+            if before.is_some_and(|g| q.generation >= g) {
+                break;
+            }
+            let k = q.iteration;
+            let Some(mut task) = self.validating.remove(&k) else {
+                unreachable!("every queued validation was spawned");
+            };
+            let outcome = loop {
+                match tokio::time::timeout(Duration::from_millis(200), &mut task).await {
+                    Ok(joined) => {
+                        break joined.unwrap_or_else(|e| {
+                            CandidateOutcome::Infrastructure(format!(
+                                "the validation task failed: {e}"
+                            ))
+                        })
+                    }
+                    Err(_) if self.control.stop.load(Ordering::SeqCst) => {
+                        self.validating.insert(k, task);
+                        return Ok(false);
+                    }
+                    Err(_) => {}
+                }
+            };
+            let q = self
+                .state
+                .validations
+                .pop_front()
+                .expect("the queue has this head");
+            self.apply_validation(q.iteration, &q.program, &q.train, outcome)?;
+        }
+        Ok(true)
+    }
+
+    /// Stop the validations running in the background (they stay queued in the state).
+    fn abort_validations(&mut self) {
+        for (_, task) in std::mem::take(&mut self.validating) {
+            task.abort();
+        }
+    }
+
+    /// Log the validation of a new train best or batch best (final N, fixed weights, the
+    /// validation tasks) and write `best/` when it validates at least as well as the program
+    /// there. A validation that cannot score the program still writes the program when `best/`
+    /// has no validated one.
+    fn apply_validation(
         &mut self,
         k: u64,
         program: &Program,
         train: &EvalMetrics,
-        ahead: Option<CandidateOutcome>,
+        outcome: CandidateOutcome,
     ) -> Result<()> {
-        let outcome = match ahead {
-            Some(outcome) => outcome,
-            None => self.bench.validate(&program.code).await,
-        };
         let lineage = self.state.lineage(&program.id.0);
         match outcome {
             CandidateOutcome::Scored {
@@ -1194,7 +1279,7 @@ impl Evolution {
 
 impl Bench {
     /// Evaluate `program` on iteration `k`'s batch (the state is only read).
-    async fn evaluate(self, k: u64, program: Program, bars: Bars) -> Evaluation {
+    async fn evaluate(self, k: u64, program: Program) -> Evaluation {
         let started = Instant::now();
         let cfg = &self.ctx.cfg;
         let plan = self.schedule.plan(k, self.train.len());
@@ -1234,26 +1319,17 @@ impl Bench {
                     metrics: &metrics,
                     context: batch.first().map(|t| t.context.as_str()).unwrap_or(""),
                 };
-                let tasks: Vec<String> = batch.iter().map(|t| t.task_id.clone()).collect();
                 let seconds = started.elapsed().as_secs_f64();
-                let validate = self.may_need_validation(&metrics, &personas, &tasks, &plan, &bars);
-                // the reflection (an LLM call) and the validation made ahead run side by side
-                let (reflection, validation) = tokio::join!(
-                    reflection::reflect(&self.scorer, &evidence, self.reflection_model.as_deref()),
-                    async {
-                        match validate {
-                            true => Some(self.validate(&program.code).await),
-                            false => None,
-                        }
-                    }
-                );
+                let reflection =
+                    reflection::reflect(&self.scorer, &evidence, self.reflection_model.as_deref())
+                        .await;
+                let tasks: Vec<String> = batch.iter().map(|t| t.task_id.clone()).collect();
                 Evaluation::Scored(Box::new(Scored {
                     metrics,
                     personas,
                     reflection,
                     tasks,
                     plan,
-                    validation,
                     seconds,
                 }))
             }
@@ -1262,32 +1338,6 @@ impl Bench {
 }
 
 impl Bench {
-    /// Whether a candidate scored so may be validated at its record: it beats the bars its
-    /// evaluation started with (see [`Bars`]).
-    fn may_need_validation(
-        &self,
-        metrics: &EvalMetrics,
-        personas: &[PersonaOutcome],
-        tasks: &[String],
-        plan: &BatchPlan,
-        bars: &Bars,
-    ) -> bool {
-        let mut carried = program_metrics(metrics);
-        carried.extend(axis_evidence(personas));
-        let fitness = carried
-            .get(&self.ctx.cfg.archive.fitness_metric)
-            .copied()
-            .filter(|v| v.is_finite())
-            .unwrap_or(f64::NEG_INFINITY);
-        let best = bars.best.is_none_or(|b| fitness > b);
-        let batch = plan.n_personas == self.schedule.n_personas
-            && bars
-                .batch_best
-                .get(&batch_key(tasks, plan))
-                .is_none_or(|b| metrics.combined > *b);
-        best || batch
-    }
-
     /// The validation of `code`: final N, fixed weights, the validation tasks.
     async fn validate(&self, code: &str) -> CandidateOutcome {
         evaluate_candidate(

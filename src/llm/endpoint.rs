@@ -11,7 +11,9 @@
 //!     [`PROBE_AFTER`], then probing past it eight times slower;
 //!   - it **shrinks** on a sign of overload: a 429 or 503 (×0.9, and no growth until the
 //!     server's `Retry-After` has passed), an attempt timing out with others in flight (×0.5),
-//!     latency rising above twice its baseline or above half the attempt timeout (×0.8).
+//!     latency above half the attempt timeout (×0.8), or latency above twice its baseline for
+//!     [`LATENCY_PERSIST`] and a baseline round trip (×0.8; a busy client machine makes
+//!     latency jump for a moment, a queue at the server keeps it up; growth waits meanwhile).
 //!     One decrease per round: a signal from a request sent before the last decrease does
 //!     not count again;
 //!   - it never exceeds the configured cap (the smallest `max_concurrency` of the specs using
@@ -47,6 +49,11 @@ const LATENCY_TOLERANCE: f64 = 2.0;
 /// Latency differences below this many seconds say nothing about an LLM server (scheduling
 /// jitter of a busy client machine).
 const LATENCY_SLACK: f64 = 0.05;
+/// How long latency must stay high before it lowers the limit (at least; see
+/// [`LATENCY_PERSIST_RTTS`]).
+const LATENCY_PERSIST: Duration = Duration::from_secs(1);
+/// ... and for at least this many baseline round trips.
+const LATENCY_PERSIST_RTTS: f64 = 1.0;
 /// Growth above the last busy point is this many times slower.
 const PROBE_SLOWDOWN: f64 = 8.0;
 /// How long the limit stays at or below the point where the server last said it was busy
@@ -157,6 +164,9 @@ struct Gate {
     baseline: Option<f64>,
     /// No growth before this instant (a server's `Retry-After`).
     hold_until: Option<Instant>,
+    /// Since when the smoothed latency has been high (queueing), if it is (tokio's clock, so
+    /// that tests can move it).
+    high_since: Option<tokio::time::Instant>,
     max_limit: usize,
     decreases: u64,
     max_in_flight: usize,
@@ -302,6 +312,7 @@ impl Endpoint {
                 epoch: 0,
                 smoothed: None,
                 baseline: None,
+                high_since: None,
                 hold_until: None,
                 max_limit: start,
                 decreases: 0,
@@ -624,10 +635,25 @@ fn adapt_on_answer(g: &mut Gate, ticket: Ticket, latency: f64, timeout: f64) -> 
     g.baseline = Some(baseline);
     let queueing =
         ticket.in_flight_at_start > 1 && smoothed > LATENCY_TOLERANCE * baseline + LATENCY_SLACK;
-    if queueing || smoothed > timeout / 2.0 {
+    if smoothed > timeout / 2.0 {
+        g.high_since = None;
         decrease(g, ticket, 0.8);
         return false;
     }
+    if queueing {
+        // Latency is a soft signal: on a busy client machine (sandboxed programs starting, a
+        // local server sharing its cores) it jumps for a moment with no queue at the server.
+        // Only latency that stays high lowers the limit; growth waits meanwhile.
+        let now = tokio::time::Instant::now();
+        let since = *g.high_since.get_or_insert(now);
+        let persist = LATENCY_PERSIST.max(Duration::from_secs_f64(LATENCY_PERSIST_RTTS * baseline));
+        if now.duration_since(since) >= persist {
+            g.high_since = None;
+            decrease(g, ticket, 0.8);
+        }
+        return false;
+    }
+    g.high_since = None;
     let before = g.current();
     let held = g.hold_until.is_some_and(|t| Instant::now() < t);
     if g.waiting == 0 || held || smoothed > timeout / 4.0 || before >= g.cap {
@@ -750,7 +776,7 @@ mod tests {
 
     /// A server answering one request at a time: latency grows with what is in flight, and the
     /// limit comes down to a few instead of growing.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn rising_latency_lowers_the_limit() {
         let e = Endpoint::new("http://127.0.0.1:9/v1", None);
         let _demand = e.waiting();
@@ -760,12 +786,53 @@ mod tests {
             drop(slots);
             // Served one after the other: the k-th waits for the k-1 before it.
             for (k, t) in tickets.into_iter().enumerate() {
+                tokio::time::advance(Duration::from_secs(2)).await;
                 e.answered(t, Duration::from_secs(2 * (k as u64 + 1)), T);
             }
         }
+        // It settles at 5 here (3 when a single late answer counted): latency has to stay
+        // high for a round trip before it lowers the limit.
         let stats = e.stats();
-        assert!(stats.limit <= 3, "{stats:?}");
+        assert!(stats.limit < INITIAL_LIMIT, "{stats:?}");
+        assert!(stats.decreases >= 5, "{stats:?}");
         assert!(stats.max_limit < 2 * INITIAL_LIMIT, "{stats:?}");
+    }
+
+    /// A busy client machine: answers come late for a moment, then on time again. The limit
+    /// does not come down.
+    #[tokio::test(start_paused = true)]
+    async fn a_brief_latency_spike_does_not_lower_the_limit() {
+        let e = Endpoint::new("http://127.0.0.1:9/v1", None);
+        let _demand = e.waiting();
+        let round = |latency_ms: u64| {
+            let slots: Vec<Slot<'_>> = std::iter::from_fn(|| e.try_slot()).collect();
+            let tickets: Vec<Ticket> = slots.iter().map(Slot::ticket).collect();
+            drop(slots);
+            for t in tickets {
+                e.answered(t, Duration::from_millis(latency_ms), T);
+            }
+        };
+        for _ in 0..3 {
+            tokio::time::advance(Duration::from_millis(200)).await;
+            round(200);
+        }
+        let before = e.stats();
+        tokio::time::advance(Duration::from_millis(300)).await;
+        round(900);
+        tokio::time::advance(Duration::from_millis(300)).await;
+        round(900);
+        let during = e.stats();
+        assert!(
+            during.limit >= before.limit && during.decreases == 0,
+            "{during:?}"
+        );
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_millis(200)).await;
+            round(200);
+        }
+        let after = e.stats();
+        assert_eq!(after.decreases, 0, "{after:?}");
+        assert!(after.limit > before.limit, "{after:?}");
     }
 
     #[tokio::test]
