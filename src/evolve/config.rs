@@ -194,7 +194,8 @@ pub struct SandboxSection {
     /// LLM calls one generation may make.
     pub max_llm_calls: usize,
     /// Generations at once (0 = the number of CPUs offline; with an LLM behind `ppol_llm`,
-    /// [`LLM_SANDBOX_CONCURRENCY`] or the number of CPUs when higher).
+    /// [`LLM_SANDBOX_CONCURRENCY`], or as many requests as the generator role may have in
+    /// flight when fewer, or the number of CPUs when more).
     pub concurrency: usize,
 }
 
@@ -204,8 +205,11 @@ pub struct SandboxSection {
 pub const LLM_SANDBOX_CONCURRENCY: usize = 16;
 
 impl SandboxSection {
-    /// The sandbox configuration of this section; `with_llm`: an LLM answers `ppol_llm`.
-    pub fn sandbox_config(&self, with_llm: bool) -> Result<SandboxConfig> {
+    /// The sandbox configuration of this section; `llm_capacity`: when an LLM answers
+    /// `ppol_llm`, how many requests the generator role may have in flight (a server that
+    /// answers one at a time gains nothing from more programs waiting on it, and their
+    /// wall-clock timeouts would run while they wait).
+    pub fn sandbox_config(&self, llm_capacity: Option<usize>) -> Result<SandboxConfig> {
         let mut cfg = SandboxConfig {
             timeout: seconds("sandbox.timeout_s", self.timeout_s)?,
             memory_bytes: self.memory_mb << 20,
@@ -214,8 +218,8 @@ impl SandboxSection {
         };
         if self.concurrency > 0 {
             cfg.concurrency = self.concurrency;
-        } else if with_llm {
-            cfg.concurrency = cfg.concurrency.max(LLM_SANDBOX_CONCURRENCY);
+        } else if let Some(capacity) = llm_capacity {
+            cfg.concurrency = cfg.concurrency.max(LLM_SANDBOX_CONCURRENCY.min(capacity));
         }
         Ok(cfg)
     }
@@ -633,21 +637,23 @@ mod tests {
     fn generations_wait_on_an_llm_so_more_run_at_once_with_one() {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         let s = SandboxSection::default();
-        assert_eq!(s.sandbox_config(false).unwrap().concurrency, cpus);
+        assert_eq!(s.sandbox_config(None).unwrap().concurrency, cpus);
         assert_eq!(
-            s.sandbox_config(true).unwrap().concurrency,
+            s.sandbox_config(Some(256)).unwrap().concurrency,
             cpus.max(LLM_SANDBOX_CONCURRENCY)
         );
+        // a server answering one request at a time: no more programs than CPUs wait on it
+        assert_eq!(s.sandbox_config(Some(1)).unwrap().concurrency, cpus);
         let fixed = SandboxSection {
             concurrency: 3,
             ..SandboxSection::default()
         };
-        assert_eq!(fixed.sandbox_config(true).unwrap().concurrency, 3);
+        assert_eq!(fixed.sandbox_config(Some(256)).unwrap().concurrency, 3);
         let nan = SandboxSection {
             timeout_s: f64::NAN,
             ..SandboxSection::default()
         };
-        let e = nan.sandbox_config(true).unwrap_err().to_string();
+        let e = nan.sandbox_config(None).unwrap_err().to_string();
         assert!(e.contains("sandbox.timeout_s"), "{e}");
     }
 

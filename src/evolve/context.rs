@@ -136,7 +136,11 @@ impl RunContext {
             .with_max_tool_rounds(cfg.episodes.max_tool_rounds);
         let val_runner = Tau2Runner::new(domain.clone(), backend, cfg.episodes.val_max_turns)
             .with_max_tool_rounds(cfg.episodes.max_tool_rounds);
-        let sandbox_cfg = cfg.sandbox.sandbox_config(model.is_some())?;
+        let capacity = llm_cfg
+            .as_ref()
+            .filter(|_| model.is_some())
+            .map(|l| l.request_capacity(crate::llm::CallRole::Generator));
+        let sandbox_cfg = cfg.sandbox.sandbox_config(capacity)?;
         let sandbox = Arc::new(Sandbox::new(sandbox_cfg).await?);
         let generator = SandboxGenerator::new(sandbox, model);
         let seed_code = match &cfg.search.seed_program {

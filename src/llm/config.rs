@@ -871,6 +871,16 @@ impl LlmConfig {
         }
     }
 
+    /// Requests one role can have in flight at most: the client's `max_concurrency`, or the
+    /// role's per-URL cap times its replicas when lower.
+    pub fn request_capacity(&self, role: CallRole) -> usize {
+        let spec = self.spec(role);
+        let per_model = spec.max_concurrency.map_or(usize::MAX, |c| {
+            c.saturating_mul(spec.resolved_base_urls().len().max(1))
+        });
+        self.max_concurrency.min(per_model).max(1)
+    }
+
     /// Replace one role's model entirely.
     pub fn set_role(&mut self, role: CallRole, spec: &ModelSpec) {
         self.roles.insert(role, ModelPatch::from_spec(spec));

@@ -62,7 +62,7 @@ pub struct GenerateArgs {
     /// LLM requests allowed per run (default: sandbox.max_llm_calls).
     #[arg(long)]
     pub max_llm_calls: Option<usize>,
-    /// Runs at once (default: sandbox.concurrency; unset: the number of CPUs, at least 16 with an LLM).
+    /// Runs at once (default: sandbox.concurrency, else the CPUs; up to 16 with an LLM).
     #[arg(long)]
     pub concurrency: Option<usize>,
 }

@@ -78,7 +78,12 @@ pub async fn generate(req: GenerateRequest) -> Result<GenerateReport> {
     let client = llm_client(req.llm.as_ref())?;
     let model: Option<Arc<dyn ChatModel>> =
         client.clone().map(|c| Arc::new(c) as Arc<dyn ChatModel>);
-    let sandbox = Sandbox::new(req.sandbox.sandbox_config(model.is_some())?).await?;
+    let capacity = req
+        .llm
+        .as_ref()
+        .filter(|_| model.is_some())
+        .map(|l| l.request_capacity(crate::llm::CallRole::Generator));
+    let sandbox = Sandbox::new(req.sandbox.sandbox_config(capacity)?).await?;
     let runs = req.tasks.iter().map(|t| {
         let (sandbox, program, model) = (&sandbox, &req.program, model.clone());
         async move {
