@@ -550,24 +550,17 @@ impl Evolution {
                 // flight at once rather than after them: with a slow model one can take
                 // minutes. Nothing is recorded for them; the proposal goes back to the saved
                 // generation and a resumed run evaluates it again.
-                Some(mut task) => Some(loop {
-                    match tokio::time::timeout(Duration::from_millis(200), &mut task).await {
-                        Ok(joined) => {
-                            break joined.unwrap_or_else(|e| {
-                                Evaluation::Infrastructure(format!(
-                                    "the evaluation task failed: {e}"
-                                ))
-                            })
-                        }
-                        Err(_) if self.control.stop.load(Ordering::SeqCst) => {
-                            task.abort();
-                            abort(&mut inflight);
-                            self.state.generation.push_front(entry);
-                            break 'run "interrupted".to_string();
-                        }
-                        Err(_) => {}
+                Some(mut task) => match join_unless_stopped(&mut task, &self.control.stop).await {
+                    Some(joined) => Some(joined.unwrap_or_else(|e| {
+                        Evaluation::Infrastructure(format!("the evaluation task failed: {e}"))
+                    })),
+                    None => {
+                        task.abort();
+                        abort(&mut inflight);
+                        self.state.generation.push_front(entry);
+                        break 'run "interrupted".to_string();
                     }
-                }),
+                },
                 None => None,
             };
             match self.record_proposed(entry, evaluation).await? {
@@ -1071,22 +1064,13 @@ impl Evolution {
             let Some(mut task) = self.validating.remove(&k) else {
                 unreachable!("every queued validation was spawned");
             };
-            let outcome = loop {
-                match tokio::time::timeout(Duration::from_millis(200), &mut task).await {
-                    Ok(joined) => {
-                        break joined.unwrap_or_else(|e| {
-                            CandidateOutcome::Infrastructure(format!(
-                                "the validation task failed: {e}"
-                            ))
-                        })
-                    }
-                    Err(_) if self.control.stop.load(Ordering::SeqCst) => {
-                        self.validating.insert(k, task);
-                        return Ok(false);
-                    }
-                    Err(_) => {}
-                }
+            let Some(joined) = join_unless_stopped(&mut task, &self.control.stop).await else {
+                self.validating.insert(k, task);
+                return Ok(false);
             };
+            let outcome = joined.unwrap_or_else(|e| {
+                CandidateOutcome::Infrastructure(format!("the validation task failed: {e}"))
+            });
             let q = self
                 .state
                 .validations
@@ -1364,6 +1348,21 @@ impl RunControl {
     fn say(&self, progress: Progress) {
         if let Some(p) = &self.progress {
             p(&progress);
+        }
+    }
+}
+
+/// Wait for `task`, checking `stop` every 200 ms: `None` when a stop is requested first (the
+/// task is left running; the caller aborts or keeps it).
+async fn join_unless_stopped<T>(
+    task: &mut tokio::task::JoinHandle<T>,
+    stop: &AtomicBool,
+) -> Option<std::result::Result<T, tokio::task::JoinError>> {
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), &mut *task).await {
+            Ok(joined) => return Some(joined),
+            Err(_) if stop.load(Ordering::SeqCst) => return None,
+            Err(_) => {}
         }
     }
 }
