@@ -10,7 +10,9 @@ evaluator, unchanged. Agent and user talk to models through LiteLLM (``openai/<m
 OpenAI-compatible ``api_base``).
 
 Episodes run concurrently (``--max-concurrency``, default 8), and the output file is appended
-as they finish: re-running an interrupted command plays only what is missing.
+as they finish: re-running an interrupted command plays only what is missing. Ctrl-C (SIGINT)
+stops the command at once with exit code 130: no new episode starts, and the ones in flight
+(inside model calls a signal does not reach) are abandoned, not waited for.
 
 Command line::
 
@@ -38,7 +40,7 @@ import random
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from ppol_rs.external import load_personas
 from ppol_rs.persona import inject_persona
@@ -65,6 +67,10 @@ EPISODE_KEYS = frozenset(
 """Keys of every episode record written by :func:`run_tau2_with_personas`."""
 
 _BASE_CLASS: Optional[type] = None
+
+_WRITE_LOCK = threading.Lock()
+"""Held while an episode record is appended to an output file (never a torn line between
+threads; :func:`main` takes it before exiting on Ctrl-C)."""
 
 
 def _import_tau2() -> Any:
@@ -355,7 +361,6 @@ def run_tau2_with_personas(
             plan.append((f"{task.id}:{persona['persona_id']}:{trial}", task, persona, user_cls, trial))
     done = {r["id"]: r for r in read_done(out_path)}
     todo = [job for job in plan if job[0] not in done]
-    lock = threading.Lock()
     stop = threading.Event()
     bar = _Progress(len(plan), len(plan) - len(todo), progress)
     bar.done = len(plan) - len(todo)
@@ -396,46 +401,81 @@ def run_tau2_with_personas(
             "user_cost": sim.user_cost,
             "tau2_simulation_id": sim.id,
         }
+        # Appended and closed per record, under the lock: an episode that finishes after an
+        # interrupt (its thread was inside a model call) is still kept.
         line = json.dumps(rec, ensure_ascii=False) + "\n"
-        with lock:
-            out.write(line)
-            out.flush()
+        with _WRITE_LOCK:
+            with open(out_path, "a", encoding="utf-8") as out:
+                out.write(line)
         return rec
 
     first_error: Optional[BaseException] = None
-    with open(out_path, "a", encoding="utf-8") as out:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency) as pool:
-            futures = {pool.submit(play, job): job[0] for job in todo}
+    # Not a `with` block: leaving one waits for every running episode, and on Ctrl-C those are
+    # inside LiteLLM calls (and τ²'s retries) that do not see the interrupt.
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency)
+    try:
+        futures = {pool.submit(play, job): job[0] for job in todo}
+        for fut in concurrent.futures.as_completed(futures):
+            eid = futures[fut]
             try:
-                for fut in concurrent.futures.as_completed(futures):
-                    eid = futures[fut]
-                    try:
-                        rec = fut.result()
-                    except Exception as e:
-                        bar.tick(failed=True)
-                        if on_error == "raise":
-                            if first_error is None:
-                                first_error = RuntimeError(f"τ² episode {eid} failed: {type(e).__name__}: {e}")
-                                first_error.__cause__ = e
-                                stop.set()
-                                for f in futures:
-                                    f.cancel()
-                            continue
-                        print(f"ppol tau2: episode {eid} failed, skipped: {type(e).__name__}: {e}", file=sys.stderr)
-                        continue
-                    if rec is not None:
-                        done[eid] = rec
-                        bar.tick()
-            except KeyboardInterrupt:
-                stop.set()
-                for f in futures:
-                    f.cancel()
-                raise
-            finally:
-                bar.close()
+                rec = fut.result()
+            except Exception as e:
+                bar.tick(failed=True)
+                if on_error == "raise":
+                    if first_error is None:
+                        first_error = RuntimeError(f"τ² episode {eid} failed: {type(e).__name__}: {e}")
+                        first_error.__cause__ = e
+                        stop.set()
+                        for f in futures:
+                            f.cancel()
+                    continue
+                print(f"ppol tau2: episode {eid} failed, skipped: {type(e).__name__}: {e}", file=sys.stderr)
+                continue
+            if rec is not None:
+                done[eid] = rec
+                bar.tick()
+    except BaseException:
+        # KeyboardInterrupt (or any other escape): no new episode starts, the running ones are
+        # not waited for; each one that still finishes is appended to the output.
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    else:
+        pool.shutdown(wait=True)
+    finally:
+        bar.close()
     if first_error is not None:
         raise first_error
     return [done[job[0]] for job in plan if job[0] in done]
+
+
+def _json_object(text: str) -> Dict[str, Any]:
+    """An ``--*-llm-args`` value: a JSON object (argparse reports the error with the flag)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at column {e.colno}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    return value
+
+
+def _exit_interrupted(out_path: str) -> NoReturn:
+    """Ctrl-C / SIGINT on the command line: say what the output keeps and exit 130 now.
+
+    The episodes still running sit in LiteLLM calls (τ² retries a model's empty answers, too)
+    that a signal does not reach, and the interpreter would wait for them at exit; the process
+    ends with ``os._exit`` instead, holding the write lock so that no record is cut."""
+    _WRITE_LOCK.acquire(timeout=5.0)  # held until the exit: no record is started after this
+    try:
+        kept = len(read_done(out_path))
+    except (OSError, ValueError):
+        kept = 0
+    print(f"\ninterrupted: {kept} τ² episode(s) kept in {out_path}; the same command plays "
+          "the rest", file=sys.stderr)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(130)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -455,6 +495,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--agent-llm", required=True, help="LiteLLM model of the agent, e.g. openai/gpt-4.1")
     ap.add_argument("--user-llm", required=True, help="LiteLLM model of the user simulator")
     ap.add_argument("--api-base", help="OpenAI-compatible base URL for both models")
+    ap.add_argument("--agent-llm-args", type=_json_object, default=None, metavar="JSON",
+                    help="extra LiteLLM arguments of the agent's calls, as τ²'s own CLI takes them, "
+                    "e.g. '{\"temperature\": 0, \"max_tokens\": 256, \"timeout\": 120}'")
+    ap.add_argument("--user-llm-args", type=_json_object, default=None, metavar="JSON",
+                    help="extra LiteLLM arguments of the user simulator's calls")
     ap.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "sk-none"),
                     help="API key (default: $OPENAI_API_KEY or sk-none)")
     ap.add_argument("--task-ids", help="comma-separated τ² task ids (every persona runs on each); "
@@ -486,6 +531,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         eps = run_tau2_with_personas(
             a.personas, a.domain, a.out,
             agent_llm=a.agent_llm, user_llm=a.user_llm, api_base=a.api_base, api_key=a.api_key,
+            llm_args_agent=a.agent_llm_args, llm_args_user=a.user_llm_args,
             task_ids=[t.strip() for t in a.task_ids.split(",") if t.strip()] if a.task_ids else None,
             trials=a.trials, max_steps=a.max_steps, seed=a.seed, agent=a.agent,
             on_error="skip" if a.skip_errors else "raise",
@@ -494,6 +540,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ImportError, OSError, ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        _exit_interrupted(a.out)
     rewards = [e["reward"] for e in eps if e["reward"] is not None]
     mean = f", mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
     print(f"{len(eps)} τ² episodes in {a.out}{mean}", file=sys.stderr)
