@@ -189,12 +189,14 @@ class LocalServerUrl(str):
 
 # llama-cpp-python (0.3.x) ignores a request's ``max_tokens`` on the tool-call branch of its
 # ``chatml-function-calling`` handler (it calls ``create_completion(max_tokens=None)``), so a weak
-# model writing tool arguments can generate until the context window is full, and its loop of
-# "another tool call?" choices never ends while the model keeps naming tools — minutes on a CPU
-# while every other request waits. The launcher starts the server through this snippet, which
-# hands the chat request's ``max_tokens`` down to those inner completions and ends the loop after
-# two tool calls in one answer; nothing else changes, and the HTTP API is the stock one.
-# ``bound_tool_calls=False`` (``--stock``) starts ``python -m llama_cpp.server`` unchanged.
+# model writing tool arguments may generate until the context window is full, and its loop of
+# "another tool call?" choices goes on while the model keeps naming tools — on a CPU, up to a
+# minute or two while every other request waits. ppol copes with the stock server (its client
+# times out, records the long answer, and answers bad arguments with a tool error), and the
+# launcher starts it unchanged by default. ``bound_tool_calls=True`` (``--bound-tool-calls``)
+# starts it through this snippet instead, which hands the chat request's ``max_tokens`` down to
+# those inner completions and ends the loop after two tool calls in one answer: faster, but no
+# longer the stock server (the HTTP API is the same).
 BOUND_TOOL_CALLS_BOOT = r"""
 import runpy, sys, threading
 import llama_cpp
@@ -231,7 +233,7 @@ class LocalServer:
                  chat_alias: str = CHAT_ALIAS, tools_alias: str = TOOLS_ALIAS,
                  threads: Optional[int] = None, startup_timeout: float = 180.0,
                  log: Optional[str] = None, layout: str = "split",
-                 bound_tool_calls: bool = True):
+                 bound_tool_calls: bool = False):
         if n_ctx < 512:
             raise LocalServerError("n_ctx must be at least 512, got %d" % n_ctx)
         if layout not in ("split", "one"):
@@ -397,9 +399,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--toml", default=None, metavar="FILE", help="also write the [llm] section to FILE")
     p.add_argument("--log", default=None, metavar="FILE", help="server log (default: a temporary file)")
     p.add_argument("--startup-timeout", type=float, default=180.0)
-    p.add_argument("--stock", action="store_true",
-                   help="start llama-cpp-python's server unchanged: its function-calling format then "
-                        "ignores max_tokens on tool calls (a weak model can fill the context)")
+    p.add_argument("--bound-tool-calls", action="store_true",
+                   help="patch llama-cpp-python in the server process so that its function-calling "
+                        "format honours max_tokens and stops after two tool calls per answer "
+                        "(faster with a weak model; default: the stock server, unchanged)")
+    p.add_argument("--stock", action="store_true", help=argparse.SUPPRESS)  # the default now
     args = p.parse_args(argv)
 
     stop = {"signal": None}
@@ -413,7 +417,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         server = LocalServer(n_ctx=args.n_ctx, port=args.port, python=args.python, model=args.model,
                              chat_alias=args.chat_alias, tools_alias=args.tools_alias,
                              threads=args.threads, startup_timeout=args.startup_timeout,
-                             bound_tool_calls=not args.stock,
+                             bound_tool_calls=args.bound_tool_calls and not args.stock,
                              log=args.log, layout=args.layout)
     except LocalServerError as e:
         print("error: %s" % e, file=sys.stderr)
