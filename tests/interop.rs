@@ -768,11 +768,35 @@ max_usd = 2.5
     let section = dir.path().join("local.toml");
     std::fs::write(
         &section,
-        "[llm]\nmax_concurrency = 1\nmax_retries = 2\n\n[llm.default]\nprovider = \"openai\"\nmodel = \"smollm2-chat\"\nbase_url = \"http://127.0.0.1:1/v1\"\ncontext_window = 8192\nmax_concurrency = 1\ntimeout_s = 180\n\n[llm.roles.agent]\nmodel = \"smollm2-tools\"\nbase_url = \"http://127.0.0.1:2/v1\"\n",
+        "[llm]\nmax_concurrency = 1\nmax_retries = 2\n\n[llm.default]\nprovider = \"openai\"\nmodel = \"smollm2-chat\"\nbase_url = \"http://127.0.0.1:1/v1\"\ncontext_window = 8192\nmax_concurrency = 1\ntimeout_s = 180\n\n[llm.roles.agent]\nmodel = \"smollm2-tools\"\nbase_url = \"http://127.0.0.1:2/v1\"\ntool_argument_max_chars = 200\nstop = [\"functions.\"]\n",
     )
     .unwrap();
     let cfg = LlmConfig::from_toml_file(&section).unwrap();
     assert_eq!(cfg.spec(CallRole::Agent).max_concurrency, Some(1));
+    assert_eq!(cfg.spec(CallRole::Agent).tool_argument_max_chars, Some(200));
+    assert_eq!(
+        cfg.spec(CallRole::Agent).stop,
+        vec!["functions.".to_string()]
+    );
+    assert_eq!(cfg.spec(CallRole::UserSim).tool_argument_max_chars, None);
+    assert!(cfg.spec(CallRole::UserSim).stop.is_empty());
+    // Bad values name their key.
+    for (line, key) in [
+        (
+            "tool_argument_max_chars = 0",
+            "llm.roles.agent.tool_argument_max_chars",
+        ),
+        ("stop = [\"\"]", "llm.roles.agent.stop"),
+    ] {
+        let f = dir.path().join("bad-bound.toml");
+        std::fs::write(
+            &f,
+            format!("[llm.default]\nmodel = \"m\"\n[llm.roles.agent]\n{line}\n"),
+        )
+        .unwrap();
+        let err = LlmConfig::from_toml_file(&f).unwrap_err().to_string();
+        assert!(err.contains(key), "{line}: {err}");
+    }
     assert!(root().join("python/ppol_rs/local_server.py").is_file());
 }
 

@@ -399,6 +399,39 @@ async fn cache_hits_skip_the_server() {
         broke.chat(&user(CallRole::Agent, "new")).await,
         Err(Error::BudgetExhausted(_))
     ));
+
+    // Stop sequences or bounded tool arguments change what is sent, so they miss too; and
+    // the shaped client hits its own entries.
+    cfg.budget.max_tokens = None;
+    cfg.default.stop = vec!["functions.".into()];
+    let shaped = LlmClient::from_config(&cfg).unwrap();
+    let before = server.requests();
+    assert!(
+        !shaped
+            .chat(&user(CallRole::Agent, "same"))
+            .await
+            .unwrap()
+            .cached
+    );
+    assert!(
+        shaped
+            .chat(&user(CallRole::Agent, "same"))
+            .await
+            .unwrap()
+            .cached
+    );
+    cfg.default.tool_argument_max_chars = Some(100);
+    let bounded = LlmClient::from_config(&cfg).unwrap();
+    assert!(
+        !bounded
+            .chat(&user(CallRole::Agent, "same"))
+            .await
+            .unwrap()
+            .cached
+    );
+    assert_eq!(server.requests(), before + 2);
+    let last = server.bodies().pop().unwrap();
+    assert_eq!(last["stop"], json!(["functions."]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -89,9 +89,11 @@ def test_the_printed_toml_is_a_per_role_llm_section():
     assert cfg["default"]["model"] == "smollm2-chat"
     assert cfg["default"]["base_url"] == "http://127.0.0.1:1/v1"
     assert cfg["default"]["context_window"] == 4096
-    assert cfg["roles"]["agent"] == {"model": "smollm2-tools", "base_url": "http://127.0.0.1:2/v1"}
+    bounds = {"tool_argument_max_chars": 200, "stop": ["functions."]}
+    assert cfg["roles"]["agent"] == {"model": "smollm2-tools", "base_url": "http://127.0.0.1:2/v1",
+                                     **bounds}
     one = tomllib.loads(ls.llm_toml("http://127.0.0.1:1/v1"))["llm"]
-    assert one["roles"]["agent"] == {"model": "smollm2-tools"}
+    assert one["roles"]["agent"] == {"model": "smollm2-tools", **bounds}
     with pytest.raises(ls.LocalServerError, match="n_ctx"):
         ls.LocalServer(n_ctx=100)
 

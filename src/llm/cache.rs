@@ -72,17 +72,33 @@ impl ResponseCache {
     /// The key of a request sent to `model` at `base_url` through `provider`. The request's
     /// role is not part of the key.
     pub fn key(provider: &str, model: &str, base_url: &str, request: &ChatRequest) -> String {
+        ResponseCache::key_shaped(provider, model, base_url, &Value::Null, request)
+    }
+
+    /// [`ResponseCache::key`] for a model whose requests are also shaped by its spec
+    /// ([`super::ModelSpec::request_shaping`]: stop sequences, bounded tool arguments); a
+    /// null `shaping` gives the same key as [`ResponseCache::key`].
+    pub fn key_shaped(
+        provider: &str,
+        model: &str,
+        base_url: &str,
+        shaping: &Value,
+        request: &ChatRequest,
+    ) -> String {
         let mut req = serde_json::to_value(request).unwrap_or(Value::Null);
         if let Value::Object(m) = &mut req {
             m.remove("role");
         }
-        let material = json!({
+        let mut material = json!({
             "v": KEY_VERSION,
             "provider": provider,
             "model": model,
             "base_url": base_url,
             "request": req,
         });
+        if !shaping.is_null() {
+            material["shaping"] = shaping.clone();
+        }
         sha256_hex(canonical_json(&material).as_bytes())
     }
 

@@ -654,7 +654,15 @@ impl LlmClient {
             .cache
             .as_ref()
             .filter(|_| provider.cacheable())
-            .map(|_| ResponseCache::key(provider.name(), provider.model(), &endpoint, &request));
+            .map(|_| {
+                ResponseCache::key_shaped(
+                    provider.name(),
+                    provider.model(),
+                    &endpoint,
+                    &route.spec.request_shaping(),
+                    &request,
+                )
+            });
         if let (Some(cache), Some(key)) = (&self.inner.cache, &cache_key) {
             if let Some(hit) = cache.get(key) {
                 self.record(role, Outcome::Hit);

@@ -30,6 +30,8 @@
 //! deadline_s = 150           # one call, retries and waits included (unset: 2.5 × timeout_s)
 //! context_window = 8192      # the model's context in tokens (unset: learned from a 400)
 //! max_concurrency = 4        # cap of requests in flight to each base URL (unset: no extra cap)
+//! stop = ["</answer>"]       # stop sequences sent with every request (unset: none)
+//! tool_argument_max_chars = 200   # bound of each string in tool-call arguments (see below)
 //! headers = { "X-Title" = "ppol" }
 //!
 //! [roles.user-sim]           # field-by-field override of [default] for one role
@@ -58,6 +60,15 @@
 //! accounting see one model. The `--llm` form takes them comma-separated:
 //! `openai:MODEL@http://a:8000/v1,http://b:8000/v1`.
 //!
+//! **Bounded tool arguments.** Servers that constrain tool calls with a grammar built from the
+//! tool's JSON schema (llama.cpp, llama-cpp-python, vLLM's guided decoding) let a weak model
+//! write one string argument until the context window is full; llama-cpp-python 0.3.x even
+//! ignores `max_tokens` there, so one such answer holds the server for minutes. With
+//! `tool_argument_max_chars = N` the tool schemas sent to that model give every string a
+//! `maxLength` of at most N and every list a `maxItems` of at most
+//! [`TOOL_ARGUMENT_MAX_ITEMS`], so the grammar ends the argument; what the tools accept does
+//! not change (a longer value would have been an invalid id anyway).
+//!
 //! Role names are `user-sim`, `agent`, `mutator`, `generator` and `reflection`. Every unknown
 //! key is an [`Error::Config`] naming the dotted key (`roles.agent.temprature`).
 //!
@@ -74,6 +85,9 @@ use serde::{Deserialize, Serialize};
 
 use super::CallRole;
 use crate::{Error, Result};
+
+/// Longest list a tool-call argument may hold under [`ModelSpec::tool_argument_max_chars`].
+pub const TOOL_ARGUMENT_MAX_ITEMS: u32 = 16;
 
 /// Default base URL of the `openai` provider when neither the spec nor `$OPENAI_BASE_URL` set one.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -241,6 +255,15 @@ pub struct ModelSpec {
     /// wants 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<usize>,
+    /// Stop sequences sent with every request of this model (OpenAI's `stop`; `openai` only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// Bound of tool-call arguments: the tool schemas sent to this model give every string a
+    /// `maxLength` of at most this many characters and every list a `maxItems` of at most
+    /// [`TOOL_ARGUMENT_MAX_ITEMS`] (see the module docs). `None`: schemas as the tools define
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_argument_max_chars: Option<u32>,
     /// Extra HTTP headers sent with every request (`openai` only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -263,6 +286,8 @@ impl Default for ModelSpec {
             deadline_s: None,
             context_window: None,
             max_concurrency: None,
+            stop: Vec::new(),
+            tool_argument_max_chars: None,
             headers: BTreeMap::new(),
             script: None,
         }
@@ -375,6 +400,18 @@ impl ModelSpec {
         }
     }
 
+    /// What this spec adds to every request beyond the request itself (stop sequences,
+    /// bounded tool arguments) — part of a cached answer's key; null when nothing.
+    pub fn request_shaping(&self) -> serde_json::Value {
+        if self.stop.is_empty() && self.tool_argument_max_chars.is_none() {
+            return serde_json::Value::Null;
+        }
+        serde_json::json!({
+            "stop": self.stop,
+            "tool_argument_max_chars": self.tool_argument_max_chars,
+        })
+    }
+
     /// The per-attempt timeout.
     pub fn timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64(self.timeout_s.max(0.001))
@@ -416,6 +453,21 @@ impl ModelSpec {
             return Err(Error::config(
                 format!("{key}.max_concurrency"),
                 "must be at least 1 (leave it out for no per-endpoint limit)",
+            ));
+        }
+        if self.tool_argument_max_chars == Some(0) {
+            return Err(Error::config(
+                format!("{key}.tool_argument_max_chars"),
+                "must be at least 1 (leave it out for unbounded arguments)",
+            ));
+        }
+        if let Some(i) = self.stop.iter().position(|s| s.is_empty()) {
+            return Err(Error::config(
+                format!("{key}.stop"),
+                format!(
+                    "entry {} is empty; a stop sequence needs at least one character",
+                    i + 1
+                ),
             ));
         }
         if self.max_tokens == Some(0) {
@@ -519,6 +571,12 @@ pub struct ModelPatch {
     /// See [`ModelSpec::max_concurrency`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<usize>,
+    /// See [`ModelSpec::stop`] (replaces the default's list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Vec<String>>,
+    /// See [`ModelSpec::tool_argument_max_chars`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_argument_max_chars: Option<u32>,
     /// Extra headers, merged over the default's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
@@ -541,6 +599,8 @@ impl ModelPatch {
             deadline_s: spec.deadline_s,
             context_window: spec.context_window,
             max_concurrency: spec.max_concurrency,
+            stop: Some(spec.stop.clone()),
+            tool_argument_max_chars: spec.tool_argument_max_chars,
             headers: Some(spec.headers.clone()),
             script: spec.script.clone(),
         }
@@ -582,6 +642,12 @@ impl ModelPatch {
         }
         if let Some(c) = self.max_concurrency {
             s.max_concurrency = Some(c);
+        }
+        if let Some(stop) = &self.stop {
+            s.stop = stop.clone();
+        }
+        if let Some(n) = self.tool_argument_max_chars {
+            s.tool_argument_max_chars = Some(n);
         }
         if let Some(h) = &self.headers {
             s.headers
@@ -728,6 +794,8 @@ const SPEC_KEYS: &[&str] = &[
     "deadline_s",
     "context_window",
     "max_concurrency",
+    "stop",
+    "tool_argument_max_chars",
     "headers",
     "script",
 ];

@@ -24,7 +24,11 @@
 //!   failing the attempt, so the agent loop can answer them with a tool error and let the
 //!   model try again — resending an identical request at temperature 0 gets the same answer;
 //! * a 400 saying the prompt exceeds the context window is [`FailureKind::ContextLength`], so
-//!   that the client can trim and resend.
+//!   that the client can trim and resend;
+//! * with `tool_argument_max_chars` set, tool schemas whose strings carry a `maxLength` and
+//!   lists a `maxItems` ([`bounded_tool_schema`]): llama-cpp-python turns a tool's schema into
+//!   the grammar of its arguments and ignores `max_tokens` on that branch, and SmolLM2-135M
+//!   was measured writing one `product_id` of 6,629 tokens (352 s, the context full).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,6 +50,81 @@ use crate::{Error, Result};
 
 /// Longest body excerpt quoted in error messages.
 const EXCERPT: usize = 300;
+
+/// `schema` (a tool's parameters) with every string bounded to `max_chars` characters
+/// (`maxLength`) and every list to [`super::config::TOOL_ARGUMENT_MAX_ITEMS`] items
+/// (`maxItems`); tighter bounds already there stay, and strings with an `enum`, a `const` or a
+/// `format` are left alone (they are bounded already, or a server checks them otherwise).
+pub fn bounded_tool_schema(schema: &Value, max_chars: u32) -> Value {
+    let mut out = schema.clone();
+    bound_schema(&mut out, max_chars);
+    out
+}
+
+fn bound_schema(schema: &mut Value, max_chars: u32) {
+    match schema {
+        Value::Object(map) => {
+            let types: Vec<&str> = match map.get("type") {
+                Some(Value::String(t)) => vec![t.as_str()],
+                Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            let is_string = types.contains(&"string")
+                && !map.contains_key("enum")
+                && !map.contains_key("const")
+                && !map.contains_key("format");
+            let is_array = types.contains(&"array");
+            if is_string {
+                tighten(map, "maxLength", max_chars);
+            }
+            if is_array {
+                tighten(map, "maxItems", super::config::TOOL_ARGUMENT_MAX_ITEMS);
+            }
+            // Sub-schemas: properties, items, definitions, combinators. Keyword values that
+            // are data (`enum`, `const`, `default`, `examples`) are not schemas.
+            for (key, value) in map.iter_mut() {
+                match key.as_str() {
+                    "properties" | "patternProperties" | "$defs" | "definitions" => {
+                        if let Value::Object(subs) = value {
+                            for sub in subs.values_mut() {
+                                bound_schema(sub, max_chars);
+                            }
+                        }
+                    }
+                    "items" | "additionalProperties" | "not" | "contains" => {
+                        bound_schema(value, max_chars)
+                    }
+                    "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
+                        if let Value::Array(subs) = value {
+                            for sub in subs {
+                                bound_schema(sub, max_chars);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Value::Array(items) => {
+            // draft-4 tuple `items: [...]`
+            for sub in items {
+                bound_schema(sub, max_chars);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Set `map[key]` to `bound` unless a number at most that large is there already.
+fn tighten(map: &mut Map<String, Value>, key: &str, bound: u32) {
+    let keep = map
+        .get(key)
+        .and_then(Value::as_u64)
+        .is_some_and(|v| v <= u64::from(bound));
+    if !keep {
+        map.insert(key.into(), json!(bound));
+    }
+}
 
 fn excerpt(s: &str) -> String {
     let s = s.trim();
@@ -243,6 +322,8 @@ pub struct OpenAiProvider {
     base_url: String,
     temperature: Option<f32>,
     max_tokens: Option<u32>,
+    stop: Vec<String>,
+    tool_argument_max_chars: Option<u32>,
     /// Send `max_completion_tokens` instead of `max_tokens` (learned from a 400).
     use_max_completion_tokens: AtomicBool,
     /// Do not send `temperature` (learned from a 400).
@@ -301,6 +382,8 @@ impl OpenAiProvider {
             base_url,
             temperature: spec.temperature,
             max_tokens: spec.max_tokens,
+            stop: spec.stop.clone(),
+            tool_argument_max_chars: spec.tool_argument_max_chars,
             use_max_completion_tokens: AtomicBool::new(false),
             omit_temperature: AtomicBool::new(false),
         })
@@ -366,12 +449,16 @@ impl OpenAiProvider {
                 .tools
                 .iter()
                 .map(|t| {
+                    let parameters = match self.tool_argument_max_chars {
+                        Some(n) => bounded_tool_schema(&t.parameters, n),
+                        None => t.parameters.clone(),
+                    };
                     json!({
                         "type": "function",
                         "function": {
                             "name": t.name,
                             "description": t.description,
-                            "parameters": t.parameters,
+                            "parameters": parameters,
                         }
                     })
                 })
@@ -395,6 +482,9 @@ impl OpenAiProvider {
         }
         if let Some(s) = request.seed {
             body.insert("seed".into(), json!(s));
+        }
+        if !self.stop.is_empty() {
+            body.insert("stop".into(), json!(self.stop));
         }
         body.insert("stream".into(), json!(false));
         Ok(Value::Object(body))
@@ -755,7 +845,119 @@ impl ChatModel for OpenAiProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::{CallRole, ToolSpec};
     use std::time::{SystemTime, UNIX_EPOCH};
+
+    /// τ² airline's `book_reservation` shape: strings, an enum, lists of objects, a number.
+    fn booking_schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "user_id": {"type": "string", "description": "The id, such as 'sara_doe_496'."},
+                "cabin": {"type": "string", "enum": ["basic_economy", "economy", "business"]},
+                "date": {"type": "string", "format": "date"},
+                "flights": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {"flight_number": {"type": "string"}, "date": {"type": "string"}},
+                }},
+                "passengers": {"type": "array", "maxItems": 5, "items": {"$ref": "#/$defs/Passenger"}},
+                "note": {"type": ["string", "null"], "maxLength": 40},
+                "total": {"type": "number"},
+            },
+            "$defs": {"Passenger": {"type": "object", "properties": {
+                "first_name": {"type": "string", "maxLength": 500},
+            }}},
+            "required": ["user_id"],
+        })
+    }
+
+    #[test]
+    fn tool_schemas_get_bounded_strings_and_lists_and_keep_the_rest() {
+        let b = bounded_tool_schema(&booking_schema(), 120);
+        let p = &b["properties"];
+        assert_eq!(p["user_id"]["maxLength"], 120);
+        assert_eq!(
+            p["user_id"]["description"],
+            "The id, such as 'sara_doe_496'."
+        );
+        assert!(
+            p["cabin"].get("maxLength").is_none(),
+            "an enum is bounded already"
+        );
+        assert!(
+            p["date"].get("maxLength").is_none(),
+            "a format is checked otherwise"
+        );
+        assert_eq!(p["flights"]["maxItems"], 16);
+        assert_eq!(
+            p["flights"]["items"]["properties"]["flight_number"]["maxLength"],
+            120
+        );
+        assert_eq!(p["passengers"]["maxItems"], 5, "a tighter bound stays");
+        assert_eq!(p["note"]["maxLength"], 40);
+        assert_eq!(
+            b["$defs"]["Passenger"]["properties"]["first_name"]["maxLength"],
+            120
+        );
+        assert!(p["total"].get("maxLength").is_none());
+        assert_eq!(b["required"], json!(["user_id"]));
+        // Nothing else moved: removing the added bounds gives the schema back.
+        let mut back = b.clone();
+        back["properties"]["user_id"]
+            .as_object_mut()
+            .unwrap()
+            .remove("maxLength");
+        back["properties"]["flights"]
+            .as_object_mut()
+            .unwrap()
+            .remove("maxItems");
+        back["properties"]["flights"]["items"]["properties"]["flight_number"]
+            .as_object_mut()
+            .unwrap()
+            .remove("maxLength");
+        back["properties"]["flights"]["items"]["properties"]["date"]
+            .as_object_mut()
+            .unwrap()
+            .remove("maxLength");
+        back["$defs"]["Passenger"]["properties"]["first_name"]["maxLength"] = json!(500);
+        assert_eq!(back, booking_schema());
+    }
+
+    #[test]
+    fn the_request_carries_stop_and_bounded_tools_only_when_configured() {
+        let tools = vec![ToolSpec {
+            name: "book_reservation".into(),
+            description: "Book.".into(),
+            parameters: booking_schema(),
+        }];
+        let mut request = ChatRequest::new(
+            CallRole::Agent,
+            vec![Turn::new(Role::User, "Book me a flight.")],
+        );
+        request.tools = tools;
+        let mut spec = ModelSpec::openai("m", Some("http://127.0.0.1:9/v1".into()));
+        let plain = OpenAiProvider::from_spec(&spec, "roles.agent")
+            .unwrap()
+            .request_body(&request)
+            .unwrap();
+        assert!(plain.get("stop").is_none());
+        assert_eq!(
+            plain["tools"][0]["function"]["parameters"],
+            booking_schema()
+        );
+        spec.stop = vec!["functions.".into()];
+        spec.tool_argument_max_chars = Some(64);
+        let body = OpenAiProvider::from_spec(&spec, "roles.agent")
+            .unwrap()
+            .request_body(&request)
+            .unwrap();
+        assert_eq!(body["stop"], json!(["functions."]));
+        assert_eq!(
+            body["tools"][0]["function"]["parameters"],
+            bounded_tool_schema(&booking_schema(), 64)
+        );
+        assert_eq!(body["tool_choice"], "auto");
+    }
 
     #[test]
     fn retry_after_takes_seconds_and_http_dates() {
