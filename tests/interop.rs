@@ -470,6 +470,41 @@ async fn the_call_deadline_bounds_a_server_that_never_answers() {
     assert!(client.accounting().total.attempts <= 3);
 }
 
+// See: "Real models in the loop" — on stock llama-cpp-python a tool call ignores max_tokens and
+// SmolLM2 wrote one argument for 352 s; the timeout of a request with tools says what bounds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_request_that_times_out_names_the_bound_to_set() {
+    let server = serve(MockScript::always(
+        MockReply::text("late").with_delay(60_000),
+    ))
+    .await
+    .unwrap();
+    let mut cfg = mock_config(&server.base_url());
+    cfg.default.timeout_s = 0.3;
+    cfg.max_retries = 0;
+    let client = LlmClient::from_config(&cfg).unwrap();
+    let msg = message(client.chat(&agent_request("a")).await.unwrap_err());
+    assert!(msg.contains("no answer within 0.300 s"), "{msg}");
+    assert!(
+        msg.contains("tool_argument_max_chars (and stop) under [llm.roles.agent]"),
+        "{msg}"
+    );
+    // without tools, or with the bound set, the timeout is only a timeout
+    let plain = ChatRequest::new(CallRole::Agent, vec![Turn::new(Role::User, "a")]);
+    let msg = message(client.chat(&plain).await.unwrap_err());
+    assert!(
+        msg.contains("no answer within") && !msg.contains("tool_argument_max_chars"),
+        "{msg}"
+    );
+    cfg.default.tool_argument_max_chars = Some(200);
+    let bounded = LlmClient::from_config(&cfg).unwrap();
+    let msg = message(bounded.chat(&agent_request("a")).await.unwrap_err());
+    assert!(
+        msg.contains("no answer within") && !msg.contains("tool_argument_max_chars"),
+        "{msg}"
+    );
+}
+
 // See: "Real models (2)" — at temperature 0 with a fixed seed every retry was identical; a retry
 // after a failure of the content changes seed and temperature.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -759,7 +759,11 @@ impl LlmClient {
                             timeout.as_secs_f64()
                         )
                     } else {
-                        format!("no answer within {:.3} s", timeout.as_secs_f64())
+                        format!(
+                            "no answer within {:.3} s{}",
+                            timeout.as_secs_f64(),
+                            unbounded_tools_hint(&sent, &route.spec)
+                        )
                     },
                 )),
             };
@@ -1125,4 +1129,19 @@ impl ChatModel for LlmClient {
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse> {
         self.call(request).await
     }
+}
+
+/// What to change when a request that offers tools gets no answer in time and nothing bounds
+/// the tool-call arguments: llama-cpp-python's function-calling format ignores `max_tokens`
+/// on a tool call, and a weak model writes one argument until the context is full.
+fn unbounded_tools_hint(request: &ChatRequest, spec: &ModelSpec) -> String {
+    if request.tools.is_empty() || spec.tool_argument_max_chars.is_some() {
+        return String::new();
+    }
+    let role = request.role.as_str();
+    format!(
+        "; a request with tools that does not end is often a server that ignores max_tokens on \
+         tool calls (llama-cpp-python): bound the arguments with tool_argument_max_chars (and \
+         stop) under [llm.roles.{role}]"
+    )
 }
