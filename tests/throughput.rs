@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ppol::dialogue::{Role, Turn};
 use ppol::front::ops::{self, EpisodesRequest};
+use ppol::llm::endpoint::INITIAL_LIMIT;
 use ppol::llm::{BaseUrl, CallRole, ChatModel, ChatRequest, LlmClient, LlmConfig, ModelSpec};
 use ppol::persona::Persona;
 use ppol::simulate::episode::record::EpisodeStatus;
@@ -201,8 +202,11 @@ async fn a_single_slot_server_sees_no_timeouts() {
     assert_eq!(report.failed(), 0, "{:?}", report.episodes[0].error);
     assert_eq!(acc.total.failures, 0);
     assert_eq!(acc.total.retries, 0, "an attempt timed out: {acc}");
+    // The limit came down from where it starts; where it settles (4 or 5 on a quiet machine,
+    // 5 under a parallel compile) matters less than what it is for: the server's queue stays
+    // far shorter than the timeout.
     let e = &acc.endpoints[0];
-    assert!(e.limit <= 4, "{e:?}");
+    assert!(e.limit < INITIAL_LIMIT && e.decreases >= 1, "{e:?}");
     assert!(server.stats().queue_wait_ms_max < 3000);
 }
 
