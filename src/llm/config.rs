@@ -67,7 +67,10 @@
 //! `tool_argument_max_chars = N` the tool schemas sent to that model give every string a
 //! `maxLength` of at most N and every list a `maxItems` of at most
 //! [`TOOL_ARGUMENT_MAX_ITEMS`], so the grammar ends the argument; what the tools accept does
-//! not change (a longer value would have been an invalid id anyway).
+//! not change (a longer value would have been an invalid id anyway). Keep N small for
+//! llama-cpp-python: 0.3.36 turns `maxLength` into nested optional rules, and its server
+//! process crashed (SIGSEGV) on a `maxLength` of 1,024 while 768 worked; `200` (what
+//! `python -m ppol_rs.local_server` prints) ended the 352-s argument above in 3 s.
 //!
 //! Role names are `user-sim`, `agent`, `mutator`, `generator` and `reflection`. Every unknown
 //! key is an [`Error::Config`] naming the dotted key (`roles.agent.temprature`).
