@@ -23,7 +23,7 @@ pub enum Error {
         /// printed error chain says it once).
         error: std::io::Error,
     },
-    /// Input data does not have the expected shape. `location` is "line 3", "$[2].conversation[0].content", ...
+    /// Input data does not have the expected shape. `location` is "line 3", `$[2].conversation[0].content`, ...
     #[error("{}: {location}: {message}", path.display())]
     Parse {
         /// The file (or a pseudo-path such as `<stdin>` / `<python>`).
