@@ -131,7 +131,7 @@ async fn every_request_is_bounded_by_a_role_default_or_the_spec() {
     for (role, want) in [
         (CallRole::UserSim, 300),
         (CallRole::Agent, 600),
-        (CallRole::Reflection, 1024),
+        (CallRole::Reflection, 2000),
         (CallRole::Mutator, 77),
     ] {
         client

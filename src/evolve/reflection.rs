@@ -138,6 +138,32 @@ pub fn request(computed: &str, evidence: &Evidence<'_>) -> ChatRequest {
     );
     let mut r = ChatRequest::new(CallRole::Reflection, vec![Turn::new(Role::User, prompt)]);
     r.temperature = Some(0.25);
-    r.max_tokens = Some(2000);
+    // No max_tokens of its own: the reflection role's (`[llm.roles.reflection]` or
+    // `[llm.default]` max_tokens), else its default of 2,000 (the reference's value).
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_leaves_its_cap_to_the_reflection_role() {
+        let metrics = EvalMetrics::default();
+        let evidence = Evidence {
+            personas: &[],
+            episodes: &[],
+            p_human: &[],
+            fingerprints: &[],
+            metrics: &metrics,
+            context: "A customer of an airline.",
+        };
+        let r = request("combined 0.5", &evidence);
+        assert_eq!(r.role, CallRole::Reflection);
+        assert_eq!(r.temperature, Some(0.25));
+        // `[llm.roles.reflection] max_tokens` must be able to cap it (the request used to
+        // carry 2,000 of its own, which beat the configuration)
+        assert_eq!(r.max_tokens, None);
+        assert_eq!(CallRole::Reflection.default_max_tokens(), 2000);
+    }
 }
