@@ -166,7 +166,9 @@ pub struct MutationSection {
     pub reflection: bool,
     /// Mutator temperature.
     pub temperature: f32,
-    /// Mutator max tokens.
+    /// The completion cap of every mutation request (default 8,192, the reference's). It is
+    /// the mutation's own setting, so it wins over `[llm.roles.mutator] max_tokens`; a small
+    /// local model wants it lowered here (the real-model CI step uses 512).
     pub max_tokens: u32,
 }
 
