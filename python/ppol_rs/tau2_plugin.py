@@ -53,10 +53,10 @@ __all__ = [
     "USER_NAME",
     "main",
     "persona_user_class",
-    "text_fallback_agent_class",
     "read_done",
     "run_tau2_with_personas",
     "simulation_to_conversation",
+    "text_fallback_agent_class",
 ]
 
 USER_NAME = "ppol_persona_user"
