@@ -12,7 +12,9 @@ use ppol::llm::{CallRole, ChatModel, ChatRequest, LlmClient, LlmConfig, ModelSpe
 use ppol::simulate::episode::record::EpisodeStatus;
 use ppol::simulate::episode::runner::{load_domain, Backend, Tau2Runner};
 use ppol::simulate::episode::EpisodeRunner;
-use ppol::testing::mock_server::{serve, serve_with, MockOptions, MockReply, MockRule, MockScript};
+use ppol::testing::mock_server::{
+    serve, serve_with, MockOptions, MockReply, MockRule, MockScript, MockServer,
+};
 use ppol::Error;
 use serde_json::{json, Value};
 
@@ -440,15 +442,20 @@ async fn a_refused_connection_that_comes_back_is_waited_for() {
     );
 }
 
+/// A server whose every answer comes a minute late.
+async fn server_that_never_answers() -> MockServer {
+    serve(MockScript::always(
+        MockReply::text("late").with_delay(60_000),
+    ))
+    .await
+    .unwrap()
+}
+
 // See: "Nothing lost, nothing escapes" — a server that never answers cost 5 × 60 s per call;
 // the per-call deadline bounds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_call_deadline_bounds_a_server_that_never_answers() {
-    let server = serve(MockScript::always(
-        MockReply::text("late").with_delay(60_000),
-    ))
-    .await
-    .unwrap();
+    let server = server_that_never_answers().await;
     let mut cfg = mock_config(&server.base_url());
     cfg.default.timeout_s = 1.0;
     cfg.default.deadline_s = Some(2.5);
@@ -474,11 +481,7 @@ async fn the_call_deadline_bounds_a_server_that_never_answers() {
 // SmolLM2 wrote one argument for 352 s; the timeout of a request with tools says what bounds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_request_that_times_out_names_the_bound_to_set() {
-    let server = serve(MockScript::always(
-        MockReply::text("late").with_delay(60_000),
-    ))
-    .await
-    .unwrap();
+    let server = server_that_never_answers().await;
     let mut cfg = mock_config(&server.base_url());
     cfg.default.timeout_s = 0.3;
     cfg.max_retries = 0;
