@@ -336,25 +336,13 @@ async fn cache_hits_skip_the_server() {
     let mut hot = user(CallRole::Agent, "same");
     hot.temperature = Some(1.0);
     assert!(!client.chat(&hot).await.unwrap().cached);
-    assert!(
-        !client
-            .chat(&user(CallRole::Agent, "other"))
-            .await
-            .unwrap()
-            .cached
-    );
+    assert!(!cached(&client, "other").await);
     assert_eq!(server.requests(), 3);
     assert_eq!(client.cache().unwrap().len(), 3);
 
     // A new client over the same directory hits.
     let again = LlmClient::from_config(&cfg).unwrap();
-    assert!(
-        again
-            .chat(&user(CallRole::Agent, "same"))
-            .await
-            .unwrap()
-            .cached
-    );
+    assert!(cached(&again, "same").await);
     assert_eq!(server.requests(), 3);
 
     // Entries are sha256-named files in two-character shards; a corrupt one is a miss.
@@ -369,32 +357,14 @@ async fn cache_hits_skip_the_server() {
     let entry = again.cache().unwrap().path(&key);
     assert!(entry.starts_with(dir.path().join("cache").join(&key[..2])));
     std::fs::write(&entry, "{ not json").unwrap();
-    assert!(
-        !again
-            .chat(&user(CallRole::Agent, "other"))
-            .await
-            .unwrap()
-            .cached
-    );
+    assert!(!cached(&again, "other").await);
     assert_eq!(server.requests(), 4);
-    assert!(
-        again
-            .chat(&user(CallRole::Agent, "other"))
-            .await
-            .unwrap()
-            .cached
-    );
+    assert!(cached(&again, "other").await);
 
     // Cache hits are served even once the budget is spent.
     cfg.budget.max_tokens = Some(0);
     let broke = LlmClient::from_config(&cfg).unwrap();
-    assert!(
-        broke
-            .chat(&user(CallRole::Agent, "same"))
-            .await
-            .unwrap()
-            .cached
-    );
+    assert!(cached(&broke, "same").await);
     assert!(matches!(
         broke.chat(&user(CallRole::Agent, "new")).await,
         Err(Error::BudgetExhausted(_))
@@ -406,32 +376,23 @@ async fn cache_hits_skip_the_server() {
     cfg.default.stop = vec!["functions.".into()];
     let shaped = LlmClient::from_config(&cfg).unwrap();
     let before = server.requests();
-    assert!(
-        !shaped
-            .chat(&user(CallRole::Agent, "same"))
-            .await
-            .unwrap()
-            .cached
-    );
-    assert!(
-        shaped
-            .chat(&user(CallRole::Agent, "same"))
-            .await
-            .unwrap()
-            .cached
-    );
+    assert!(!cached(&shaped, "same").await);
+    assert!(cached(&shaped, "same").await);
     cfg.default.tool_argument_max_chars = Some(100);
     let bounded = LlmClient::from_config(&cfg).unwrap();
-    assert!(
-        !bounded
-            .chat(&user(CallRole::Agent, "same"))
-            .await
-            .unwrap()
-            .cached
-    );
+    assert!(!cached(&bounded, "same").await);
     assert_eq!(server.requests(), before + 2);
     let last = server.bodies().pop().unwrap();
     assert_eq!(last["stop"], json!(["functions."]));
+}
+
+/// Whether the agent's answer to `text` came from the cache.
+async fn cached(client: &LlmClient, text: &str) -> bool {
+    client
+        .chat(&user(CallRole::Agent, text))
+        .await
+        .unwrap()
+        .cached
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
