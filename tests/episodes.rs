@@ -153,10 +153,16 @@ fn llm_toml(dir: &std::path::Path, base_url: &str, extra: &str) -> std::path::Pa
 
 /// The mock plays both sides: the agent (requests with tools) answers and asks "anything else",
 /// the user simulator (no tools) states a request, then stops.
-fn two_sided_script(errors: bool) -> ppol::testing::mock_server::MockScript {
+///
+/// `under_load`: the first 12 requests fail (6 × 429, 6 × 500) and every answer takes 20 ms.
+/// Without the delay the mock can answer each request before the next one arrives, and
+/// whether two were ever in flight at once depends on scheduling (seen: 1 run in 40 with
+/// two copies of the test side by side).
+fn two_sided_script(under_load: bool) -> ppol::testing::mock_server::MockScript {
     use ppol::testing::mock_server::{MockReply, MockRule, MockScript};
+    let delay_ms = if under_load { 20 } else { 0 };
     let mut rules = Vec::new();
-    if errors {
+    if under_load {
         rules.push(MockRule {
             times: Some(6),
             reply: MockReply::status(429),
@@ -173,17 +179,22 @@ fn two_sided_script(errors: bool) -> ppol::testing::mock_server::MockScript {
         reply: MockReply::text(
             "I have taken care of that. Is there anything else I can help with?",
         )
-        .with_usage(10, 10),
+        .with_usage(10, 10)
+        .with_delay(delay_ms),
         ..Default::default()
     });
     rules.push(MockRule {
         contains: Some("anything else".into()),
-        reply: MockReply::text("no that's all, thanks ###STOP###").with_usage(10, 10),
+        reply: MockReply::text("no that's all, thanks ###STOP###")
+            .with_usage(10, 10)
+            .with_delay(delay_ms),
         ..Default::default()
     });
     MockScript {
         rules,
-        default: MockReply::text("hi, i need to cancel my order").with_usage(10, 10),
+        default: MockReply::text("hi, i need to cancel my order")
+            .with_usage(10, 10)
+            .with_delay(delay_ms),
         ..Default::default()
     }
 }
@@ -231,7 +242,7 @@ async fn two_hundred_concurrent_llm_episodes_against_the_mock() {
         == 2));
     // 3 calls per episode plus the 12 injected errors, all answered by the mock
     assert!(server.requests() >= 600 + 12, "{}", server.requests());
-    assert!(server.max_in_flight() > 1);
+    assert!(server.max_in_flight() > 1, "{}", server.max_in_flight());
 }
 
 #[tokio::test(flavor = "multi_thread")]
