@@ -175,7 +175,8 @@ pub struct State {
     pub parents: BTreeMap<String, Option<String>>,
     /// The best validation so far (the program in `best/`): its id and metrics.
     pub best_validation: Option<(String, EvalMetrics)>,
-    /// The best train score on each batch at the final persona count (key: [`batch_key`]).
+    /// The best train score on each batch at the final persona count (key: the batch's tasks,
+    /// persona count and human-likeness weight, joined by `|`).
     /// Train scores are only comparable within a batch, so a candidate that beats its batch's
     /// best is validated even when another batch holds the global train best.
     #[serde(default)]

@@ -1,6 +1,6 @@
 //! Stage 1 — **fitness**: what makes a dialogue human-like. Traces are loaded
 //! ([`traces`]), fingerprinted ([`features`]), summarised as the human reference
-//! ([`reference`]), covered by a persona set ([`coverage`], with [`kmeans`] centroids),
+//! ([`reference`](mod@reference)), covered by a persona set ([`coverage`], with [`kmeans`] centroids),
 //! separated from simulator dialogues by a [`discriminator`], and scored in one place
 //! ([`score::Scorer`]).
 //!

@@ -20,7 +20,7 @@
 //! accept (malformed JSON, a value of an unexpected type, a repeated key) is read again by the
 //! general `Value`-based reader, which either accepts it (a repeated key: the last value wins) or
 //! names the exact place that is wrong. Both readers build dialogues with the same functions
-//! ([`dialogue_from_object`], [`tau_usi_dialogue`]), so a file gives the same dialogues and the same
+//! (`dialogue_from_object`, `tau_usi_dialogue`), so a file gives the same dialogues and the same
 //! errors whichever reader handled it.
 
 use std::borrow::Cow;

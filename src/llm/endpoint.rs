@@ -12,7 +12,7 @@
 //!   - it **shrinks** on a sign of overload: a 429 or 503 (×0.9, and no growth until the
 //!     server's `Retry-After` has passed), an attempt timing out with others in flight (×0.5),
 //!     latency above half the attempt timeout (×0.8), or latency above twice its baseline for
-//!     [`LATENCY_PERSIST`] and a baseline round trip (×0.8; a busy client machine makes
+//!     a second (`LATENCY_PERSIST`) and a baseline round trip (×0.8; a busy client machine makes
 //!     latency jump for a moment, a queue at the server keeps it up; growth waits meanwhile).
 //!     One decrease per round: a signal from a request sent before the last decrease does
 //!     not count again;

@@ -3,12 +3,12 @@
 //! Every run is a fresh `python3 -s -S -B harness.py` process in a directory of its own
 //! holding the harness, its support modules and the program (`generators/harness.py`,
 //! embedded in the binary). The host and the harness talk over one `AF_UNIX` socket pair
-//! installed as descriptor 3 ([`protocol`] has the frames; the host trusts none of them).
+//! installed as descriptor 3 (the `protocol` module has the frames; the host trusts none of them).
 //!
 //! What confines a run is decided once by [`Sandbox::new`], which probes what this kernel
 //! allows and reports only what the probe verified ([`SandboxReport`], one line):
 //!
-//! 1. **minimal root** (mount, pid, IPC, UTS and network namespaces; see [`confine`]): the
+//! 1. **minimal root** (mount, pid, IPC, UTS and network namespaces; see the `confine` module): the
 //!    program sees a read-only tmpfs root with the interpreter, the system libraries, five
 //!    device nodes and a fresh `/proc` of its own pid namespace, and writes only `/work` (and
 //!    `/tmp`, a directory of it), a tmpfs capped at [`SandboxConfig::max_disk_bytes`] that

@@ -6,7 +6,7 @@
 //! number from each (seeded), shuffles them with one or more attention-check items whose right
 //! answer is known, and strips every label: what annotators see holds only `item-NNN` numbers and
 //! the turns' text — no dialogue, task or persona id, no condition or file name, and tool
-//! traffic removed. [`write`] puts four files in a directory:
+//! traffic removed. [`write`](fn@write) puts four files in a directory:
 //!
 //! | file | for | holds |
 //! |---|---|---|
@@ -266,7 +266,7 @@ pub struct Study {
     pub agent_turns: AgentTurns,
 }
 
-/// Paths written by [`write`].
+/// Paths written by [`write`](fn@write).
 #[derive(Debug, Clone, Serialize)]
 pub struct StudyFiles {
     /// The annotators' page.

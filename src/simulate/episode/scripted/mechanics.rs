@@ -13,7 +13,7 @@
 //! - a sentence that matches nothing is **unplayed**: the offline proxy cannot express it. The
 //!   episode record keeps these sentences and `ppol report` lists them.
 //!
-//! [`Play`] turns a reading into the knobs the scripted user consults turn by turn (a word limit,
+//! `Play` turns a reading into the knobs the scripted user consults turn by turn (a word limit,
 //! the probability of lower-casing a message, how many asks an identifier is withheld for, an
 //! emotional arc, ...). When two sentences set the same knob, the later one wins.
 
