@@ -984,3 +984,71 @@ async fn mutator_prompts_are_cut_to_the_models_context_window() {
         "the parent fits in this window: {fits:?}"
     );
 }
+
+/// The mutator's completion cap: `[mutation] max_tokens` when set, else the mutator role's own
+/// `[llm.roles.mutator] max_tokens`, else 8,192 — never `[llm.default] max_tokens` (sized for
+/// chat turns). Before, `[mutation] max_tokens` always applied, with its default of 8,192,
+/// so `[llm.roles.mutator] max_tokens` was silently ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mutator_role_caps_mutation_answers_unless_the_mutation_section_does() {
+    let diff = "Terser users.\n<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.8, \"skeptical\": 0.2, \"frustrated\": 0.4, \"ambiguous\": 0.5}\n>>>>>>> REPLACE\n";
+    let script = MockScript {
+        rules: vec![MockRule {
+            contains: Some("<<<<<<< SEARCH".into()),
+            reply: MockReply::text(diff),
+            ..Default::default()
+        }],
+        default: MockReply::text("The terse personas read as human."),
+        ..Default::default()
+    };
+    let server = serve(script).await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut seen = Vec::new();
+    for (name, mutation, role) in [
+        ("role", "", "[llm.roles.mutator]\nmax_tokens = 321\n"),
+        (
+            "section",
+            "max_tokens = 222\n",
+            "[llm.roles.mutator]\nmax_tokens = 321\n",
+        ),
+        ("neither", "", ""),
+    ] {
+        let cfg = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "[run]\nname = \"{name}\"\n[search]\niterations = 2\nseed = 3\nseed_program = \"{}\"\n\
+                 [episodes]\nbackend = \"scripted\"\n[mutation]\nmode = \"llm\"\nreflection = false\n{mutation}\
+                 [llm]\nmax_retries = 1\nbackoff_base_ms = 1\nbackoff_max_ms = 5\n\
+                 [llm.default]\nprovider = \"openai\"\nmodel = \"mock-model\"\nbase_url = \"{}\"\nmax_tokens = 64\n{role}",
+                root().join("seeds/offline_templates.py").display(),
+                server.base_url()
+            ),
+        )
+        .unwrap();
+        let out = tmp.path().join(name);
+        let (cfg_s, out_s) = (cfg.display().to_string(), out.display().to_string());
+        let before = server.bodies().len();
+        let res = tokio::task::spawn_blocking(move || {
+            run_ppol(&["evolve", "--config", &cfg_s, "--out", &out_s, "--quiet"])
+        })
+        .await
+        .unwrap();
+        assert_eq!(res.0, 0, "{name}: {}", res.2);
+        let caps: Vec<u64> = server.bodies()[before..]
+            .iter()
+            .filter(|b| b.to_string().contains("<<<<<<< SEARCH"))
+            .map(|b| b["max_tokens"].as_u64().unwrap_or(0))
+            .collect();
+        assert!(!caps.is_empty(), "{name}: no mutation request");
+        seen.push((name, caps));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("role", vec![321]),
+            ("section", vec![222]),
+            ("neither", vec![8192]),
+        ]
+    );
+}

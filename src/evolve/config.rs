@@ -36,6 +36,7 @@ use crate::fitness::discriminator::ForestParams;
 use crate::fitness::features::FeatureSet;
 use crate::generate::sandbox::SandboxConfig;
 use crate::llm::config::LlmConfig;
+use crate::llm::CallRole;
 use crate::{Error, Result};
 
 /// Where and what.
@@ -166,10 +167,31 @@ pub struct MutationSection {
     pub reflection: bool,
     /// Mutator temperature.
     pub temperature: f32,
-    /// The completion cap of every mutation request (default 8,192, the reference's). It is
-    /// the mutation's own setting, so it wins over `[llm.roles.mutator] max_tokens`; a small
-    /// local model wants it lowered here (the real-model CI step uses 512).
-    pub max_tokens: u32,
+    /// The completion cap of every mutation request. Unset, it is `[llm.roles.mutator]
+    /// max_tokens` when that is set, else [`MUTATION_MAX_TOKENS`] (the reference's 8,192):
+    /// see [`MutationSection::completion_cap`]. A small local model wants it lowered (the
+    /// real-model CI step uses 512).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+}
+
+/// The completion cap of mutation requests when neither `[mutation] max_tokens` nor
+/// `[llm.roles.mutator] max_tokens` sets one (the reference's).
+pub const MUTATION_MAX_TOKENS: u32 = 8192;
+
+impl MutationSection {
+    /// The completion cap of mutation requests: `[mutation] max_tokens`, else the mutator
+    /// role's own `max_tokens` in `llm` (`[llm.roles.mutator]`; `[llm.default]` does not
+    /// count, since a cap sized for chat turns would cut diffs short), else
+    /// [`MUTATION_MAX_TOKENS`].
+    pub fn completion_cap(&self, llm: Option<&LlmConfig>) -> u32 {
+        self.max_tokens
+            .or_else(|| {
+                llm.and_then(|l| l.roles.get(&CallRole::Mutator))
+                    .and_then(|patch| patch.max_tokens)
+            })
+            .unwrap_or(MUTATION_MAX_TOKENS)
+    }
 }
 
 impl Default for MutationSection {
@@ -180,7 +202,7 @@ impl Default for MutationSection {
             rewrite_after_failures: 3,
             reflection: true,
             temperature: 1.0,
-            max_tokens: 8192,
+            max_tokens: None,
         }
     }
 }
@@ -466,7 +488,9 @@ impl RunConfig {
                 format!("must be in [0, 2], got {}", m.temperature),
             ));
         }
-        at_least("mutation.max_tokens", m.max_tokens, 1)?;
+        if let Some(t) = m.max_tokens {
+            at_least("mutation.max_tokens", t, 1)?;
+        }
         seconds("sandbox.timeout_s", self.sandbox.timeout_s)?;
         at_least("sandbox.memory_mb", self.sandbox.memory_mb, 64)?;
         let e = &self.episodes;

@@ -59,7 +59,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::evolve::archive::Archive;
-use crate::evolve::config::RunConfig;
+use crate::evolve::config::{MutationSection, RunConfig};
 use crate::evolve::context::{pause_for_kill, RunContext};
 use crate::evolve::evaluate::{
     evaluate_candidate, program_metric_names, program_metrics, rank, CandidateOutcome, TaskContext,
@@ -412,7 +412,12 @@ impl Evolution {
     ) -> Result<Evolution> {
         let cfg = &ctx.cfg;
         check_config(cfg)?;
-        let mutator = Mutator::new(&cfg.mutation, &cfg.archive, ctx.model())?;
+        // `[mutation] max_tokens`, else `[llm.roles.mutator] max_tokens`, else the default
+        let mutation = MutationSection {
+            max_tokens: Some(cfg.mutation.completion_cap(cfg.llm.as_ref())),
+            ..cfg.mutation.clone()
+        };
+        let mutator = Mutator::new(&mutation, &cfg.archive, ctx.model())?;
         let reference =
             HumanReference::build(&ctx.humans, cfg.run.feature_set, ctx.human_source.clone())?;
         reference.save(&ctx.dir.join("human_ref.json"))?;
