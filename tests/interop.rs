@@ -887,6 +887,21 @@ async fn an_agent_that_only_calls_tools_answers_after_max_tool_rounds() {
     );
 }
 
+/// A mutator that answers every diff request with one SEARCH/REPLACE edit of
+/// `seeds/offline_templates.py` (terser users), and everything else with a short critique.
+fn terser_users_mutator() -> MockScript {
+    let diff = "Terser users.\n<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.8, \"skeptical\": 0.2, \"frustrated\": 0.4, \"ambiguous\": 0.5}\n>>>>>>> REPLACE\n";
+    MockScript {
+        rules: vec![MockRule {
+            contains: Some("<<<<<<< SEARCH".into()),
+            reply: MockReply::text(diff),
+            ..Default::default()
+        }],
+        default: MockReply::text("The terse personas read as human."),
+        ..Default::default()
+    }
+}
+
 /// A mutator prompt that would not fit the model's context window is cut to fit — inspirations
 /// and history first, the parent program never — and the log says so on every attempt. Before,
 /// the whole prompt was sent: the server refused it (400, maximum context length) or clamped
@@ -895,16 +910,7 @@ async fn an_agent_that_only_calls_tools_answers_after_max_tool_rounds() {
 async fn mutator_prompts_are_cut_to_the_models_context_window() {
     use ppol::evolve::runlog::{read, Event};
     const WINDOW: u32 = 6000;
-    let diff = "Terser users.\n<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.8, \"skeptical\": 0.2, \"frustrated\": 0.4, \"ambiguous\": 0.5}\n>>>>>>> REPLACE\n";
-    let script = MockScript {
-        rules: vec![MockRule {
-            contains: Some("<<<<<<< SEARCH".into()),
-            reply: MockReply::text(diff),
-            ..Default::default()
-        }],
-        default: MockReply::text("The terse personas read as human."),
-        ..Default::default()
-    };
+    let script = terser_users_mutator();
     let options = MockOptions {
         n_ctx: Some(u64::from(WINDOW)),
         ..Default::default()
@@ -991,16 +997,7 @@ async fn mutator_prompts_are_cut_to_the_models_context_window() {
 /// so `[llm.roles.mutator] max_tokens` was silently ignored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mutator_role_caps_mutation_answers_unless_the_mutation_section_does() {
-    let diff = "Terser users.\n<<<<<<< SEARCH\nPLACEMENT_WEIGHTS = {\"terse\": 0.5, \"skeptical\": 0.5, \"frustrated\": 0.5, \"ambiguous\": 0.5}\n=======\nPLACEMENT_WEIGHTS = {\"terse\": 0.8, \"skeptical\": 0.2, \"frustrated\": 0.4, \"ambiguous\": 0.5}\n>>>>>>> REPLACE\n";
-    let script = MockScript {
-        rules: vec![MockRule {
-            contains: Some("<<<<<<< SEARCH".into()),
-            reply: MockReply::text(diff),
-            ..Default::default()
-        }],
-        default: MockReply::text("The terse personas read as human."),
-        ..Default::default()
-    };
+    let script = terser_users_mutator();
     let server = serve(script).await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let mut seen = Vec::new();
