@@ -95,8 +95,8 @@ impl CallRole {
     /// The completion cap of a request of this role when neither the request nor the role's
     /// [`ModelSpec::max_tokens`] sets one, so that no request is unbounded: a user or agent
     /// turn is a few sentences or one tool call (300 / 600 tokens), a mutation is a whole
-    /// program or diff (4,096), a reflection a few paragraphs (2,000, the reference's cap), a generator request
-    /// whatever the program asks for (2,048 when it asks for nothing).
+    /// program or diff (4,096), a reflection a few paragraphs (2,000, the reference's cap), a
+    /// generator request whatever the program asks for (2,048 when it asks for nothing).
     pub fn default_max_tokens(self) -> u32 {
         match self {
             CallRole::UserSim => 300,

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use crate::evolve::archive::{Archive, ArchiveConfig, Inspiration};
-use crate::evolve::config::{MutationMode, MutationSection, MUTATION_MAX_TOKENS};
+use crate::evolve::config::{MutationMode, MutationSection};
 use crate::evolve::mutation::diff::{apply_diff, check_python_syntax, extract_full_program};
 use crate::evolve::mutation::prompt::{MutationContext, PromptBuilder, PromptConfig};
 use crate::evolve::mutation::structural::{
@@ -350,7 +350,8 @@ fn uses_llm(mode: MutationMode, has_model: bool) -> Result<bool> {
 fn prompt_config(cfg: &MutationSection, archive: &ArchiveConfig) -> PromptConfig {
     PromptConfig {
         temperature: cfg.temperature,
-        max_tokens: cfg.max_tokens.unwrap_or(MUTATION_MAX_TOKENS),
+        // the run resolves the mutator role's cap into `cfg` (`Evolution::start`)
+        max_tokens: cfg.completion_cap(None),
         ..PromptConfig::for_archive(archive)
     }
 }
