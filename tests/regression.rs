@@ -237,8 +237,8 @@ fn r12_episodes_resume_from_the_partial_file() {
     let domain = load_domain("demo", None).unwrap();
     let ids: Vec<String> = ["0", "1", "2"].iter().map(|s| s.to_string()).collect();
     let request = |output: Option<std::path::PathBuf>| EpisodesRequest {
-        domain: domain.clone(),
-        task_ids: ids.clone(),
+        world: ppol::front::ops::WorldChoice::builtin(&domain.name, None).unwrap(),
+        tasks: ids.join(","),
         personas: None,
         trials: 2,
         llm: None,

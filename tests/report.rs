@@ -97,6 +97,8 @@ fn episode(d: &Dialogue, persona: &str, trial: u32) -> Episode {
         ),
         role_confusion: 0,
         notes: Vec::new(),
+        agent: None,
+        meta: None,
     }
 }
 
@@ -296,6 +298,7 @@ pub fn write_fixture_run(dir: &Path) {
         hashes: BTreeMap::new(),
         feature_set: "ppol-0.1.1".into(),
         domain: "demo".into(),
+        world: "demo".into(),
         splits,
         human: json!({"sources": ["fitness/demo/human.jsonl"], "n": 25}),
     })

@@ -22,3 +22,4 @@ mod tau2;
 mod throughput;
 mod traces;
 mod util;
+mod worlds;

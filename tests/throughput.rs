@@ -2,7 +2,6 @@
 //! the deadline measuring the server's time, against the mock server.
 // See: issue #13 (throughput: adaptive concurrency, replicas, bench llm)
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use ppol::dialogue::{Role, Turn};
@@ -79,9 +78,9 @@ async fn episodes(
         .collect();
     assert_eq!(task_ids.len(), tasks, "the demo domain has too few tasks");
     let request = EpisodesRequest {
-        domain: Arc::clone(&domain),
+        world: ops::WorldChoice::builtin("demo", None).unwrap(),
         personas: Some(personas(&task_ids, per_task)),
-        task_ids,
+        tasks: task_ids.join(","),
         trials: 1,
         llm: Some(llm),
         max_turns: Some(max_turns),

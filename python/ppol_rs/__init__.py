@@ -256,10 +256,14 @@ def generate(
     tau2_data: Optional[Union[str, "os.PathLike[str]"]] = None,
     timeout_s: Optional[float] = None,
     config: Optional[Union[str, "os.PathLike[str]"]] = None,
+    world: Optional[str] = None,
+    task_file: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> List[Dict[str, Any]]:
     """Run a generator program in the sandbox (as ``ppol generate``) and return persona records.
 
-    ``task`` is free text, or task ids when ``domain`` is given (or use ``split``). ``llm`` uses
+    ``task`` is free text, or task ids when ``domain`` (a built-in world), ``world`` (e.g.
+    ``"tau2:telecom"``, which lists τ²'s own tasks) or ``task_file`` (JSONL ``{"task_id",
+    "context", "split"?}``) is given (or use ``split``). ``llm`` uses
     the ``--llm`` grammar: ``None`` / ``"offline"`` (the program's ``ppol_llm`` calls raise),
     ``"openai:MODEL@URL"``, a TOML LLM config, or ``"scripted[:FILE]"``; ``config`` is a run
     configuration whose ``[sandbox]`` limits and ``[llm]`` apply. ``n`` defaults to
@@ -274,7 +278,8 @@ def generate(
     (3, True)
     """
     report = _core.generate(
-        program, task, domain, split, n, llm, seed, tau2_data, timeout_s, config
+        program, task, domain, split, n, llm, seed, tau2_data, timeout_s, config, world,
+        None if task_file is None else os.fspath(task_file),
     )
     personas: List[Dict[str, Any]] = []
     failures: List[Dict[str, Any]] = []
@@ -297,7 +302,7 @@ def generate(
 
 
 def episodes(
-    domain: str = "demo",
+    domain: Optional[str] = None,
     tasks: str = "all",
     *,
     personas: Optional[Union[str, "os.PathLike[str]", Sequence[Dict[str, Any]]]] = None,
@@ -309,8 +314,14 @@ def episodes(
     concurrency: int = 256,
     output: Optional[Union[str, "os.PathLike[str]"]] = None,
     config: Optional[Union[str, "os.PathLike[str]"]] = None,
+    world: Optional[str] = None,
+    task_file: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> List[Dict[str, Any]]:
-    """Play user-simulator ↔ agent ↔ τ² environment episodes (as ``ppol episodes``).
+    """Play user-simulator ↔ agent ↔ environment episodes (as ``ppol episodes``).
+
+    ``domain`` is a built-in world (``demo``, the default, ``retail``, ``airline``); ``world``
+    any other: ``"external:python3 my_sim.py"`` (with ``task_file``), ``"tau2:telecom"``,
+    ``"chat"`` (with ``task_file`` and an ``llm``). Give one of ``domain`` and ``world``.
 
     ``personas`` is a persona JSONL file or a list of persona dicts (from :func:`generate`);
     without personas each task is played by the plain simulator. ``llm=None`` (or
@@ -342,6 +353,8 @@ def episodes(
         concurrency,
         output,
         config,
+        world,
+        None if task_file is None else os.fspath(task_file),
     )
     return list(report["episodes"])
 
@@ -429,16 +442,33 @@ class EvolveRun:
         return asyncio.get_running_loop().run_in_executor(None, self.result).__await__()
 
 
+def _world_overrides(
+    overrides: Optional[Dict[str, Any]], world: Optional[str], task_file: Any
+) -> Optional[Dict[str, Any]]:
+    if world is None and task_file is None:
+        return overrides
+    out = dict(overrides or {})
+    if world is not None:
+        out["run.world"] = world
+    if task_file is not None:
+        out["world.task_file"] = os.fspath(task_file)
+    return out
+
+
 def evolve_async(
     config: Optional[Union[str, "os.PathLike[str]"]] = None,
     *,
     overrides: Optional[Dict[str, Any]] = None,
     progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+    world: Optional[str] = None,
+    task_file: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> EvolveRun:
     """Start ``ppol evolve`` in the background and return a handle (awaitable in asyncio).
 
     ``overrides`` sets configuration keys by dotted name, e.g. ``{"search.iterations": 5,
-    "run.out": "runs/x", "run.human": ["human.jsonl"]}``. ``progress`` is called with
+    "run.out": "runs/x", "run.human": ["human.jsonl"]}``. ``world`` is ``[run] world``
+    (``"external:python3 my_sim.py"``, ``"tau2:telecom"``, ``"chat"``, or a built-in domain)
+    and ``task_file`` ``[world] task_file``. ``progress`` is called with
     ``{"iteration", "iterations", "best_combined", "message"}`` after each step.
 
     >>> import ppol_rs, tempfile, os
@@ -448,6 +478,7 @@ def evolve_async(
     >>> run.result()["iterations"], seen[-1]["iteration"]
     (2, 2)
     """
+    overrides = _world_overrides(overrides, world, task_file)
     return EvolveRun(_core.evolve_start(config, overrides, progress, None, None))
 
 
@@ -456,6 +487,8 @@ def evolve(
     *,
     overrides: Optional[Dict[str, Any]] = None,
     progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+    world: Optional[str] = None,
+    task_file: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, Any]:
     """Run ``ppol evolve`` to the end and return its summary (offline with no ``[llm]``).
 
@@ -464,7 +497,7 @@ def evolve(
     >>> s["offline"], s["best_program_id"] is not None
     (True, True)
     """
-    run = evolve_async(config, overrides=overrides, progress=progress)
+    run = evolve_async(config, overrides=overrides, progress=progress, world=world, task_file=task_file)
     try:
         return run.result()  # type: ignore[return-value]
     except KeyboardInterrupt:

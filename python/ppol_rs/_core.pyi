@@ -58,9 +58,11 @@ def generate(
     tau2_data: Optional[_Path] = None,
     timeout_s: Optional[float] = None,
     config: Optional[_Path] = None,
+    world: Optional[str] = None,
+    task_file: Optional[_Path] = None,
 ) -> Dict[str, Any]: ...
 def episodes(
-    domain: str = "demo",
+    domain: Optional[str] = None,
     tasks: str = "all",
     personas: Optional[List[Dict[str, Any]]] = None,
     trials: int = 1,
@@ -71,6 +73,8 @@ def episodes(
     concurrency: int = 256,
     output: Optional[_Path] = None,
     config: Optional[_Path] = None,
+    world: Optional[str] = None,
+    task_file: Optional[_Path] = None,
 ) -> Dict[str, Any]: ...
 def export_sft(
     episodes: List[_Path],

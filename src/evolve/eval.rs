@@ -67,12 +67,7 @@ pub async fn evaluate_run(
             human.iter().map(|p| p.display().to_string()).collect(),
         )
     };
-    let ids: Vec<String> = ctx
-        .domain
-        .select_tasks(&split)?
-        .iter()
-        .map(|t| t.id.clone())
-        .collect();
+    let ids: Vec<String> = ctx.world.select(&split)?;
     let tasks = ctx.contexts(&ids);
     if tasks.is_empty() {
         return Err(Error::config(
@@ -98,11 +93,12 @@ pub async fn evaluate_run(
         human_source,
         &conditions,
         &ctx.generator,
-        &ctx.val_runner,
+        ctx.val_runner.as_ref(),
         &scorer,
         derive_seed(cfg.search.seed, "eval"),
     )
     .await;
+    ctx.world.shutdown().await;
     crate::io::write_atomic(
         &run.join(format!("eval-{split}.json")),
         serde_json::to_string_pretty(&table)

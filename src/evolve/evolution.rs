@@ -1284,7 +1284,7 @@ impl Bench {
             plan.n_personas,
             plan.weights(),
             &self.ctx.generator,
-            &self.ctx.runner,
+            self.ctx.runner.as_ref(),
             &self.scorer,
             derive_seed(cfg.search.seed, "crn"),
         )
@@ -1336,7 +1336,7 @@ impl Bench {
             self.schedule.n_personas,
             Weights::new(self.schedule.lambda_h, self.schedule.lambda_b),
             &self.ctx.generator,
-            &self.ctx.val_runner,
+            self.ctx.val_runner.as_ref(),
             &self.scorer,
             derive_seed(self.ctx.cfg.search.seed, "validation"),
         )
@@ -1465,7 +1465,8 @@ fn run_started(ctx: &RunContext) -> Event {
         models,
         hashes,
         feature_set: cfg.run.feature_set.name().into(),
-        domain: ctx.domain.name.clone(),
+        domain: ctx.world.domain(),
+        world: ctx.world.label(),
         splits: BTreeMap::from([
             ("train".into(), ctx.train.clone()),
             ("val".into(), ctx.val.clone()),

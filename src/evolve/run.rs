@@ -23,7 +23,23 @@ pub async fn evolve(cfg: RunConfig, control: RunControl) -> Result<RunSummary> {
     check_config(&cfg)?;
     let dir = RunDir::create(&cfg)?;
     let ctx = RunContext::new(cfg, dir).await?;
-    Evolution::start(ctx, None, control).await?.run().await
+    run_then_shut_down(ctx, None, control).await
+}
+
+/// Run the evolution, then stop the world's processes (simulators get `shutdown`), whatever
+/// the outcome.
+async fn run_then_shut_down(
+    ctx: RunContext,
+    checkpoint: Option<State>,
+    control: RunControl,
+) -> Result<RunSummary> {
+    let world = ctx.world.clone();
+    let result = match Evolution::start(ctx, checkpoint, control).await {
+        Ok(e) => e.run().await,
+        Err(e) => Err(e),
+    };
+    world.shutdown().await;
+    result
 }
 
 /// Continue a run from its last checkpoint (after any stop, kill -9 included);
@@ -55,10 +71,7 @@ pub async fn resume(
     crate::evolve::ledger::absorb(&dir)?;
     dir.truncate_log(checkpoint.as_ref().map(|c| c.log_seq))?;
     let ctx = RunContext::new(cfg, dir).await?;
-    Evolution::start(ctx, checkpoint, control)
-        .await?
-        .run()
-        .await
+    run_then_shut_down(ctx, checkpoint, control).await
 }
 
 /// Refuse to resume when the run's files disagree about how far it got, rather than lose its

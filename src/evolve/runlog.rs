@@ -132,8 +132,12 @@ pub enum Event {
         hashes: BTreeMap<String, String>,
         /// Feature set.
         feature_set: String,
-        /// Domain.
+        /// Domain recorded in episodes.
         domain: String,
+        /// The world (`retail`, `external:...`, `tau2:telecom`, `chat`); absent in logs
+        /// written before worlds existed (then it is the domain).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        world: String,
         /// Task ids per split (train, val, test).
         splits: BTreeMap<String, Vec<String>>,
         /// Human trace sources and counts.

@@ -1184,7 +1184,9 @@ fn parse_tau_usi(v: Value, path: &Path) -> Result<Vec<Dialogue>> {
     Ok(out)
 }
 
-fn parse_turns(conv: &Value, path: &Path, loc: &str) -> Result<Vec<Turn>> {
+/// Turns of a conversation (a JSON list of `{"role", "content", "tool_calls"?,
+/// "tool_call_id"?}`); errors name `path` and the turn (`loc[i]`).
+pub fn parse_turns(conv: &Value, path: &Path, loc: &str) -> Result<Vec<Turn>> {
     let arr = conv.as_array().ok_or_else(|| {
         Error::parse(
             path,

@@ -47,6 +47,7 @@ pub mod endpoint;
 pub mod openai;
 pub mod recover;
 pub mod scripted;
+pub mod serve;
 
 pub use cache::ResponseCache;
 pub use client::{Accounting, LlmClient, RoleAccounting};

@@ -491,7 +491,7 @@ impl OpenAiProvider {
     }
 }
 
-fn message_json(turn: &Turn, index: usize) -> std::result::Result<Value, AttemptError> {
+pub(crate) fn message_json(turn: &Turn, index: usize) -> std::result::Result<Value, AttemptError> {
     Ok(match turn.role {
         Role::System => json!({"role": "system", "content": turn.content}),
         Role::User => json!({"role": "user", "content": turn.content}),

@@ -6,3 +6,4 @@
 pub mod episode;
 pub mod export;
 pub mod tau2;
+pub mod world;

@@ -44,6 +44,8 @@ pub struct BenchEvolveArgs {
     /// τ² data directory.
     #[arg(long)]
     pub tau2_data: Option<PathBuf>,
+    #[command(flatten)]
+    pub world: super::world::WorldFlags,
     /// Run configuration (TOML) the runs start from; it must be offline (no [llm]).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -117,6 +119,7 @@ fn config(args: &BenchEvolveArgs, seed: u64, out: PathBuf) -> anyhow::Result<Run
         .set("search.seed", seed)?
         .set("run.out", &out)?
         .set("run.name", format!("bench-seed-{seed}"))?;
+    args.world.apply(&mut o)?;
     let cfg = ops::load_config(args.config.as_deref(), &o)?;
     anyhow::ensure!(
         cfg.llm.is_none(),

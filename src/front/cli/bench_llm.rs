@@ -148,7 +148,7 @@ fn evolution(
 
     let dir = tempfile::tempdir()?;
     let mut cfg = RunConfig::default();
-    cfg.run.domain = args.domain.clone();
+    cfg.run.domain = Some(args.domain.clone());
     cfg.run.tau2_data = args.tau2_data.clone();
     cfg.run.out = Some(dir.path().join("run"));
     cfg.search.iterations = 1 + args.iterations;
@@ -229,8 +229,12 @@ fn evaluate(
     max_turns: usize,
 ) -> anyhow::Result<(Duration, EpisodesReport)> {
     let request = EpisodesRequest {
-        domain: domain.clone(),
-        task_ids: task_ids.to_vec(),
+        world: ops::WorldChoice {
+            spec: crate::simulate::world::WorldSpec::Builtin(domain.name.clone()),
+            settings: Default::default(),
+            tau2_data: domain.data_dir.clone(),
+        },
+        tasks: task_ids.join(","),
         personas: Some(personas),
         trials: 1,
         llm: Some(llm),

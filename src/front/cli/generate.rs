@@ -29,6 +29,10 @@ pub struct GenerateArgs {
     /// τ² domain (demo, retail, airline): --task is then a task id (or comma-separated ids).
     #[arg(long)]
     pub domain: Option<String>,
+    /// A world whose tasks --task / --split select (external:COMMAND with --task-file, or
+    /// tau2:DOMAIN listing τ²'s own tasks); --domain is its alias for the built-in worlds.
+    #[arg(long, value_name = "SPEC")]
+    pub world: Option<String>,
     /// Generate for every task of this split of --domain (train, test, base, all).
     #[arg(long, conflicts_with = "task")]
     pub split: Option<String>,
@@ -75,11 +79,12 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
             args.program.display()
         );
     }
-    if args.split.is_some() && args.domain.is_none() {
-        anyhow::bail!("--split needs --domain");
+    if args.split.is_some() && args.domain.is_none() && args.world.is_none() {
+        anyhow::bail!("--split needs --domain or --world");
     }
     let tasks = ops::resolve_tasks(&TaskSelection {
         domain: args.domain.clone(),
+        world: args.world.clone(),
         tau2_data: args.tau2_data.clone(),
         tasks: args.task.clone().or_else(|| args.split.clone()),
         task_file: args.task_file.clone(),

@@ -27,6 +27,7 @@ mod report;
 mod score;
 mod study;
 mod traces;
+mod world;
 
 /// ppol: evolve persona policies for LLM user simulators.
 #[derive(Debug, Parser)]

@@ -13,17 +13,69 @@ use crate::evolve::config::RunConfig;
 use crate::llm::{Accounting, ChatModel, LlmClient, LlmConfig};
 use crate::persona::Persona;
 use crate::simulate::episode::record::{pass_hat_k, Episode, EpisodeStatus};
-use crate::simulate::episode::runner::{self, Backend, Tau2Runner};
-use crate::simulate::episode::EpisodeRunner;
-use crate::simulate::tau2::Domain;
+use crate::simulate::episode::runner::{self, Backend};
+use crate::simulate::world::{self, World, WorldDeps, WorldSettings, WorldSpec};
 use crate::{Error, Result};
+
+/// Which world to open: its spec, `[world]` settings and the τ² data of built-in domains.
+#[derive(Debug, Clone)]
+pub struct WorldChoice {
+    /// `demo`, `retail`, `airline`, `external:COMMAND`, `tau2:DOMAIN` or `chat`.
+    pub spec: WorldSpec,
+    /// `[world]` settings (task file, processes, protocol, ...).
+    pub settings: WorldSettings,
+    /// τ² data directory of the built-in domains.
+    pub tau2_data: Option<PathBuf>,
+}
+
+impl WorldChoice {
+    /// A built-in domain (`demo`, `retail`, `airline`) with default `[world]` settings.
+    pub fn builtin(domain: &str, tau2_data: Option<PathBuf>) -> Result<Self> {
+        Ok(WorldChoice {
+            spec: world::resolve_spec(None, Some(domain))?,
+            settings: WorldSettings::default(),
+            tau2_data,
+        })
+    }
+
+    /// The world of a run config (`[run] world`/`domain`, `[run] tau2_data`, `[world]`).
+    pub fn of_config(cfg: &RunConfig) -> Result<Self> {
+        Ok(WorldChoice {
+            spec: cfg.world_spec()?,
+            settings: cfg.world.clone(),
+            tau2_data: cfg.run.tau2_data.clone(),
+        })
+    }
+
+    /// Open it with a backend and model (see [`world::open`]).
+    pub async fn open(
+        &self,
+        backend: Backend,
+        model: Option<Arc<dyn ChatModel>>,
+        max_tool_rounds: usize,
+        seed: u64,
+    ) -> Result<Arc<dyn World>> {
+        world::open(
+            &self.spec,
+            WorldDeps {
+                settings: self.settings.clone(),
+                tau2_data: self.tau2_data.clone(),
+                backend,
+                model,
+                max_tool_rounds,
+                seed,
+            },
+        )
+        .await
+    }
+}
 
 /// What `ppol episodes` needs.
 pub struct EpisodesRequest {
-    /// The domain.
-    pub domain: Arc<Domain>,
-    /// Task ids, in order.
-    pub task_ids: Vec<String>,
+    /// The world.
+    pub world: WorldChoice,
+    /// Tasks: `all`, a split name, or comma-separated task ids.
+    pub tasks: String,
     /// Personas (a persona without `task_id` fits every task); None: the plain simulator.
     pub personas: Option<Vec<Persona>>,
     /// Trials per (task, persona).
@@ -54,6 +106,10 @@ pub struct EpisodesReport {
     pub resumed: usize,
     /// The backend (`scripted` or the models per role).
     pub backend: String,
+    /// The world (`retail`, `external:...`, `tau2:telecom`, `chat`).
+    pub world: String,
+    /// Tasks played.
+    pub tasks: usize,
     /// LLM use (None offline).
     pub llm: Option<Accounting>,
     /// Why new episodes were not started, if the budget ran out.
@@ -67,6 +123,19 @@ impl EpisodesReport {
             .iter()
             .filter(|e| e.status == EpisodeStatus::Failed)
             .count()
+    }
+
+    /// Failed episodes counted by reason (the reason's first line, cut at 160 characters).
+    pub fn failures_by_reason(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut out = std::collections::BTreeMap::new();
+        for e in &self.episodes {
+            if e.status == EpisodeStatus::Failed {
+                let why = e.error.as_deref().unwrap_or("no reason recorded");
+                let key: String = why.lines().next().unwrap_or("").chars().take(160).collect();
+                *out.entry(key).or_insert(0) += 1;
+            }
+        }
+        out
     }
 
     /// Episodes with reward 1.
@@ -90,6 +159,8 @@ impl EpisodesReport {
             "success_rate": if n == 0 { 0.0 } else { self.successes() as f64 / n as f64 },
             "pass_hat_k": self.pass_hat_k(trials).into_iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
             "backend": self.backend,
+            "world": self.world,
+            "failures_by_reason": self.failures_by_reason(),
             "llm": self.llm,
             "budget_exhausted": self.budget_exhausted,
         })
@@ -201,16 +272,6 @@ pub async fn episodes(
     if max_turns == 0 {
         return Err(Error::config("max_turns", "must be at least 1"));
     }
-    if req.task_ids.is_empty() {
-        return Err(Error::config("tasks", "no tasks selected"));
-    }
-    let jobs = runner::plan_jobs(&req.task_ids, req.personas.as_deref(), req.trials);
-    if jobs.is_empty() {
-        return Err(Error::config(
-            "personas",
-            "no (task, persona) pairs: do the personas' task_id values match the selected tasks?",
-        ));
-    }
     let client = llm_client(req.llm.as_ref())?;
     let backend = episode_backend(
         client.as_ref(),
@@ -220,8 +281,39 @@ pub async fn episodes(
     if max_tool_rounds == 0 {
         return Err(Error::config("max_tool_rounds", "must be at least 1"));
     }
-    let runner = Tau2Runner::new(req.domain.clone(), backend, max_turns)
-        .with_max_tool_rounds(max_tool_rounds);
+    let model = client.clone().map(|c| Arc::new(c) as Arc<dyn ChatModel>);
+    let world = req
+        .world
+        .open(backend, model, max_tool_rounds, req.seed)
+        .await?;
+    let result = play(&req, world.as_ref(), client, max_turns, progress).await;
+    world.shutdown().await;
+    result
+}
+
+async fn play(
+    req: &EpisodesRequest,
+    world: &dyn World,
+    client: Option<LlmClient>,
+    max_turns: usize,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<EpisodesReport> {
+    let task_ids = world.select(&req.tasks)?;
+    if task_ids.is_empty() {
+        return Err(Error::config(
+            "tasks",
+            format!("no tasks selected by '{}'", req.tasks),
+        ));
+    }
+    let jobs = runner::plan_jobs(&task_ids, req.personas.as_deref(), req.trials);
+    if jobs.is_empty() {
+        return Err(Error::config(
+            "personas",
+            "no (task, persona) pairs: do the personas' task_id values match the selected tasks?",
+        ));
+    }
+    let runner = world.runner(max_turns);
+    let runner = runner.as_ref();
     let (sink, earlier) = match &req.output {
         Some(p) => {
             let (s, done) = EpisodeSink::open(p)?;
@@ -263,16 +355,18 @@ pub async fn episodes(
     let root_seed = req.seed;
     let played: Vec<(usize, Episode)> = futures::stream::iter(todo)
         .map(|(i, task, persona, trial)| {
-            let (runner, client, sink, done, sink_error) =
-                (&runner, client.as_ref(), &sink, &done, &sink_error);
+            let (client, sink, done, sink_error) = (client.as_ref(), &sink, &done, &sink_error);
+            let (domain, backend) = (world.domain(), world.backend());
             async move {
                 let seed = crate::seed::mix(root_seed, i as u64);
                 let ep = match client.and_then(|c| c.budget_exhausted()) {
-                    Some(why) => runner.not_run(
+                    Some(why) => Episode::failed(
                         &task,
                         persona.as_ref(),
                         trial,
                         seed,
+                        &domain,
+                        &backend,
                         format!("not run: budget exhausted ({why})"),
                     ),
                     None => runner.run(&task, persona.as_ref(), trial, seed).await,
@@ -304,7 +398,9 @@ pub async fn episodes(
     Ok(EpisodesReport {
         episodes,
         resumed,
-        backend: runner.backend().describe(),
+        backend: world.backend(),
+        world: world.label(),
+        tasks: task_ids.len(),
         budget_exhausted: client.as_ref().and_then(|c| c.budget_exhausted()),
         llm: client.map(|c| c.accounting()),
     })

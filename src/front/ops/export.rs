@@ -320,17 +320,32 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
     };
     let mut held_ids = BTreeSet::new();
     for (e, &file) in loaded.iter().zip(&origin).filter(|(e, _)| selected(e, sel)) {
-        if !domains.contains_key(&e.domain) {
-            let d = load_domain(&e.domain, req.tau2_data.as_deref())?;
-            domains.insert(
-                e.domain.clone(),
-                (
-                    crate::simulate::episode::llm::agent_system_prompt(&d.policy),
-                    d.env().tools(),
-                ),
-            );
-        }
-        let (system, tools) = &domains[&e.domain];
+        // What the agent saw: the episode's own record (external worlds), else the built-in
+        // domain's policy and tools; a world with neither (chat without a recorded prompt)
+        // exports the dialogue without system prompt and tools.
+        let own;
+        let (system, tools) = match &e.agent {
+            Some(a) => {
+                own = (a.system_prompt.clone(), a.tools.clone());
+                (&own.0, &own.1)
+            }
+            None => {
+                if !domains.contains_key(&e.domain) {
+                    let view = if crate::simulate::tau2::Domain::known(&e.domain).is_some() {
+                        let d = load_domain(&e.domain, req.tau2_data.as_deref())?;
+                        (
+                            crate::simulate::episode::llm::agent_system_prompt(&d.policy),
+                            d.env().tools(),
+                        )
+                    } else {
+                        (String::new(), Vec::new())
+                    };
+                    domains.insert(e.domain.clone(), view);
+                }
+                let (system, tools) = &domains[&e.domain];
+                (system, tools)
+            }
+        };
         let record = match sft_record_as(req.format, e, system, tools) {
             Ok(r) => r,
             Err(Unexported::Unfit(reason)) => {

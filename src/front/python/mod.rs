@@ -516,7 +516,7 @@ fn llm_of(
 /// `{"tasks": [{"task_id", "outcome": {"status": "ok", "personas", ...} | {"status": "failed",
 /// "stage", "reason", ...}}], "sandbox", "llm"}`.
 #[pyfunction]
-#[pyo3(signature = (program, task=None, domain=None, split=None, n=None, llm=None, seed=0, tau2_data=None, timeout_s=None, config=None))]
+#[pyo3(signature = (program, task=None, domain=None, split=None, n=None, llm=None, seed=0, tau2_data=None, timeout_s=None, config=None, world=None, task_file=None))]
 #[allow(clippy::too_many_arguments)]
 fn generate<'py>(
     py: Python<'py>,
@@ -530,6 +530,8 @@ fn generate<'py>(
     tau2_data: Option<PathBuf>,
     timeout_s: Option<f64>,
     config: Option<PathBuf>,
+    world: Option<String>,
+    task_file: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if !program.is_file() {
         return Err(IoError::new_err(format!(
@@ -537,8 +539,10 @@ fn generate<'py>(
             program.display()
         )));
     }
-    if split.is_some() && domain.is_none() {
-        return Err(ConfigError::new_err("split= needs domain="));
+    if split.is_some() && domain.is_none() && world.is_none() && task_file.is_none() {
+        return Err(ConfigError::new_err(
+            "split= needs domain=, world= or task_file=",
+        ));
     }
     let mut o = Overrides::new();
     o.set_opt("sandbox.timeout_s", timeout_s)
@@ -546,9 +550,10 @@ fn generate<'py>(
     let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
     let tasks = ops::resolve_tasks(&ops::TaskSelection {
         domain,
+        world,
         tau2_data,
         tasks: task.or(split),
-        task_file: None,
+        task_file,
     })
     .map_err(to_py_err)?;
     let request = ops::GenerateRequest {
@@ -563,14 +568,30 @@ fn generate<'py>(
     to_py(py, &report)
 }
 
+/// Override the world keys of a run config from Python keyword arguments (`domain` is the
+/// alias of the built-in worlds; both given is the config's error).
+fn world_overrides(
+    o: &mut Overrides,
+    domain: Option<String>,
+    world: Option<String>,
+    task_file: Option<PathBuf>,
+    tau2_data: Option<PathBuf>,
+) -> crate::Result<()> {
+    o.set_opt("run.domain", domain)?
+        .set_opt("run.world", world)?
+        .set_opt("world.task_file", task_file)?
+        .set_opt("run.tau2_data", tau2_data)?;
+    Ok(())
+}
+
 /// Play episodes (as `ppol episodes`); returns `{"episodes": [...], "resumed", "backend",
 /// "llm", "budget_exhausted"}`.
 #[pyfunction]
-#[pyo3(signature = (domain="demo", tasks="all", personas=None, trials=1, llm=None, max_turns=None, seed=0, tau2_data=None, concurrency=256, output=None, config=None))]
+#[pyo3(signature = (domain=None, tasks="all", personas=None, trials=1, llm=None, max_turns=None, seed=0, tau2_data=None, concurrency=256, output=None, config=None, world=None, task_file=None))]
 #[allow(clippy::too_many_arguments)]
 fn episodes<'py>(
     py: Python<'py>,
-    domain: &str,
+    domain: Option<String>,
     tasks: &str,
     personas: Option<&Bound<'py, PyAny>>,
     trials: u32,
@@ -581,20 +602,18 @@ fn episodes<'py>(
     concurrency: usize,
     output: Option<PathBuf>,
     config: Option<PathBuf>,
+    world: Option<String>,
+    task_file: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let cfg = ops::load_config(config.as_deref(), &Overrides::new()).map_err(to_py_err)?;
-    let dom = ops::load_domain(domain, tau2_data.as_deref()).map_err(to_py_err)?;
-    let task_ids: Vec<String> = dom
-        .select_tasks(tasks)
-        .map_err(to_py_err)?
-        .iter()
-        .map(|t| t.id.clone())
-        .collect();
+    let mut o = Overrides::new();
+    world_overrides(&mut o, domain, world, task_file, tau2_data).map_err(to_py_err)?;
+    let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
+    let world = ops::WorldChoice::of_config(&cfg).map_err(to_py_err)?;
     let personas: Option<Vec<crate::persona::Persona>> =
         personas.map(|p| from_py(p, "personas")).transpose()?;
     let request = ops::EpisodesRequest {
-        domain: dom,
-        task_ids,
+        world,
+        tasks: tasks.to_string(),
         personas,
         trials,
         llm: llm_of(llm.as_deref(), &cfg)?,

@@ -78,6 +78,62 @@ pub struct Episode {
     /// seed, fallbacks of the agent, replies that spoke as the agent. Empty for a plain episode.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// What the agent saw (its system prompt and tools), when the world that played the
+    /// episode reported it (external simulators; `ppol export sft` uses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentView>,
+    /// The simulator's own metadata of the episode (external worlds), kept as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+impl Episode {
+    /// The record of an episode that failed or was not played, with the reason.
+    pub fn failed(
+        task_id: &str,
+        persona: Option<&crate::persona::Persona>,
+        trial: u32,
+        seed: u64,
+        domain: &str,
+        backend: &str,
+        why: String,
+    ) -> Episode {
+        Episode {
+            id: crate::simulate::episode::runner::episode_id(task_id, persona, trial),
+            task_id: task_id.into(),
+            domain: domain.into(),
+            conversation: vec![],
+            persona_id: persona.map_or("none".into(), |p| p.persona_id.clone()),
+            persona: persona.map(|p| p.text.clone()).unwrap_or_default(),
+            axis_placement: persona
+                .map(|p| p.axis_placement.clone())
+                .unwrap_or_default(),
+            trial,
+            seed,
+            termination: Termination::Error,
+            reward: None,
+            reward_info: Value::Null,
+            status: EpisodeStatus::Failed,
+            error: Some(why),
+            backend: backend.into(),
+            usage: Value::Null,
+            persona_play: None,
+            role_confusion: 0,
+            notes: Vec::new(),
+            agent: None,
+            meta: None,
+        }
+    }
+}
+
+/// What the agent saw in one task, for training-data export: its system prompt and tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentView {
+    /// The agent's system prompt.
+    pub system_prompt: String,
+    /// The tools offered to the agent (none for a tool-less agent).
+    #[serde(default)]
+    pub tools: Vec<crate::llm::ToolSpec>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -222,6 +278,8 @@ mod tests {
             persona_play: None,
             role_confusion: 0,
             notes: Vec::new(),
+            agent: None,
+            meta: None,
         }
     }
 

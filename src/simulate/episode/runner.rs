@@ -201,47 +201,34 @@ impl Tau2Runner {
         seed: u64,
         why: String,
     ) -> Episode {
-        Episode {
-            id: episode_id(task_id, persona, trial),
-            task_id: task_id.into(),
-            domain: self.domain.name.clone(),
-            conversation: vec![],
-            persona_id: persona.map_or("none".into(), |p| p.persona_id.clone()),
-            persona: persona.map(|p| p.text.clone()).unwrap_or_default(),
-            axis_placement: persona
-                .map(|p| p.axis_placement.clone())
-                .unwrap_or_default(),
+        Episode::failed(
+            task_id,
+            persona,
             trial,
             seed,
-            termination: Termination::Error,
-            reward: None,
-            reward_info: Value::Null,
-            status: EpisodeStatus::Failed,
-            error: Some(why),
-            backend: self.backend.describe(),
-            usage: Value::Null,
-            persona_play: None,
-            role_confusion: 0,
-            notes: Vec::new(),
-        }
+            &self.domain.name,
+            &self.backend.describe(),
+            why,
+        )
     }
 }
 
 /// Calls, cache hits, prompt and completion tokens, per role.
-type UsageCounts = Arc<std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>>;
+pub(crate) type UsageCounts =
+    Arc<std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64, u64, u64)>>>;
 
 /// Notes of one episode's LLM answers (trims, recovered tool calls, varied retries).
-type EpisodeNotes = Arc<std::sync::Mutex<Vec<String>>>;
+pub(crate) type EpisodeNotes = Arc<std::sync::Mutex<Vec<String>>>;
 
 /// Notes kept per episode; later ones are counted, not stored.
 const MAX_NOTES: usize = 100;
 
 /// A [`ChatModel`] wrapper counting one episode's calls and tokens per role, and keeping the
 /// notes of its answers.
-struct Metered {
-    inner: Arc<dyn ChatModel>,
-    counts: UsageCounts,
-    notes: EpisodeNotes,
+pub(crate) struct Metered {
+    pub(crate) inner: Arc<dyn ChatModel>,
+    pub(crate) counts: UsageCounts,
+    pub(crate) notes: EpisodeNotes,
 }
 
 #[async_trait]
@@ -282,7 +269,7 @@ impl ChatModel for Metered {
 }
 
 /// Append notes, keeping at most [`MAX_NOTES`] (then one line counting the rest).
-fn push_notes(all: &mut Vec<String>, more: impl IntoIterator<Item = String>) {
+pub(crate) fn push_notes(all: &mut Vec<String>, more: impl IntoIterator<Item = String>) {
     for note in more {
         if all.len() < MAX_NOTES {
             all.push(note);
@@ -292,7 +279,9 @@ fn push_notes(all: &mut Vec<String>, more: impl IntoIterator<Item = String>) {
     }
 }
 
-fn usage_json(counts: &std::collections::BTreeMap<String, (u64, u64, u64, u64)>) -> Value {
+pub(crate) fn usage_json(
+    counts: &std::collections::BTreeMap<String, (u64, u64, u64, u64)>,
+) -> Value {
     Value::Object(
         counts
             .iter()
@@ -460,6 +449,8 @@ impl EpisodeRunner for Tau2Runner {
             persona_play,
             role_confusion,
             notes,
+            agent: None,
+            meta: None,
         }
     }
 }

@@ -1,0 +1,390 @@
+//! An OpenAI-compatible endpoint on 127.0.0.1 in front of a [`ChatModel`]: how simulators that
+//! ppol starts (external worlds, τ²-bench's orchestrator) reach the run's model. Every call goes
+//! through the model it wraps — for a run, the [`LlmClient`](super::LlmClient) with the ledger —
+//! so it counts against the budget, is cached and lands in the cost ledger like ppol's own calls.
+//!
+//! `POST /v1/chat/completions` (also without `/v1`): the request's `model` picks the role
+//! (`user-sim` or `user`, with or without a `openai/` prefix, is the user simulator; anything
+//! else the agent); `messages`, `tools`, `temperature`, `max_tokens` (or
+//! `max_completion_tokens`) and `seed` are passed on. Streaming is refused (400). A spent
+//! budget answers 402, any other failure 502, each with an OpenAI error object naming it.
+//! `GET /v1/models` lists the two roles.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::CONTENT_TYPE;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Map, Value};
+
+use super::{CallRole, ChatModel, ChatRequest, ToolSpec};
+use crate::dialogue::{Role, ToolCall, Turn};
+use crate::{Error, Result};
+
+/// Largest request body the endpoint reads.
+pub const MAX_REQUEST_BYTES: usize = 32 << 20;
+
+/// A running endpoint; it stops when dropped.
+pub struct ModelEndpoint {
+    addr: SocketAddr,
+    base_url: String,
+    task: tokio::task::JoinHandle<()>,
+    calls: Arc<AtomicU64>,
+}
+
+impl ModelEndpoint {
+    /// Serve `model` on an ephemeral port of 127.0.0.1.
+    pub async fn start(model: Arc<dyn ChatModel>) -> Result<ModelEndpoint> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| Error::io("binding", std::path::Path::new("127.0.0.1:0"), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("binding", std::path::Path::new("127.0.0.1:0"), e))?;
+        let calls = Arc::new(AtomicU64::new(0));
+        let counter = calls.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let model = model.clone();
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        handle(req, model.clone(), counter.clone())
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(ModelEndpoint {
+            base_url: format!("http://{addr}/v1"),
+            addr,
+            task,
+            calls,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Chat requests answered so far (errors included).
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ModelEndpoint {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("valid response")
+}
+
+fn error_reply(status: StatusCode, kind: &str, message: &str) -> Response<Full<Bytes>> {
+    reply(
+        status,
+        &json!({"error": {"message": message, "type": kind, "code": status.as_u16()}}),
+    )
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    model: Arc<dyn ChatModel>,
+    calls: Arc<AtomicU64>,
+) -> std::result::Result<Response<Full<Bytes>>, Infallible> {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    if req.method() == Method::GET && (path == "/v1/models" || path == "/models") {
+        let data: Vec<Value> = ["agent", "user-sim"]
+            .iter()
+            .map(|m| json!({"id": m, "object": "model", "owned_by": "ppol"}))
+            .collect();
+        return Ok(reply(
+            StatusCode::OK,
+            &json!({"object": "list", "data": data}),
+        ));
+    }
+    if req.method() != Method::POST
+        || !(path == "/v1/chat/completions" || path == "/chat/completions")
+    {
+        return Ok(error_reply(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("ppol's model endpoint serves POST /v1/chat/completions, not {path}"),
+        ));
+    }
+    let body = match Limited::new(req.into_body(), MAX_REQUEST_BYTES)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return Ok(error_reply(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                &format!("request body: {e} (at most {MAX_REQUEST_BYTES} bytes)"),
+            ))
+        }
+    };
+    let request = match serde_json::from_slice::<Value>(&body)
+        .map_err(|e| format!("not JSON: {e}"))
+        .and_then(|v| chat_request(&v))
+    {
+        Ok(r) => r,
+        Err(m) => {
+            return Ok(error_reply(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &m,
+            ))
+        }
+    };
+    calls.fetch_add(1, Ordering::SeqCst);
+    match model.chat(&request).await {
+        Ok(r) => {
+            let message = match super::openai::message_json(&r.message, 0) {
+                Ok(m) => m,
+                Err(e) => {
+                    return Ok(error_reply(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream_error",
+                        &e.message,
+                    ))
+                }
+            };
+            let finish = r.finish_reason.clone().unwrap_or_else(|| {
+                if r.message.tool_calls.is_empty() {
+                    "stop".into()
+                } else {
+                    "tool_calls".into()
+                }
+            });
+            let n = calls.load(Ordering::SeqCst);
+            Ok(reply(
+                StatusCode::OK,
+                &json!({
+                    "id": format!("chatcmpl-ppol-{n}"),
+                    "object": "chat.completion",
+                    "created": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+                    "model": r.model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": {
+                        "prompt_tokens": r.usage.prompt_tokens,
+                        "completion_tokens": r.usage.completion_tokens,
+                        "total_tokens": r.usage.prompt_tokens + r.usage.completion_tokens,
+                    },
+                }),
+            ))
+        }
+        Err(Error::BudgetExhausted(m)) => Ok(error_reply(
+            StatusCode::PAYMENT_REQUIRED,
+            "budget_exhausted",
+            &format!("the run's budget is spent: {m}"),
+        )),
+        Err(e) => Ok(error_reply(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            &e.to_string(),
+        )),
+    }
+}
+
+/// One OpenAI chat message as a [`Turn`]: `content` a string, null or a list of text parts;
+/// `developer` is the system role of newer clients; tool-call arguments a JSON string or object.
+pub fn turn_from_openai(m: &Value) -> std::result::Result<Turn, String> {
+    let obj = m.as_object().ok_or("must be an object")?;
+    let role = match obj.get("role").and_then(Value::as_str) {
+        Some("system" | "developer") => Role::System,
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        Some("tool" | "function") => Role::Tool,
+        other => return Err(format!("unknown role {other:?}")),
+    };
+    let content = match obj.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        Some(other) => {
+            return Err(format!(
+                "content must be a string or a list of parts, got {other}"
+            ))
+        }
+    };
+    let mut tool_calls = Vec::new();
+    if let Some(calls) = obj.get("tool_calls").and_then(Value::as_array) {
+        for (j, c) in calls.iter().enumerate() {
+            let f = c.get("function").unwrap_or(c);
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or(format!("tool_calls[{j}]: no function name"))?;
+            let arguments = match f.get("arguments") {
+                Some(Value::String(s)) => {
+                    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+                }
+                Some(v) => v.clone(),
+                None => Value::Object(Map::new()),
+            };
+            tool_calls.push(ToolCall {
+                id: c
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                name: name.to_string(),
+                arguments,
+            });
+        }
+    }
+    Ok(Turn {
+        role,
+        content,
+        tool_calls,
+        tool_call_id: obj
+            .get("tool_call_id")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    })
+}
+
+/// The role a request's `model` names.
+pub fn role_of_model(model: &str) -> CallRole {
+    let m = model.rsplit('/').next().unwrap_or(model);
+    match m {
+        "user-sim" | "user_sim" | "user" => CallRole::UserSim,
+        _ => CallRole::Agent,
+    }
+}
+
+/// An OpenAI chat-completions body as a [`ChatRequest`]; the error names the bad key.
+pub fn chat_request(v: &Value) -> std::result::Result<ChatRequest, String> {
+    let obj = v.as_object().ok_or("the body must be a JSON object")?;
+    if obj.get("stream").and_then(Value::as_bool) == Some(true) {
+        return Err("stream: streaming is not supported by ppol's model endpoint".into());
+    }
+    let role = role_of_model(obj.get("model").and_then(Value::as_str).unwrap_or(""));
+    let msgs = obj
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("messages: a list of messages is required")?;
+    let messages = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| turn_from_openai(m).map_err(|e| format!("messages[{i}]: {e}")))
+        .collect::<std::result::Result<Vec<Turn>, String>>()?;
+    let mut tools = Vec::new();
+    if let Some(ts) = obj.get("tools").and_then(Value::as_array) {
+        for (i, t) in ts.iter().enumerate() {
+            let f = t.get("function").unwrap_or(t);
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or(format!("tools[{i}]: a function tool needs a name"))?;
+            tools.push(ToolSpec {
+                name: name.to_string(),
+                description: f
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                parameters: f
+                    .get("parameters")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+            });
+        }
+    }
+    let num = |k: &str| obj.get(k).and_then(Value::as_f64);
+    let max_tokens = obj
+        .get("max_completion_tokens")
+        .or_else(|| obj.get("max_tokens"))
+        .and_then(Value::as_u64)
+        .map(|t| t.min(u64::from(u32::MAX)) as u32);
+    let mut r = ChatRequest::new(role, messages);
+    r.tools = tools;
+    r.temperature = num("temperature").map(|t| t as f32);
+    r.max_tokens = max_tokens;
+    r.seed = obj.get("seed").and_then(Value::as_u64);
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ScriptedModel;
+
+    #[test]
+    fn requests_map_roles_tools_and_content_parts() {
+        let r = chat_request(&json!({
+            "model": "openai/user-sim",
+            "messages": [{"role": "developer", "content": [{"type": "text", "text": "be"}, {"type": "text", "text": " brief"}]},
+                         {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+                         {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+            "max_completion_tokens": 12, "temperature": 0.5, "seed": 3
+        }))
+        .unwrap();
+        assert_eq!(r.role, CallRole::UserSim);
+        assert_eq!(r.messages[0].content, "be brief");
+        assert_eq!(r.messages[1].tool_calls[0].arguments, json!({"a": 1}));
+        assert_eq!(r.tools[0].name, "f");
+        assert_eq!((r.max_tokens, r.seed), (Some(12), Some(3)));
+        assert_eq!(role_of_model("gpt-4o"), CallRole::Agent);
+        assert!(chat_request(&json!({"model": "agent", "messages": [], "stream": true})).is_err());
+        assert!(chat_request(&json!({"model": "agent"}))
+            .unwrap_err()
+            .contains("messages"));
+    }
+
+    #[tokio::test]
+    async fn the_endpoint_answers_through_the_model() {
+        let model: Arc<dyn ChatModel> = Arc::new(ScriptedModel::echo());
+        let ep = ModelEndpoint::start(model).await.unwrap();
+        let client = reqwest::Client::new();
+        let r: Value = client
+            .post(format!("{}/chat/completions", ep.base_url()))
+            .json(&json!({"model": "agent", "messages": [{"role": "user", "content": "hello"}]}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(r["choices"][0]["message"]["role"], "assistant");
+        assert!(r["choices"][0]["message"]["content"].is_string(), "{r}");
+        let bad = client
+            .post(format!("{}/chat/completions", ep.base_url()))
+            .body("nope")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(bad.status().as_u16(), 400);
+        assert_eq!(ep.calls(), 1);
+    }
+}

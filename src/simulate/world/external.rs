@@ -1,0 +1,942 @@
+//! `external:COMMAND` worlds: any user simulator that speaks ppol's JSONL-over-stdio protocol
+//! (`python/ppol_rs/EXTERNAL_PROTOCOL.md`), run as several processes at once.
+//!
+//! - **Version 1** (the default): one request at a time per process, answers in order. ppol
+//!   runs `[world] processes` of them and sends each episode to a free one.
+//! - **Version 2** (`[world] protocol = 2`): a `hello` handshake, request ids so answers may come
+//!   out of order, up to `max_in_flight` episodes per process, the simulator's own task list,
+//!   and reward, termination, usage and the agent's view in the answer.
+//!
+//! A process that crashes, hangs past `[world] episode_timeout_s`, writes a line that is not
+//! the protocol, or answers another request is killed (its whole process group); the episodes
+//! it had in flight are recorded as failed with that reason, and the next episode starts a new
+//! process. The seed sent with an episode is the one its caller derived from (task, persona,
+//! trial), so a run does not depend on how many processes play it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, ChildStdout};
+use tokio::sync::{oneshot, Semaphore};
+
+use super::{AgentView, TaskList, World, WorldSettings};
+use crate::llm::serve::ModelEndpoint;
+use crate::llm::ChatModel;
+use crate::persona::Persona;
+use crate::simulate::episode::record::{Episode, EpisodeStatus};
+use crate::simulate::episode::{EpisodeRunner, Termination};
+use crate::{Error, Result};
+
+/// Largest line a simulator may write (a whole dialogue is one line).
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// How a pool of simulator processes is run.
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    /// The command and its arguments.
+    pub argv: Vec<String>,
+    /// Processes at once.
+    pub processes: usize,
+    /// Protocol version (1 or 2).
+    pub protocol: u32,
+    /// One episode's time limit.
+    pub timeout: Duration,
+    /// Requests per v2 process at most (the lower of this and the simulator's own limit).
+    pub max_in_flight: usize,
+    /// Extra environment of the processes.
+    pub env: Vec<(String, String)>,
+    /// The world's label (`external:...`, `tau2:telecom`).
+    pub label: String,
+}
+
+impl PoolOptions {
+    /// Options from `[world]` for a command.
+    pub fn from_settings(s: &WorldSettings, argv: Vec<String>) -> Self {
+        PoolOptions {
+            label: format!("external:{}", super::join_command(&argv)),
+            argv,
+            processes: s.processes,
+            protocol: s.protocol,
+            timeout: Duration::from_secs_f64(s.episode_timeout_s),
+            max_in_flight: s.max_in_flight,
+            env: Vec::new(),
+        }
+    }
+}
+
+/// What a v2 simulator said of itself.
+#[derive(Debug, Clone, Default)]
+pub struct Hello {
+    /// Its name.
+    pub name: Option<String>,
+    /// The domain it plays.
+    pub domain: Option<String>,
+    /// Episodes it takes at once.
+    pub max_in_flight: usize,
+    /// Whether it lists its own tasks.
+    pub tasks: bool,
+}
+
+type Answer = std::result::Result<Value, String>;
+
+/// One running simulator process.
+struct Proc {
+    stdin: tokio::sync::Mutex<ChildStdin>,
+    pending: Mutex<HashMap<String, oneshot::Sender<Answer>>>,
+    /// v1: the request ids in the order sent (answers come in that order).
+    order: Mutex<std::collections::VecDeque<String>>,
+    dead: AtomicBool,
+    pgid: i32,
+    child: Mutex<Option<tokio::process::Child>>,
+    next: AtomicU64,
+    protocol: u32,
+}
+
+impl Proc {
+    /// Kill the process group and fail every pending request with `why`.
+    fn kill(&self, why: &str) {
+        if !self.dead.swap(true, Ordering::SeqCst) {
+            if let Some(pid) = rustix::process::Pid::from_raw(self.pgid) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+        }
+        if let Some(mut c) = self.child.lock().expect("child lock").take() {
+            let _ = c.start_kill();
+            // reap in the background
+            tokio::spawn(async move {
+                let _ = c.wait().await;
+            });
+        }
+        let pending: Vec<_> = self.pending.lock().expect("pending lock").drain().collect();
+        for (_, tx) in pending {
+            let _ = tx.send(Err(why.to_string()));
+        }
+    }
+
+    fn take_pending(&self, key: &str) -> Option<oneshot::Sender<Answer>> {
+        self.pending.lock().expect("pending lock").remove(key)
+    }
+}
+
+/// A pool of simulator processes speaking the protocol.
+pub struct Pool {
+    opts: PoolOptions,
+    slots: Vec<tokio::sync::Mutex<Option<Arc<Proc>>>>,
+    in_flight: Mutex<Vec<usize>>,
+    permits: Semaphore,
+    per_process: AtomicUsize,
+    hello: Mutex<Option<Hello>>,
+    /// Processes started so far (restarts included).
+    pub started: AtomicU64,
+    /// Most processes alive at once.
+    pub max_alive: AtomicUsize,
+    alive: AtomicUsize,
+}
+
+impl Pool {
+    /// A pool; no process starts until it is needed.
+    pub fn new(opts: PoolOptions) -> Arc<Self> {
+        let n = opts.processes.max(1);
+        Arc::new(Pool {
+            slots: (0..n).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            in_flight: Mutex::new(vec![0; n]),
+            permits: Semaphore::new(n),
+            per_process: AtomicUsize::new(1),
+            hello: Mutex::new(None),
+            started: AtomicU64::new(0),
+            max_alive: AtomicUsize::new(0),
+            alive: AtomicUsize::new(0),
+            opts,
+        })
+    }
+
+    /// The options.
+    pub fn options(&self) -> &PoolOptions {
+        &self.opts
+    }
+
+    /// What the (first) v2 process said of itself.
+    pub fn hello(&self) -> Option<Hello> {
+        self.hello.lock().expect("hello lock").clone()
+    }
+
+    /// Start process 0 now (v2: to learn its limits and tasks); returns its hello.
+    pub async fn start_first(self: &Arc<Self>) -> Result<Option<Hello>> {
+        let mut slot = self.slots[0].lock().await;
+        let p = self.spawn().await.map_err(|m| self.error(m))?;
+        *slot = Some(p);
+        Ok(self.hello())
+    }
+
+    fn error(&self, message: String) -> Error {
+        Error::Environment {
+            domain: self.opts.label.clone(),
+            message,
+        }
+    }
+
+    async fn spawn(self: &Arc<Self>) -> std::result::Result<Arc<Proc>, String> {
+        let argv = &self.opts.argv;
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .process_group(0);
+        for (k, v) in &self.opts.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start the simulator {:?}: {e}", argv[0]))?;
+        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let alive = self.alive.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_alive.fetch_max(alive, Ordering::SeqCst);
+        let proc = Arc::new(Proc {
+            stdin: tokio::sync::Mutex::new(stdin),
+            pending: Mutex::new(HashMap::new()),
+            order: Mutex::new(Default::default()),
+            dead: AtomicBool::new(false),
+            pgid,
+            child: Mutex::new(Some(child)),
+            next: AtomicU64::new(0),
+            protocol: self.opts.protocol,
+        });
+        let (hello_tx, hello_rx) = oneshot::channel();
+        if self.opts.protocol >= 2 {
+            proc.pending
+                .lock()
+                .expect("pending lock")
+                .insert("hello".into(), hello_tx);
+        }
+        let reader_proc = proc.clone();
+        let pool = self.clone();
+        tokio::spawn(async move {
+            read_answers(stdout, &reader_proc).await;
+            pool.alive.fetch_sub(1, Ordering::SeqCst);
+        });
+        if self.opts.protocol >= 2 {
+            let hello = json!({"type": "hello", "protocol": 2, "ppol": env!("CARGO_PKG_VERSION")});
+            if let Err(e) = write_line(&proc, &hello).await {
+                proc.kill(&e);
+                return Err(e);
+            }
+            let answer = tokio::time::timeout(self.opts.timeout, hello_rx).await;
+            let v = match answer {
+                Ok(Ok(Ok(v))) => v,
+                Ok(Ok(Err(e))) => return Err(format!("during the hello handshake: {e}")),
+                Ok(Err(_)) => return Err("the simulator ended during the hello handshake".into()),
+                Err(_) => {
+                    proc.kill("no hello");
+                    return Err(format!(
+                        "no hello answer within {:?} (is it a version-2 simulator? a \
+                         version-1 one needs [world] protocol = 1)",
+                        self.opts.timeout
+                    ));
+                }
+            };
+            let hello = parse_hello(&v).inspect_err(|e| proc.kill(e))?;
+            let k = hello.max_in_flight.min(self.opts.max_in_flight).max(1);
+            let first = self.hello.lock().expect("hello lock").is_none();
+            if first {
+                *self.hello.lock().expect("hello lock") = Some(hello);
+                let old = self.per_process.swap(k, Ordering::SeqCst);
+                if k > old {
+                    self.permits.add_permits((k - old) * self.slots.len());
+                }
+            }
+        }
+        Ok(proc)
+    }
+
+    /// Send one request and wait for its answer (the request's `request_id` is set here for
+    /// v2). Errors are the reason the episode failed.
+    pub async fn request(self: &Arc<Self>, mut req: Map<String, Value>, key: &str) -> Answer {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| "the world is shut down".to_string())?;
+        let k = self.per_process.load(Ordering::SeqCst);
+        let idx = {
+            let mut f = self.in_flight.lock().expect("in-flight lock");
+            let i = (0..f.len())
+                .filter(|&i| f[i] < k)
+                .min_by_key(|&i| (f[i], i))
+                .ok_or("no free simulator process (internal error)")?;
+            f[i] += 1;
+            i
+        };
+        let result = self.request_on(idx, &mut req, key).await;
+        self.in_flight.lock().expect("in-flight lock")[idx] -= 1;
+        result
+    }
+
+    async fn request_on(
+        self: &Arc<Self>,
+        idx: usize,
+        req: &mut Map<String, Value>,
+        key: &str,
+    ) -> Answer {
+        let proc = {
+            let mut slot = self.slots[idx].lock().await;
+            match slot.as_ref() {
+                Some(p) if !p.dead.load(Ordering::SeqCst) => p.clone(),
+                _ => {
+                    let p = self.spawn().await?;
+                    *slot = Some(p.clone());
+                    p
+                }
+            }
+        };
+        let rid = if proc.protocol >= 2 {
+            let rid = format!("r{}", proc.next.fetch_add(1, Ordering::SeqCst));
+            req.insert("request_id".into(), Value::String(rid.clone()));
+            rid
+        } else {
+            key.to_string()
+        };
+        let (tx, rx) = oneshot::channel();
+        proc.pending
+            .lock()
+            .expect("pending lock")
+            .insert(rid.clone(), tx);
+        if proc.protocol < 2 {
+            proc.order
+                .lock()
+                .expect("order lock")
+                .push_back(rid.clone());
+        }
+        if let Err(e) = write_line(&proc, &Value::Object(req.clone())).await {
+            proc.kill(&e);
+            return Err(e);
+        }
+        match tokio::time::timeout(self.opts.timeout, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err("the simulator process went away".into()),
+            Err(_) => {
+                let why = format!(
+                    "no answer within {} s ([world] episode_timeout_s): the simulator process \
+                     was killed and is restarted for the next episode",
+                    self.opts.timeout.as_secs_f64()
+                );
+                if proc.take_pending(&rid).is_some() {
+                    proc.kill(&format!("killed because request {key} hung"));
+                }
+                Err(why)
+            }
+        }
+    }
+
+    /// v2: ask process 0 for the simulator's task list.
+    pub async fn list_tasks(self: &Arc<Self>) -> Result<Vec<super::WorldTask>> {
+        let proc = {
+            let mut slot = self.slots[0].lock().await;
+            match slot.as_ref() {
+                Some(p) if !p.dead.load(Ordering::SeqCst) => p.clone(),
+                _ => {
+                    let p = self.spawn().await.map_err(|m| self.error(m))?;
+                    *slot = Some(p.clone());
+                    p
+                }
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        proc.pending
+            .lock()
+            .expect("pending lock")
+            .insert("list_tasks".into(), tx);
+        write_line(&proc, &json!({"type": "list_tasks"}))
+            .await
+            .map_err(|m| self.error(m))?;
+        let v = match tokio::time::timeout(self.opts.timeout, rx).await {
+            Ok(Ok(Ok(v))) => v,
+            Ok(Ok(Err(e))) => return Err(self.error(format!("list_tasks: {e}"))),
+            _ => {
+                proc.kill("list_tasks unanswered");
+                return Err(self.error("list_tasks: no answer".into()));
+            }
+        };
+        let arr = v
+            .get("tasks")
+            .and_then(Value::as_array)
+            .ok_or_else(|| self.error("list_tasks: the answer has no `tasks` list".into()))?;
+        let mut out = Vec::with_capacity(arr.len());
+        let mut seen = std::collections::HashSet::new();
+        for (i, t) in arr.iter().enumerate() {
+            let task = super::tasks::task_from_value(t)
+                .map_err(|m| self.error(format!("list_tasks: tasks[{i}]: {m}")))?;
+            if !seen.insert(task.task_id.clone()) {
+                return Err(self.error(format!(
+                    "list_tasks: tasks[{i}]: task_id '{}' is listed twice",
+                    task.task_id
+                )));
+            }
+            out.push(task);
+        }
+        Ok(out)
+    }
+
+    /// Send `shutdown` to every process, give them a moment, then kill what is left.
+    pub async fn shutdown(&self) {
+        let mut procs = Vec::new();
+        for s in &self.slots {
+            if let Some(p) = s.lock().await.take() {
+                procs.push(p);
+            }
+        }
+        for p in &procs {
+            if !p.dead.load(Ordering::SeqCst) {
+                let _ = write_line(p, &json!({"type": "shutdown"})).await;
+                let mut stdin = p.stdin.lock().await;
+                let _ = stdin.shutdown().await;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        for p in &procs {
+            let child = p.child.lock().expect("child lock").take();
+            if let Some(mut c) = child {
+                if tokio::time::timeout_at(deadline, c.wait()).await.is_err() {
+                    p.kill("shut down");
+                    let _ = c.kill().await;
+                } else {
+                    p.dead.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for s in &self.slots {
+            if let Ok(mut g) = s.try_lock() {
+                if let Some(p) = g.take() {
+                    p.kill("ppol is done");
+                }
+            }
+        }
+    }
+}
+
+async fn write_line(proc: &Proc, msg: &Value) -> std::result::Result<(), String> {
+    let mut line = serde_json::to_string(msg).expect("serialisable");
+    line.push('\n');
+    let mut stdin = proc.stdin.lock().await;
+    stdin
+        .write_all(line.as_bytes())
+        .await
+        .and(stdin.flush().await)
+        .map_err(|e| format!("the simulator closed its stdin ({e}): it exited or crashed"))
+}
+
+/// Read one line of at most [`MAX_LINE_BYTES`]; `Ok(None)` at end of output.
+async fn read_line_bounded(
+    r: &mut BufReader<ChildStdout>,
+    buf: &mut Vec<u8>,
+) -> std::result::Result<Option<()>, String> {
+    buf.clear();
+    loop {
+        let chunk = r.fill_buf().await.map_err(|e| e.to_string())?;
+        if chunk.is_empty() {
+            return Ok(if buf.is_empty() { None } else { Some(()) });
+        }
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        if buf.len() + take > MAX_LINE_BYTES {
+            return Err(format!(
+                "a stdout line longer than {MAX_LINE_BYTES} bytes (the protocol's limit)"
+            ));
+        }
+        buf.extend_from_slice(&chunk[..take]);
+        r.consume(take);
+        if done {
+            return Ok(Some(()));
+        }
+    }
+}
+
+/// The reader of one process: route each answer to its request; anything that is not the
+/// protocol kills the process with the reason.
+async fn read_answers(stdout: ChildStdout, proc: &Proc) {
+    let mut r = BufReader::new(stdout);
+    let mut buf = Vec::new();
+    let mut line_no = 0u64;
+    loop {
+        let got = read_line_bounded(&mut r, &mut buf).await;
+        line_no += 1;
+        let at = format!("stdout line {line_no}");
+        match got {
+            Err(e) => return proc.kill(&format!("{at}: {e}")),
+            Ok(None) => {
+                let child = proc.child.lock().expect("child lock").take();
+                let status = match child {
+                    Some(mut c) => {
+                        let s = tokio::time::timeout(Duration::from_secs(2), c.wait()).await;
+                        *proc.child.lock().expect("child lock") = Some(c);
+                        match s {
+                            Ok(Ok(status)) => status.to_string(),
+                            _ => "still running".to_string(),
+                        }
+                    }
+                    None => "killed".to_string(),
+                };
+                return proc.kill(&format!(
+                    "the simulator ended its output ({status}) without answering"
+                ));
+            }
+            Ok(Some(())) => {}
+        }
+        let text = String::from_utf8_lossy(&buf);
+        if text.trim().is_empty() {
+            continue;
+        }
+        let shown: String = text.trim().chars().take(200).collect();
+        let v: Value = match serde_json::from_str(text.trim()) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => return proc.kill(&format!("{at} is not a JSON object: {shown}")),
+            Err(e) => return proc.kill(&format!("{at} is not JSON ({e}): {shown}")),
+        };
+        let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
+        let key = if proc.protocol >= 2 {
+            match kind {
+                "hello" => "hello".to_string(),
+                "tasks" => "list_tasks".to_string(),
+                _ => match v.get("request_id").and_then(Value::as_str) {
+                    Some(r) => r.to_string(),
+                    None => {
+                        return proc.kill(&format!(
+                            "{at}: a version-2 answer without request_id: {shown}"
+                        ))
+                    }
+                },
+            }
+        } else {
+            let expected = proc.order.lock().expect("order lock").pop_front();
+            match expected {
+                Some(id) => {
+                    let got = v.get("id").and_then(Value::as_str).unwrap_or("");
+                    if got != id {
+                        return proc.kill(&format!(
+                            "{at} answers id '{got}' while request '{id}' is pending (a \
+                             version-1 simulator answers in request order)"
+                        ));
+                    }
+                    id
+                }
+                None => return proc.kill(&format!("{at}: an answer nobody asked for: {shown}")),
+            }
+        };
+        match proc.take_pending(&key) {
+            Some(tx) => {
+                let _ = tx.send(Ok(v));
+            }
+            None if proc.protocol >= 2 => {
+                // the request timed out already, or an id nobody sent
+                tracing::warn!("{at}: an answer for request '{key}', which is not pending");
+            }
+            None => {}
+        }
+    }
+}
+
+fn parse_hello(v: &Value) -> std::result::Result<Hello, String> {
+    if v.get("type").and_then(Value::as_str) != Some("hello") {
+        return Err(format!("expected a hello answer, got {v}"));
+    }
+    match v.get("protocol").and_then(Value::as_u64) {
+        Some(2) => {}
+        other => {
+            return Err(format!(
+                "the simulator speaks protocol {other:?}; ppol asked for 2"
+            ))
+        }
+    }
+    let k = match v.get("max_in_flight") {
+        None | Some(Value::Null) => 1,
+        Some(x) => match x.as_u64() {
+            Some(k) if (1..=super::MAX_IN_FLIGHT as u64).contains(&k) => k as usize,
+            _ => {
+                return Err(format!(
+                    "hello: max_in_flight must be an integer in 1..={}, got {x}",
+                    super::MAX_IN_FLIGHT
+                ))
+            }
+        },
+    };
+    Ok(Hello {
+        name: v.get("name").and_then(Value::as_str).map(str::to_string),
+        domain: v.get("domain").and_then(Value::as_str).map(str::to_string),
+        max_in_flight: k,
+        tasks: v.get("tasks").and_then(Value::as_bool).unwrap_or(false),
+    })
+}
+
+/// A world of external simulator processes.
+pub struct ExternalWorld {
+    pool: Arc<Pool>,
+    tasks: TaskList,
+    domain: String,
+    /// The endpoint simulators reach the run's model through (kept alive with the world).
+    _endpoint: Option<ModelEndpoint>,
+}
+
+impl ExternalWorld {
+    /// Open the world: offer the run's model on a local endpoint (when there is one), start
+    /// the first v2 process for its limits (and its tasks when no task list is given: listed
+    /// tasks without a split get a seeded one, `test_fraction` of them `test`).
+    pub async fn open(
+        mut opts: PoolOptions,
+        tasks: Option<TaskList>,
+        model: Option<Arc<dyn ChatModel>>,
+        split_seed: u64,
+        test_fraction: f64,
+    ) -> Result<Arc<dyn World>> {
+        let endpoint = match model {
+            Some(m) => {
+                let ep = ModelEndpoint::start(m).await?;
+                opts.env
+                    .push(("PPOL_LLM_BASE_URL".into(), ep.base_url().to_string()));
+                Some(ep)
+            }
+            None => None,
+        };
+        let pool = Pool::new(opts);
+        let mut domain = "external".to_string();
+        let tasks = if pool.options().protocol >= 2 {
+            let hello = pool.start_first().await?.unwrap_or_default();
+            if let Some(d) = &hello.domain {
+                domain = d.clone();
+            }
+            match tasks {
+                Some(t) => t,
+                None if hello.tasks => {
+                    TaskList::new(pool.list_tasks().await?, test_fraction, split_seed)
+                }
+                None => {
+                    return Err(Error::config(
+                        "world.task_file",
+                        format!(
+                            "the simulator of {} does not list its tasks (hello: tasks is \
+                             not true): give --task-file FILE",
+                            pool.options().label
+                        ),
+                    ))
+                }
+            }
+        } else {
+            tasks.expect("a v1 world is opened with a task file")
+        };
+        if tasks.all().is_empty() {
+            return Err(Error::config(
+                "world.task_file",
+                format!("{} has no tasks", pool.options().label),
+            ));
+        }
+        Ok(Arc::new(ExternalWorld {
+            pool,
+            tasks,
+            domain,
+            _endpoint: endpoint,
+        }))
+    }
+
+    /// The pool (for counters).
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl World for ExternalWorld {
+    fn label(&self) -> String {
+        self.pool.options().label.clone()
+    }
+
+    fn domain(&self) -> String {
+        self.domain.clone()
+    }
+
+    fn tasks(&self) -> &TaskList {
+        &self.tasks
+    }
+
+    fn backend(&self) -> String {
+        self.pool.options().label.clone()
+    }
+
+    fn runner(&self, max_turns: usize) -> Arc<dyn EpisodeRunner> {
+        Arc::new(ExternalRunner {
+            pool: self.pool.clone(),
+            tasks: self.tasks.clone(),
+            domain: self.domain.clone(),
+            max_turns,
+        })
+    }
+
+    async fn shutdown(&self) {
+        self.pool.shutdown().await;
+    }
+}
+
+/// Plays episodes of an external world with a turn limit.
+pub struct ExternalRunner {
+    pool: Arc<Pool>,
+    tasks: TaskList,
+    domain: String,
+    max_turns: usize,
+}
+
+impl ExternalRunner {
+    fn record(&self, task_id: &str, persona: Option<&Persona>, trial: u32, seed: u64) -> Episode {
+        let mut e = Episode::failed(
+            task_id,
+            persona,
+            trial,
+            seed,
+            &self.domain,
+            &self.pool.options().label,
+            String::new(),
+        );
+        e.error = None;
+        e
+    }
+}
+
+/// The episode request of the protocol.
+pub fn episode_request(
+    protocol: u32,
+    id: &str,
+    task_id: &str,
+    context: &str,
+    persona: Option<&Persona>,
+    seed: u64,
+    trial: u32,
+    max_turns: usize,
+) -> Map<String, Value> {
+    let persona_v = match persona {
+        Some(p) => serde_json::to_value(p).expect("serialisable"),
+        None => {
+            json!({"task_id": task_id, "persona_id": "none", "description": "", "axis_placement": {}, "text": ""})
+        }
+    };
+    let block = persona
+        .filter(|p| !p.text.trim().is_empty())
+        .map(|p| crate::persona::persona_block(&p.text))
+        .unwrap_or_default();
+    let mut m = Map::new();
+    m.insert("type".into(), json!("episode"));
+    m.insert("protocol".into(), json!(protocol));
+    m.insert("id".into(), json!(id));
+    m.insert("task_id".into(), json!(task_id));
+    m.insert("task_context".into(), json!(context));
+    m.insert("persona".into(), persona_v);
+    m.insert("persona_block".into(), json!(block));
+    m.insert("seed".into(), json!(seed));
+    m.insert("trial".into(), json!(trial));
+    if protocol >= 2 {
+        m.insert("max_turns".into(), json!(max_turns));
+    }
+    m
+}
+
+/// Fill an episode from a `dialogue` answer; an error names what is wrong with it.
+fn apply_answer(e: &mut Episode, v: &Value) -> std::result::Result<(), String> {
+    match v.get("type").and_then(Value::as_str) {
+        Some("dialogue") => {}
+        Some("error") => {
+            return Err(format!(
+                "the simulator reported an error: {}",
+                v.get("message").and_then(Value::as_str).unwrap_or("")
+            ))
+        }
+        other => {
+            return Err(format!(
+                "an answer of type {other:?}, expected \"dialogue\" or \"error\""
+            ))
+        }
+    }
+    let conv = v.get("conversation").unwrap_or(&Value::Null);
+    e.conversation = crate::fitness::traces::parse_turns(
+        conv,
+        std::path::Path::new("simulator answer"),
+        "conversation",
+    )
+    .map_err(|err| err.to_string())?;
+    e.reward = match v.get("reward") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => n.as_f64().filter(|x| x.is_finite()),
+        Some(other) => return Err(format!("reward must be a number or null, got {other}")),
+    };
+    if let Some(m) = v.get("meta").filter(|m| !m.is_null()) {
+        if !m.is_object() {
+            return Err("meta must be an object".into());
+        }
+        e.meta = Some(m.clone());
+    }
+    if let Some(ri) = v.get("reward_info").filter(|m| m.is_object()) {
+        e.reward_info = ri.clone();
+    }
+    if let Some(u) = v.get("usage").filter(|m| m.is_object()) {
+        e.usage = u.clone();
+    }
+    if let Some(a) = v.get("agent").filter(|a| a.is_object()) {
+        let system_prompt = a
+            .get("system_prompt")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let tools = a
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|ts| ts.iter().filter_map(tool_spec_of).collect())
+            .unwrap_or_default();
+        e.agent = Some(AgentView {
+            system_prompt,
+            tools,
+        });
+    }
+    e.termination = match v.get("termination").and_then(Value::as_str) {
+        Some("user_stop") => Termination::UserStop,
+        Some("transfer") => Termination::Transfer,
+        Some("out_of_scope") => Termination::OutOfScope,
+        Some("max_turns") => Termination::MaxTurns,
+        Some("error") => {
+            return Err("the simulator ended the episode with termination \"error\"".into())
+        }
+        _ => termination_of(&e.conversation),
+    };
+    e.status = EpisodeStatus::Ok;
+    Ok(())
+}
+
+/// An OpenAI function tool (`{"type": "function", "function": {...}}`) or a flat spec.
+fn tool_spec_of(v: &Value) -> Option<crate::llm::ToolSpec> {
+    let f = v.get("function").unwrap_or(v);
+    Some(crate::llm::ToolSpec {
+        name: f.get("name")?.as_str()?.to_string(),
+        description: f
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        parameters: f
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+    })
+}
+
+/// The termination of a v1 answer, read off its last user turn's stop token.
+fn termination_of(conv: &[crate::dialogue::Turn]) -> Termination {
+    let last_user = conv
+        .iter()
+        .rev()
+        .find(|t| t.role == crate::dialogue::Role::User);
+    last_user
+        .and_then(|t| crate::simulate::episode::parse_user_message(&t.content).stop)
+        .unwrap_or(Termination::UserStop)
+}
+
+#[async_trait]
+impl EpisodeRunner for ExternalRunner {
+    async fn run(
+        &self,
+        task_id: &str,
+        persona: Option<&Persona>,
+        trial: u32,
+        seed: u64,
+    ) -> Episode {
+        let mut e = self.record(task_id, persona, trial, seed);
+        let Some(task) = self.tasks.get(task_id) else {
+            e.error = Some(format!("no task with id '{task_id}' in this world"));
+            return e;
+        };
+        let req = episode_request(
+            self.pool.options().protocol,
+            &e.id,
+            task_id,
+            &task.context,
+            persona,
+            seed,
+            trial,
+            self.max_turns,
+        );
+        match self.pool.request(req, &e.id).await {
+            Ok(v) => {
+                if let Err(why) = apply_answer(&mut e, &v) {
+                    e.status = EpisodeStatus::Failed;
+                    e.termination = Termination::Error;
+                    e.error = Some(why);
+                }
+            }
+            Err(why) => e.error = Some(why),
+        }
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_is_checked() {
+        let h = parse_hello(
+            &json!({"type": "hello", "protocol": 2, "max_in_flight": 3, "tasks": true}),
+        )
+        .unwrap();
+        assert_eq!((h.max_in_flight, h.tasks), (3, true));
+        assert!(parse_hello(&json!({"type": "hello", "protocol": 1})).is_err());
+        assert!(parse_hello(&json!({"type": "hello", "protocol": 2, "max_in_flight": 0})).is_err());
+        assert!(parse_hello(&json!({"type": "dialogue"})).is_err());
+    }
+
+    #[test]
+    fn answers_fill_the_episode_or_say_why_not() {
+        let pool = Pool::new(PoolOptions {
+            argv: vec!["true".into()],
+            processes: 1,
+            protocol: 1,
+            timeout: Duration::from_secs(1),
+            max_in_flight: 1,
+            env: vec![],
+            label: "external:x".into(),
+        });
+        let r = ExternalRunner {
+            pool,
+            tasks: TaskList::default(),
+            domain: "external".into(),
+            max_turns: 5,
+        };
+        let mut e = r.record("t", None, 0, 1);
+        apply_answer(
+            &mut e,
+            &json!({"type": "dialogue", "id": "t:none:0", "reward": 1.0,
+                    "conversation": [{"role": "user", "content": "bye ###STOP###"}]}),
+        )
+        .unwrap();
+        assert_eq!(e.status, EpisodeStatus::Ok);
+        assert_eq!(e.reward, Some(1.0));
+        let mut e = r.record("t", None, 0, 1);
+        let why = apply_answer(
+            &mut e,
+            &json!({"type": "dialogue", "conversation": [{"role": "robot"}]}),
+        )
+        .unwrap_err();
+        assert!(why.contains("robot"), "{why}");
+        let why = apply_answer(&mut e, &json!({"type": "error", "message": "no"})).unwrap_err();
+        assert!(why.contains("no"), "{why}");
+    }
+}

