@@ -58,6 +58,9 @@ pub enum BenchCommand {
     /// Offline evolutions over several run seeds, scored on the human dialogues each run held
     /// out: evolved − seed, evolved − base, Dice D1–D4, seconds per iteration.
     Evolve(super::bench_evolve::BenchEvolveArgs),
+    /// Episodes per second of an external world: N episodes of a fixed length in P simulator
+    /// processes against the ideal ceil(N / P) x one episode.
+    World(super::bench_world::BenchWorldArgs),
 }
 
 /// The reference timing script: loads `ppol/fingerprinting.py` without importing the heavy
@@ -115,6 +118,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     ) = match args.command {
         BenchCommand::Llm(a) => return super::bench_llm::run(a),
         BenchCommand::Evolve(a) => return super::bench_evolve::run(a),
+        BenchCommand::World(a) => return super::bench_world::run(a),
         BenchCommand::Fingerprint {
             traces,
             repeat,

@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_evolve;
 mod bench_llm;
+mod bench_world;
 mod episodes;
 mod evolve;
 mod export;
