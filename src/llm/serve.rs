@@ -364,7 +364,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_endpoint_answers_through_the_model() {
-        let model: Arc<dyn ChatModel> = Arc::new(ScriptedModel::echo());
+        let model: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new());
         let ep = ModelEndpoint::start(model).await.unwrap();
         let client = reqwest::Client::new();
         let r: Value = client

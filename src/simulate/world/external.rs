@@ -714,17 +714,15 @@ impl ExternalRunner {
     }
 }
 
-/// The episode request of the protocol.
+/// The episode request of the protocol for the episode `e` (its id, task, seed and trial).
 pub fn episode_request(
     protocol: u32,
-    id: &str,
-    task_id: &str,
+    e: &Episode,
     context: &str,
     persona: Option<&Persona>,
-    seed: u64,
-    trial: u32,
     max_turns: usize,
 ) -> Map<String, Value> {
+    let (id, task_id, seed, trial) = (&e.id, &e.task_id, e.seed, e.trial);
     let persona_v = match persona {
         Some(p) => serde_json::to_value(p).expect("serialisable"),
         None => {
@@ -865,12 +863,9 @@ impl EpisodeRunner for ExternalRunner {
         };
         let req = episode_request(
             self.pool.options().protocol,
-            &e.id,
-            task_id,
+            &e,
             &task.context,
             persona,
-            seed,
-            trial,
             self.max_turns,
         );
         match self.pool.request(req, &e.id).await {
