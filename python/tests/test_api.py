@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import sys
 
 import pytest
 
@@ -52,3 +53,21 @@ def test_evolve_async_is_awaitable_and_errors_are_specific(tmp_path):
         ppol_rs.evolve(overrides={"fitness.n_personas": 0})
     with pytest.raises(ppol_rs.RunError, match="ppol resume"):
         ppol_rs.evolve(overrides={"search.iterations": 1, "run.out": str(tmp_path / "a")})
+
+
+def test_worlds_from_python(tmp_path):
+    """world= and task_file= reach every verb: episodes and evolve in an external world whose
+    simulator does not import ppol; domain= and world= together are one clear error."""
+    sim = os.path.join(ROOT, "tests", "fixtures", "worlds", "my_sim.py")
+    tasks = os.path.join(ROOT, "tests", "fixtures", "worlds", "tasks.jsonl")
+    world = f"external:{sys.executable} {sim}"
+    eps = ppol_rs.episodes(tasks="task_0,task_1", world=world, task_file=tasks)
+    assert [e["status"] for e in eps] == ["ok", "ok"]
+    assert eps[0]["domain"] == "external"
+    ps = ppol_rs.generate(ppol_rs.seed_program("offline_templates"), task="task_3", task_file=tasks, n=2)
+    assert len(ps) == 2 and ps[0]["task_id"] == "task_3"
+    s = ppol_rs.evolve(world=world, task_file=tasks,
+                       overrides={"search.iterations": 2, "run.out": str(tmp_path / "run")})
+    assert s["iterations"] == 2
+    with pytest.raises(ppol_rs.ConfigError, match="give one of them"):
+        ppol_rs.episodes("retail", world="retail")

@@ -249,10 +249,15 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
     }
     cfg.check_inputs()?;
     if cfg.offline() {
-        eprintln!("ppol evolve: OFFLINE run — scripted user simulator and agent, offline seed program, structural mutations (no LLM, no network).");
+        let spec = cfg.world_spec()?;
+        if spec.builtin().is_some() {
+            eprintln!("ppol evolve: OFFLINE run — scripted user simulator and agent, offline seed program, structural mutations (no LLM, no network).");
+        } else {
+            eprintln!("ppol evolve: OFFLINE run — no LLM in ppol: offline seed program, structural mutations; the world plays the episodes.");
+        }
         eprintln!(
             "  world: {}; human traces: {}",
-            cfg.world_spec()?.label(),
+            spec.label(),
             if cfg.run.human.is_empty() {
                 "shipped demo traces (invented)".to_string()
             } else {

@@ -328,7 +328,8 @@ pub struct TaskSelection {
     /// A split name (`train`, `test`, `base`, `all`) or comma-separated task ids; without a
     /// domain, free text used as the task context.
     pub tasks: Option<String>,
-    /// A JSONL file of `{"task_id", "context"}` lines (no domain needed).
+    /// A JSONL file of `{"task_id", "context", "split"?}` lines (no domain needed); `tasks`
+    /// then selects from it (ids, a split, `all`).
     pub task_file: Option<PathBuf>,
 }
 
@@ -349,12 +350,6 @@ pub fn load_domain(name: &str, tau2_data: Option<&Path>) -> Result<Arc<Domain>> 
 /// The tasks a selection names, with their generator context. An empty selection is an error.
 pub fn resolve_tasks(sel: &TaskSelection) -> Result<Vec<TaskRef>> {
     let tasks: Vec<TaskRef> = if let Some(file) = &sel.task_file {
-        if sel.tasks.is_some() && sel.world.is_none() && sel.domain.is_none() {
-            return Err(Error::config(
-                "--task-file",
-                "give either a task file or --task, not both",
-            ));
-        }
         let list = crate::simulate::world::TaskList::new(
             crate::simulate::world::read_task_file(file)?,
             0.0,
