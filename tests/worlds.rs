@@ -496,3 +496,59 @@ async fn tau2_worlds_telecom_and_mock_play_and_evolve_against_the_mock_server() 
     );
     assert!(server.requests() > before);
 }
+
+/// kill -9 in the middle of an external world's baseline, then resume: the baseline episodes
+/// the first process finished are reused, not played again, and the run completes.
+#[test]
+fn kill_9_mid_baseline_then_resume_replays_nothing_in_an_external_world() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("calls.log");
+    let world = sim(&format!("--log {}", log.display()));
+    let run = tmp.path().join("run");
+    let err = tmp.path().join("err1");
+    let mut p1 = crate::util::ppol()
+        .args([
+            "evolve",
+            "--world",
+            &world,
+            "--task-file",
+            &tasks(),
+            "--iterations",
+            "2",
+            "--out",
+            run.to_str().unwrap(),
+            "--quiet",
+            "--pause-at",
+            "baseline:3",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(&err)
+        .unwrap_or_default()
+        .contains("paused at baseline:3")
+    {
+        assert!(
+            p1.try_wait().unwrap().is_none(),
+            "{}",
+            std::fs::read_to_string(&err).unwrap()
+        );
+        assert!(start.elapsed().as_secs() < 120, "never paused");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    p1.kill().unwrap(); // SIGKILL
+    p1.wait().unwrap();
+    let partial = std::fs::read_to_string(run.join("baseline/partial.jsonl")).unwrap();
+    assert_eq!(partial.lines().count(), 3);
+    let (code, _o, e) = run_ppol(&["resume", run.to_str().unwrap(), "--quiet"]);
+    assert_eq!(code, 0, "{e}");
+    let baseline_jobs = read_jsonl(&run.join("baseline/episodes.jsonl")).len();
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let played = calls.lines().filter(|l| l.ends_with(" none")).count();
+    assert_eq!(
+        played, baseline_jobs,
+        "every baseline episode was played exactly once"
+    );
+}
