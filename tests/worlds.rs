@@ -552,3 +552,19 @@ fn kill_9_mid_baseline_then_resume_replays_nothing_in_an_external_world() {
         "every baseline episode was played exactly once"
     );
 }
+
+/// The README's simulator is the one the tests evolve in, word for word.
+#[test]
+fn the_readme_shows_the_tested_simulator() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let sim = std::fs::read_to_string(root().join("tests/fixtures/worlds/my_sim.py")).unwrap();
+    assert!(
+        readme.contains(&format!("```python\n{sim}```")),
+        "README and my_sim.py differ"
+    );
+    assert!(sim.lines().count() <= 30);
+    assert!(
+        !sim.contains("import ppol") && !sim.contains("from ppol"),
+        "the simulator does not import ppol"
+    );
+}
