@@ -17,6 +17,7 @@ mod report;
 mod restart;
 mod sandbox;
 mod scripted;
+mod stop;
 mod study;
 mod tau2;
 mod throughput;

@@ -198,10 +198,16 @@ impl RunContext {
     ///
     /// `pause_after` is a test hook: play only that many more episodes, save them, then wait
     /// to be killed ([`pause_for_kill`]).
+    ///
+    /// The baseline stops early when `stop` is set (Ctrl-C, Python's `stop()`) or at
+    /// `deadline` (`search.max_wall_clock_s`): it returns [`Error::Cancelled`] saying how many
+    /// episodes are kept for the resume.
     pub async fn baseline_and_discriminator(
         &self,
         reference: &HumanReference,
         pause_after: Option<usize>,
+        stop: &std::sync::atomic::AtomicBool,
+        deadline: Option<std::time::Instant>,
     ) -> Result<(Discriminator, Vec<Episode>)> {
         let disc_path = self.dir.join("discriminator.json");
         let base_path = self.dir.join("baseline/episodes.jsonl");
@@ -214,7 +220,7 @@ impl RunContext {
             }
             episodes
         } else {
-            self.play_baseline(pause_after).await?
+            self.play_baseline(pause_after, stop, deadline).await?
         };
         let ok: Vec<Dialogue> = episodes
             .iter()
@@ -242,7 +248,12 @@ impl RunContext {
 
     /// Play the baseline episodes not yet in `baseline/partial.jsonl`, appending each as it
     /// finishes; returns all of them in job order and writes `baseline/episodes.jsonl`.
-    async fn play_baseline(&self, pause_after: Option<usize>) -> Result<Vec<Episode>> {
+    async fn play_baseline(
+        &self,
+        pause_after: Option<usize>,
+        stop: &std::sync::atomic::AtomicBool,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Vec<Episode>> {
         use futures::stream::{FuturesUnordered, StreamExt};
         use std::io::Write;
         let seed = derive_seed(self.cfg.search.seed, "baseline");
@@ -280,7 +291,35 @@ impl RunContext {
                 (i, self.runner.run(t, None, *k, mix(seed, i as u64)).await)
             })
             .collect();
-        while let Some((job, episode)) = running.next().await {
+        let stopped = async {
+            loop {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    return "interrupted";
+                }
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    return "search.max_wall_clock_s reached";
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        };
+        tokio::pin!(stopped);
+        loop {
+            let (job, episode) = tokio::select! {
+                next = running.next() => match next {
+                    Some(x) => x,
+                    None => break,
+                },
+                why = &mut stopped => {
+                    return Err(Error::Cancelled(format!(
+                        "{why} during the baseline: {} of {} baseline episodes are kept in {} \
+                         and `ppol resume {}` plays only the rest",
+                        done.len(),
+                        jobs.len(),
+                        partial.display(),
+                        self.dir.path().display()
+                    )));
+                }
+            };
             let row = PartialBaseline {
                 job,
                 task_id: episode.task_id.clone(),

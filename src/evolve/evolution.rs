@@ -428,7 +428,15 @@ impl Evolution {
             log.append(run_started(&ctx))?;
         }
         let (discriminator, baseline) = ctx
-            .baseline_and_discriminator(&reference, control.pause_point("baseline"))
+            .baseline_and_discriminator(
+                &reference,
+                control.pause_point("baseline"),
+                &control.stop,
+                cfg.search.max_wall_clock_s.and_then(|s| {
+                    std::time::Instant::now()
+                        .checked_add(std::time::Duration::try_from_secs_f64(s).ok()?)
+                }),
+            )
             .await?;
         let scorer = Scorer::new(
             reference,
@@ -452,7 +460,10 @@ impl Evolution {
                 iteration: 0,
                 iterations: cfg.search.iterations,
                 best_combined: None,
-                message: format!("discriminator grouped AUC {:?}", auc.map(|a| a.mean)),
+                message: match auc {
+                    Some(a) => format!("discriminator grouped AUC {:.3}", a.mean),
+                    None => "discriminator trained (too few groups for a held-out AUC)".into(),
+                },
             });
         }
         let state = match checkpoint {

@@ -6,8 +6,11 @@
 //!   ([`super::endpoint`]), adaptive by default: it grows while the server answers at a flat
 //!   latency and shrinks on 429 / 503, timeouts and rising latency, under a cap (the smallest
 //!   `max_concurrency` of the specs using it and the top-level `max_concurrency`). The
-//!   top-level `max_concurrency` is also one semaphore over all calls (a permit is held for
-//!   the whole call, retries and backoff included). [`LlmClient::endpoint_stats`] and
+//!   top-level `max_concurrency` is also one limit over all calls (a permit is held for the
+//!   whole call, retries and backoff included). Both serve waiting calls in the order their
+//!   work started ([`super::endpoint::first_come`]: an episode's calls before those of
+//!   episodes started after it), not in arrival order, so that with fewer slots than episodes
+//!   the first episodes finish first. [`LlmClient::endpoint_stats`] and
 //!   [`Accounting::endpoints`] report the limits reached. One client serves any number of
 //!   concurrent callers (episodes, candidates): clone it and they share every limit.
 //! * **Replicas** — a role whose `base_url` lists several servers sends each attempt to the
@@ -47,7 +50,6 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use tokio::sync::Semaphore;
 
 use super::context::{self, Calibration};
 use super::endpoint::{Endpoint, EndpointStats, Overload, Reachability, Slot};
@@ -219,7 +221,7 @@ impl Route {
 
 struct Inner {
     routes: BTreeMap<CallRole, Route>,
-    semaphore: Semaphore,
+    semaphore: super::endpoint::Line,
     max_retries: u32,
     backoff_base: Duration,
     backoff_max: Duration,
@@ -358,7 +360,7 @@ impl LlmClientBuilder {
         Ok(LlmClient {
             inner: Arc::new(Inner {
                 routes,
-                semaphore: Semaphore::new(config.max_concurrency),
+                semaphore: super::endpoint::Line::new(config.max_concurrency),
                 max_retries: config.max_retries,
                 backoff_base: Duration::from_millis(config.backoff_base_ms),
                 backoff_max: Duration::from_millis(config.backoff_max_ms),
@@ -678,12 +680,7 @@ impl LlmClient {
                 role.as_str()
             )));
         }
-        let _permit = self
-            .inner
-            .semaphore
-            .acquire()
-            .await
-            .map_err(|_| llm_error(&endpoint, role, "client is shut down"))?;
+        let _permit = self.inner.semaphore.permit().await;
         // A call that waited for a permit is not in flight yet: check again.
         if let Some(why) = self.budget_exhausted() {
             self.record(role, Outcome::Refused);
@@ -1050,7 +1047,9 @@ async fn acquire(route: &Route, avoid: Option<usize>) -> (usize, Slot<'_>) {
     if n == 1 {
         return (0, route.replicas[0].endpoint.slot().await);
     }
-    // Counted as demand at every replica while waiting (lets their limits grow).
+    // Counted as demand at every replica while waiting (lets their limits grow), each at the
+    // caller's place in line.
+    let key = super::endpoint::line_key();
     let mut waiting = Vec::new();
     loop {
         let mut released: Vec<_> = route
@@ -1080,7 +1079,7 @@ async fn acquire(route: &Route, avoid: Option<usize>) -> (usize, Slot<'_>) {
             )
         });
         for i in candidates {
-            if let Some(slot) = route.replicas[i].endpoint.try_slot() {
+            if let Some(slot) = route.replicas[i].endpoint.try_slot_as(key) {
                 return (i, slot);
             }
         }
@@ -1088,7 +1087,7 @@ async fn acquire(route: &Route, avoid: Option<usize>) -> (usize, Slot<'_>) {
             waiting = route
                 .replicas
                 .iter()
-                .map(|r| r.endpoint.waiting())
+                .map(|r| r.endpoint.waiting_as(key))
                 .collect();
         }
         futures::future::select_all(released).await;

@@ -143,8 +143,9 @@ impl std::fmt::Display for EndpointStats {
 #[derive(Debug)]
 struct Gate {
     in_flight: usize,
-    /// Callers waiting for a slot (demand the limit holds back).
-    waiting: usize,
+    /// Callers waiting for a slot (demand the limit holds back), by (priority, arrival): the
+    /// first in this order is served first ([`first_come`]).
+    waiting: std::collections::BTreeSet<(u64, u64)>,
     /// Just below where the server last answered 429 / 503: no growth past it until
     /// `probe_at`, slow growth after.
     ceiling: Option<f64>,
@@ -256,13 +257,142 @@ impl Drop for Slot<'_> {
 #[derive(Debug)]
 pub struct Waiting<'a> {
     endpoint: &'a Endpoint,
+    key: (u64, u64),
+}
+
+impl Waiting<'_> {
+    /// The waiter's place in line: (priority, arrival).
+    pub fn key(&self) -> (u64, u64) {
+        self.key
+    }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         let mut g = self.endpoint.lock_gate();
-        g.waiting = g.waiting.saturating_sub(1);
+        g.waiting.remove(&self.key);
+        drop(g);
+        // a waiter that leaves may have been the one holding the line
+        self.endpoint.released.notify_waiters();
     }
+}
+
+tokio::task_local! {
+    static PRIORITY: u64;
+}
+
+/// Order of work started so far (lower started earlier).
+static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Run `work` with the priority of work started now: when an endpoint takes fewer requests at
+/// once than there are callers, every request made inside `work` gets a slot before those of
+/// work started later. An episode is one piece of work, so episodes that started first finish
+/// first (and are kept as they finish) instead of all advancing one request at a time.
+pub async fn first_come<F: std::future::Future>(work: F) -> F::Output {
+    let p = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    PRIORITY.scope(p, work).await
+}
+
+/// The priority of the calling work: its [`first_come`] scope, else a new place at the end.
+pub fn current_priority() -> u64 {
+    PRIORITY
+        .try_with(|p| *p)
+        .unwrap_or_else(|_| STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+}
+
+/// A fixed number of permits served in [`first_come`] order (then arrival), unlike a FIFO
+/// semaphore, which serves calls in arrival order and so lets every piece of work advance one
+/// request at a time.
+#[derive(Debug)]
+pub struct Line {
+    cap: usize,
+    state: Mutex<(usize, std::collections::BTreeSet<(u64, u64)>)>,
+    released: Notify,
+}
+
+/// A permit of a [`Line`], given back when dropped.
+#[derive(Debug)]
+pub struct LinePermit<'a> {
+    line: &'a Line,
+}
+
+impl Drop for LinePermit<'_> {
+    fn drop(&mut self) {
+        self.line.lock().0 -= 1;
+        self.line.released.notify_waiters();
+    }
+}
+
+/// A place in a [`Line`]'s queue, left when dropped (a caller that gives up waiting).
+struct Queued<'a> {
+    line: &'a Line,
+    key: (u64, u64),
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.line.lock().1.remove(&self.key);
+        self.line.released.notify_waiters();
+    }
+}
+
+impl Line {
+    /// `cap` permits (at least one).
+    pub fn new(cap: usize) -> Self {
+        Line {
+            cap: cap.max(1),
+            state: Mutex::new((0, Default::default())),
+            released: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, std::collections::BTreeSet<(u64, u64)>)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wait for a permit; the callers ahead in line are served first.
+    pub async fn permit(&self) -> LinePermit<'_> {
+        let key = line_key();
+        let mut queued: Option<Queued<'_>> = None;
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            {
+                let mut g = self.lock();
+                let ahead = g.1.range(..key).count();
+                if g.0 + ahead < self.cap {
+                    g.0 += 1;
+                    drop(g);
+                    drop(queued); // leaves the queue
+                    return LinePermit { line: self };
+                }
+                if queued.is_none() {
+                    g.1.insert(key);
+                }
+            }
+            if queued.is_none() {
+                queued = Some(Queued { line: self, key });
+            }
+            released.await;
+        }
+    }
+
+    /// Permits in use now.
+    pub fn in_use(&self) -> usize {
+        self.lock().0
+    }
+}
+
+/// Arrival order of waiters (ties of priority are served in arrival order).
+static ARRIVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A new place in line for the calling work.
+pub fn line_key() -> (u64, u64) {
+    (
+        current_priority(),
+        ARRIVED.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+    )
 }
 
 /// How a wait for an unreachable endpoint ended.
@@ -302,7 +432,7 @@ impl Endpoint {
             addr: host_port(url),
             gate: Mutex::new(Gate {
                 in_flight: 0,
-                waiting: 0,
+                waiting: Default::default(),
                 ceiling: None,
                 probe_at: None,
                 limit: start as f64,
@@ -380,10 +510,17 @@ impl Endpoint {
         }
     }
 
-    /// A slot, if one is free now.
+    /// A slot, if one is free now (whoever waits for it).
     pub fn try_slot(&self) -> Option<Slot<'_>> {
+        self.try_slot_as((0, 0))
+    }
+
+    /// A slot, if one is free now for a caller at place `key` in line: the callers waiting
+    /// ahead of it are served first.
+    pub fn try_slot_as(&self, key: (u64, u64)) -> Option<Slot<'_>> {
         let mut g = self.lock_gate();
-        if g.in_flight < g.current() {
+        let ahead = g.waiting.range(..key).count();
+        if g.in_flight + ahead < g.current() {
             g.in_flight += 1;
             g.max_in_flight = g.max_in_flight.max(g.in_flight);
             Some(Slot {
@@ -404,26 +541,35 @@ impl Endpoint {
         self.released.notified()
     }
 
-    /// Wait for a request slot.
+    /// Wait for a request slot; callers are served by [`first_come`] priority, then arrival.
     pub async fn slot(&self) -> Slot<'_> {
+        let key = line_key();
         let mut waiting = None;
         loop {
             let released = self.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            if let Some(slot) = self.try_slot() {
+            if let Some(slot) = self.try_slot_as(key) {
                 return slot;
             }
-            waiting.get_or_insert_with(|| self.waiting());
+            waiting.get_or_insert_with(|| self.waiting_as(key));
             released.await;
         }
     }
 
     /// Count a caller as waiting for a slot here until the guard is dropped (the demand that
-    /// lets the limit grow).
+    /// lets the limit grow), with a new place in line.
     pub fn waiting(&self) -> Waiting<'_> {
-        self.lock_gate().waiting += 1;
-        Waiting { endpoint: self }
+        self.waiting_as(line_key())
+    }
+
+    /// [`Endpoint::waiting`] at a given place in line.
+    pub fn waiting_as(&self, key: (u64, u64)) -> Waiting<'_> {
+        self.lock_gate().waiting.insert(key);
+        Waiting {
+            endpoint: self,
+            key,
+        }
     }
 
     /// Whether the replica is benched now (failed repeatedly; others should answer).
@@ -656,7 +802,7 @@ fn adapt_on_answer(g: &mut Gate, ticket: Ticket, latency: f64, timeout: f64) -> 
     g.high_since = None;
     let before = g.current();
     let held = g.hold_until.is_some_and(|t| Instant::now() < t);
-    if g.waiting == 0 || held || smoothed > timeout / 4.0 || before >= g.cap {
+    if g.waiting.is_empty() || held || smoothed > timeout / 4.0 || before >= g.cap {
         return false;
     }
     let step = if g.slow_start {

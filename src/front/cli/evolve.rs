@@ -282,9 +282,7 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
     ctl.halt_after = args.halt_after;
     let summary = run_with_ctrl_c(ctl.stop.clone(), ops::evolve(cfg, ctl))?;
     bar.finish_and_clear();
-    let summary = summary?;
-    print_summary(&summary);
-    Ok(run_outcome(&summary))
+    finish(summary)
 }
 
 /// Run `ppol resume`.
@@ -297,9 +295,23 @@ pub fn run_resume(args: ResumeArgs) -> anyhow::Result<Outcome> {
         ops::resume(&args.run_dir, ctl, args.iterations),
     )?;
     bar.finish_and_clear();
-    let summary = summary?;
-    print_summary(&summary);
-    Ok(run_outcome(&summary))
+    finish(summary)
+}
+
+/// The end of `evolve` / `resume`: the summary, or — when the run was stopped before it
+/// evaluated anything (Ctrl-C or the wall clock during the baseline) — what was kept, exit 130.
+fn finish(summary: crate::Result<RunSummary>) -> anyhow::Result<Outcome> {
+    match summary {
+        Ok(s) => {
+            print_summary(&s);
+            Ok(run_outcome(&s))
+        }
+        Err(crate::Error::Cancelled(why)) => {
+            eprintln!("ppol: stopped: {}", crate::io::printable(&why));
+            Ok(Outcome::Interrupted)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Run `ppol eval`.

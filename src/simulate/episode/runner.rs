@@ -329,7 +329,21 @@ pub fn episode_id(task_id: &str, persona: Option<&Persona>, trial: u32) -> Strin
 
 #[async_trait]
 impl EpisodeRunner for Tau2Runner {
+    /// Its model requests are served before those of episodes started later
+    /// ([`first_come`](crate::llm::endpoint::first_come)).
     async fn run(
+        &self,
+        task_id: &str,
+        persona: Option<&Persona>,
+        trial: u32,
+        seed: u64,
+    ) -> Episode {
+        crate::llm::endpoint::first_come(self.play(task_id, persona, trial, seed)).await
+    }
+}
+
+impl Tau2Runner {
+    async fn play(
         &self,
         task_id: &str,
         persona: Option<&Persona>,

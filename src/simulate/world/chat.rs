@@ -155,6 +155,18 @@ impl EpisodeRunner for ChatRunner {
         trial: u32,
         seed: u64,
     ) -> Episode {
+        crate::llm::endpoint::first_come(self.play(task_id, persona, trial, seed)).await
+    }
+}
+
+impl ChatRunner {
+    async fn play(
+        &self,
+        task_id: &str,
+        persona: Option<&Persona>,
+        trial: u32,
+        seed: u64,
+    ) -> Episode {
         let text = persona.map(|p| p.text.as_str()).unwrap_or("");
         let axes = persona
             .map(|p| p.axis_placement.clone())
