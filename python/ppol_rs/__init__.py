@@ -424,9 +424,16 @@ class EvolveRun:
     def __init__(self, handle: Any) -> None:
         self._handle = handle
 
-    def stop(self) -> None:
-        """Stop after the current evaluation."""
+    def stop(self, wait: bool = True, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """Stop the run: in its baseline at once (the episodes played are kept for
+        :func:`resume`), else after the current evaluation. By default wait until it has
+        stopped and return its summary, so the run directory is complete when this returns; a
+        run stopped in its baseline has no summary and raises :class:`Cancelled` saying what
+        was kept. ``wait=False`` only asks (then :meth:`result` waits)."""
         self._handle.stop()
+        if not wait:
+            return None
+        return self.result(timeout)
 
     def done(self) -> bool:
         """Whether the run has finished."""

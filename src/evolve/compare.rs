@@ -36,7 +36,11 @@ fn row_from(name: &str, episodes: &[Episode], scorer: &Scorer) -> EvalRow {
         coverage: s.coverage,
         score: s.combined,
         dice: s.dice,
-        success_rate: Some(s.success_rate),
+        // a world without rewards (chat, many external simulators) has no success rate
+        success_rate: episodes
+            .iter()
+            .any(|e| e.reward.is_some())
+            .then_some(s.success_rate),
         n_dialogues: s.n_scored,
         skipped: None,
         personas_generated: None,
@@ -257,5 +261,19 @@ pub fn render_table(t: &EvalTable) -> String {
             s.push_str(&format!("{}: {f}\n", r.name));
         }
     }
+    s.push_str(TABLE_LEGEND);
     s
 }
+
+/// What the columns of the evaluation table mean (printed under it, in `ppol eval --help` and
+/// the README).
+pub const TABLE_LEGEND: &str = "\
+HL     human-likeness: the discriminator's mean P(human) of the dialogues (1 = like humans)
+Cov    coverage: how much of the human behaviour cloud the dialogues reach (Chamfer; 1 = all)
+Score  lambda_h x HL + lambda_b x Cov, the fitness the search maximises
+D1-D4  Dice similarity to the humans' mean features: D1 communication style, D2 information
+       disclosure, D3 clarification, D4 error reaction; USI = their mean
+success  share of episodes with reward 1 (- when the world gives no reward); n = dialogues
+rows   human = the held-out humans; base = the simulator without a persona; direct = personas
+       a model wrote from one prompt; seed = the run's first program; evolved = the run's best
+";
