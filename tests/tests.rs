@@ -7,6 +7,7 @@ mod discriminator;
 mod episodes;
 mod evolve;
 mod export;
+mod first_hour;
 mod hub;
 mod interop;
 mod llm;

