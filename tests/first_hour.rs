@@ -56,6 +56,10 @@ fn progress_is_printed_as_lines_when_stderr_is_not_a_terminal() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("evolve: iteration 2/2"), "{err}");
+    assert!(
+        err.contains("episodes") && err.contains("baseline: "),
+        "{err}"
+    );
     assert!(!err.contains("Some("), "{err}");
     let out = tmp.path().join("eps.jsonl");
     let (code, _o, err) = run_ppol(&["episodes", "--tasks", "0,1", "-o", out.to_str().unwrap()]);

@@ -56,6 +56,7 @@ __all__ = [
     "LocalServerError",
     "LocalServerUrl",
     "find_gguf",
+    "laptop_run_toml",
     "llm_toml",
     "local_server",
     "main",
@@ -169,6 +170,73 @@ model = "{tools}"
 stop = ["functions."]       # one tool call per answer
 """.format(chat=chat_alias, tools=tools_alias, url=url, n_ctx=n_ctx, timeout=timeout_s,
                       agent_url=agent_url)
+
+
+LAPTOP_ITERATIONS = 4
+"""Iterations of :func:`laptop_run_toml`'s run."""
+
+
+def laptop_run_toml(llm_section: str, iterations: int = LAPTOP_ITERATIONS) -> str:
+    """A whole run configuration sized for SmolLM2-135M on 2 CPU cores: the built-in demo domain
+    (a short policy: an agent turn takes seconds, not tens of them), one train, one validation
+    and one test task, two personas per candidate, one user turn per episode, short answers,
+    the LLM as mutator and reflection, then ``llm_section`` (:func:`llm_toml`) with each role's
+    completion capped. ``ppol evolve --config FILE`` finishes it in about 10 minutes here (4
+    iterations: the seed and three LLM mutations); ``ppol eval RUN --n 1`` then takes ~2.
+
+    >>> text = laptop_run_toml(llm_toml("http://127.0.0.1:8000/v1"))
+    >>> "iterations = 4" in text and "[llm.roles.user-sim]" in text
+    True
+    """
+    capped = llm_section.replace(
+        "[llm.default]               # user simulator, generator programs, mutator, reflection\n",
+        "[llm.default]               # user simulator, generator programs, mutator, reflection\n"
+        "max_tokens = 256            # a 135M model rambles; every token costs ~20 ms on a CPU\n",
+    ).replace(
+        "[llm.roles.agent]           # the agent calls tools through the function-calling format\n",
+        "[llm.roles.agent]           # the agent calls tools through the function-calling format\n"
+        "max_tokens = 96\n",
+    )
+    return """# A small evolution with the local model: about 10 minutes on 2 cores (ppol evolve --config
+# this file). Raise iterations, n_personas and max_turns for runs that mean something.
+[run]
+domain = "demo"             # the built-in demo domain: its short policy keeps agent turns fast
+train_split = "0,1"         # one train and one validation task (the validation is carved out)
+test_split = "2"            # the held-out task of ppol eval
+
+[search]
+iterations = {iterations}
+
+[archive]
+num_islands = 1
+
+[mutation]
+mode = "llm"                # SmolLM2 writes the diffs; what it cannot write is recorded
+max_tokens = 512
+rewrite_after_failures = 1
+
+[sandbox]
+timeout_s = 900             # the LLM seed program waits on a server that answers one at a time
+max_llm_calls = 12
+
+[episodes]
+backend = "llm"
+max_turns = 1               # one user turn per episode (the agent may still call tools)
+val_max_turns = 1
+baseline_trials = 1
+max_tool_rounds = 2
+
+[fitness]
+n_personas = 2
+batch_size = 1
+curriculum = false
+n_clusters = 2
+folds = 2
+
+{llm}
+[llm.roles.user-sim]
+max_tokens = 64
+""".format(iterations=iterations, llm=capped)
 
 
 def _models_answer(url: str, timeout: float = 2.0) -> Optional[List[str]]:
@@ -406,6 +474,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--chat-alias", default=CHAT_ALIAS)
     p.add_argument("--tools-alias", default=TOOLS_ALIAS)
     p.add_argument("--toml", default=None, metavar="FILE", help="also write the [llm] section to FILE")
+    p.add_argument("--run-toml", default=None, metavar="FILE",
+                   help="also write a whole laptop-sized run configuration to FILE (the [llm] "
+                        "section plus small [run]/[search]/[episodes]/[fitness] settings): "
+                        "ppol evolve --config FILE finishes in about 10 minutes on 2 cores")
     p.add_argument("--log", default=None, metavar="FILE", help="server log (default: a temporary file)")
     p.add_argument("--startup-timeout", type=float, default=180.0)
     p.add_argument("--bound-tool-calls", action="store_true",
@@ -436,6 +508,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.toml:
             with open(args.toml, "w") as f:
                 f.write(text)
+        if args.run_toml:
+            with open(args.run_toml, "w") as f:
+                f.write(laptop_run_toml(text))
         print(server.url, flush=True)
         if server.tools_url != server.url:
             print("# function-calling alias (the agent): %s" % server.tools_url, flush=True)
@@ -446,8 +521,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         while stop["signal"] is None and server.running():
             time.sleep(0.2)
         if not server.running() and stop["signal"] is None:
+            codes = server.exit_codes()
             print("error: a server process exited (codes %s); log tail:\n%s"
-                  % (server.exit_codes(), server._log_tail()), file=sys.stderr)
+                  % (codes, server._log_tail()), file=sys.stderr)
+            if -signal.SIGILL in codes:
+                print("hint: SIGILL is an instruction this CPU (or its VM) refuses: llama.cpp was "
+                      "built for the build machine (-march=native; AMX on recent Xeons). Rebuild "
+                      "it portable: CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON "
+                      "-DGGML_F16C=ON\" pip install --no-cache-dir --force-reinstall "
+                      "'llama-cpp-python[server]'", file=sys.stderr)
             return 1
         return 0
     finally:

@@ -208,6 +208,7 @@ impl RunContext {
         pause_after: Option<usize>,
         stop: &std::sync::atomic::AtomicBool,
         deadline: Option<std::time::Instant>,
+        progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<(Discriminator, Vec<Episode>)> {
         let disc_path = self.dir.join("discriminator.json");
         let base_path = self.dir.join("baseline/episodes.jsonl");
@@ -220,7 +221,8 @@ impl RunContext {
             }
             episodes
         } else {
-            self.play_baseline(pause_after, stop, deadline).await?
+            self.play_baseline(pause_after, stop, deadline, progress)
+                .await?
         };
         let ok: Vec<Dialogue> = episodes
             .iter()
@@ -253,6 +255,7 @@ impl RunContext {
         pause_after: Option<usize>,
         stop: &std::sync::atomic::AtomicBool,
         deadline: Option<std::time::Instant>,
+        progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<Vec<Episode>> {
         use futures::stream::{FuturesUnordered, StreamExt};
         use std::io::Write;
@@ -330,6 +333,7 @@ impl RunContext {
                 .and_then(|_| file.sync_data())
                 .map_err(|e| Error::io("appending to", &partial, e))?;
             done.insert(job, row.episode);
+            progress(done.len(), jobs.len());
         }
         if let Some(n) = pause_after {
             pause_for_kill(&format!("baseline:{n}")).await;

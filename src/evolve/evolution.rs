@@ -427,6 +427,20 @@ impl Evolution {
         if checkpoint.is_none() && log.next_seq() == 1 {
             log.append(run_started(&ctx))?;
         }
+        // the baseline's progress, at most every 5 s (and at its end)
+        let last_said = std::sync::Mutex::new(None::<Instant>);
+        let baseline_progress = |done: usize, total: usize| {
+            let mut last = last_said.lock().unwrap_or_else(|e| e.into_inner());
+            if done == total || last.is_none_or(|t| t.elapsed().as_secs_f64() >= 5.0) {
+                *last = Some(Instant::now());
+                control.say(Progress {
+                    iteration: 0,
+                    iterations: cfg.search.iterations,
+                    best_combined: None,
+                    message: format!("baseline: {done}/{total} episodes"),
+                });
+            }
+        };
         let (discriminator, baseline) = ctx
             .baseline_and_discriminator(
                 &reference,
@@ -436,6 +450,7 @@ impl Evolution {
                     std::time::Instant::now()
                         .checked_add(std::time::Duration::try_from_secs_f64(s).ok()?)
                 }),
+                &baseline_progress,
             )
             .await?;
         let scorer = Scorer::new(
