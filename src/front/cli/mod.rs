@@ -146,10 +146,34 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| Eprint)
+        // colour codes only for a terminal, not in log files, notebooks or CI logs
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
+}
+
+/// Where log lines go: stderr. In test builds (feature `testing`) through `eprint!`, which the
+/// test harness captures with the test's output: a plain stderr writer bypasses it, and once a
+/// test ran the CLI in-process, the warnings of passing fault-injection tests buried the
+/// results.
+struct Eprint;
+
+impl std::io::Write for Eprint {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if cfg!(feature = "testing") {
+            eprint!("{}", String::from_utf8_lossy(buf));
+            Ok(buf.len())
+        } else {
+            std::io::stderr().write(buf)
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn run(command: Command) -> anyhow::Result<Outcome> {
