@@ -360,7 +360,7 @@ def export_sft(
 ) -> Dict[str, Any]:
     """Agent-hardening training records from episode files (as ``ppol export sft``):
     ``{"train": [...], "heldout": [...], "heldout_personas", "n_episodes", "clusters",
-    "skipped", "dropped_texts", "written", "datasets"}``.
+    "skipped", "dropped_texts", "written", "datasets", "notes"}``.
 
     ``format`` is ``"ppol"`` (messages + tools + metadata), ``"openai"`` (OpenAI chat
     fine-tuning records), ``"hf"`` (TRL ``SFTTrainer`` / transformers chat-template rows:
@@ -375,6 +375,8 @@ def export_sft(
     go, by default ``output`` with ``.heldout`` before the extension), and for
     ``llamafactory`` registered in the ``dataset_info.json`` next to each file under
     ``dataset_name`` (default: the file's stem; the held-out file as ``NAME.heldout``).
+    An ``output`` that is not a regular file (a device, a FIFO) is written in place and nothing
+    is made beside it (no default held-out file, no ``dataset_info.json``); ``notes`` says so.
 
     >>> import ppol_rs, tempfile, os, json
     >>> out = os.path.join(tempfile.mkdtemp(), "eps.jsonl")
