@@ -20,7 +20,8 @@
 //!
 //! A run directory has one writer at a time: [`RunDir::create`] and [`RunDir::open_for_writing`]
 //! take an exclusive `flock` on `run.lock` and keep it until the run ends (the kernel releases
-//! it when the process dies, kill -9 included, so there is no stale lock to clean). Readers
+//! it when the process dies, kill -9 included, so there is no stale lock to clean; no child
+//! keeps a copy of its descriptor, see [`RunLock`]). Readers
 //! (`ppol report`, `ppol eval`) use [`RunDir::open`] and never take it. Under the lock, the
 //! temporary files a killed writer left (`.ppol-tmp-*`, `.tmp*`) are swept.
 
@@ -53,10 +54,19 @@ impl PartialEq for RunDir {
 impl Eq for RunDir {}
 
 /// The exclusive lock on a run directory's `run.lock`, released when dropped (or when the
-/// process dies).
+/// process dies). No child keeps it: its descriptor is a [`crate::io::PrivateFile`], which every
+/// fork of ppol closes first (the sandbox's supervisor and init never exec, and an `flock`
+/// lasts as long as any copy of its descriptor), so the lock dies with the writer.
 #[derive(Debug)]
 pub struct RunLock {
-    _file: std::fs::File,
+    file: crate::io::PrivateFile,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        // unlock first: a child forked while this runs may still hold a copy of the descriptor
+        let _ = rustix::fs::flock(self.file.file(), rustix::fs::FlockOperation::Unlock);
+    }
 }
 
 /// Name of the lock file in a run directory.
@@ -68,14 +78,17 @@ impl RunLock {
     pub fn acquire(dir: &Path) -> Result<RunLock> {
         use std::io::{Read, Seek, Write};
         let path = dir.join(LOCK_FILE);
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
             .map_err(|e| Error::io("opening", &path, e))?;
-        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        // private before it is locked: no fork from here on keeps the lock
+        let private = crate::io::PrivateFile::new(file, &path)?;
+        let mut file = private.file();
+        match rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
                 let mut text = String::new();
@@ -114,7 +127,7 @@ impl RunLock {
             .and_then(|_| file.write_all(format!("{info}\n").as_bytes()))
             .and_then(|_| file.sync_data())
             .map_err(|e| Error::io("writing", &path, e))?;
-        Ok(RunLock { _file: file })
+        Ok(RunLock { file: private })
     }
 }
 
@@ -430,6 +443,18 @@ mod tests {
         // no checkpoint: nothing but run_started survives (here: nothing)
         dir.truncate_log(None).unwrap();
         assert!(runlog::read(&dir.log_path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_run_lock_is_exclusive_within_a_process_and_frees_its_slot() {
+        let tmp = tempfile::tempdir().unwrap();
+        // more rounds than private-descriptor slots: held and refused locks both give theirs back
+        for _ in 0..2 * crate::io::MAX_PRIVATE_FDS {
+            let held = RunLock::acquire(tmp.path()).unwrap();
+            let e = RunLock::acquire(tmp.path()).unwrap_err().to_string();
+            assert!(e.contains("in use by another ppol process"), "{e}");
+            drop(held);
+        }
     }
 
     #[test]
