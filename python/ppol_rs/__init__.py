@@ -461,6 +461,12 @@ def evolve(
 ) -> Dict[str, Any]:
     """Run ``ppol evolve`` to the end and return its summary (offline with no ``[llm]``).
 
+    ``best_program_id`` is the run's best program: of the programs validated (each new train
+    best and each new best of its batch), the one with the highest validation score — the
+    program in ``RUN/best/`` that ``eval`` and ``export`` take. ``best_metrics`` are its own
+    train metrics, ``best_validation`` its own validation metrics (None when its validation
+    failed).
+
     >>> import ppol_rs, tempfile, os
     >>> s = ppol_rs.evolve(overrides={"search.iterations": 2, "run.out": os.path.join(tempfile.mkdtemp(), "r")})
     >>> s["offline"], s["best_program_id"] is not None
