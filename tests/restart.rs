@@ -183,6 +183,73 @@ fn no_sandbox_child_keeps_the_run_lock() {
     );
 }
 
+/// A `best/` that is gone or damaged is rebuilt by `resume` from the checkpoint (issue #24):
+/// before, `rm -r RUN/best; ppol resume RUN` exited 0 with `best/` still missing, and `ppol
+/// eval` failed later. Each damage is repaired to the very files the run wrote (an offline
+/// validation reproduces its personas and episodes), and `eval` works again.
+#[test]
+fn resume_rebuilds_a_removed_or_damaged_best() {
+    let tmp = tempfile::tempdir().unwrap();
+    let done = tmp.path().join("done");
+    offline_run(&done, "3");
+    let files = [
+        "program.json",
+        "program.py",
+        "personas.jsonl",
+        "episodes.jsonl",
+    ];
+    let read_best = |d: &Path| -> Vec<Option<String>> {
+        files
+            .iter()
+            .map(|f| std::fs::read_to_string(d.join("best").join(f)).ok())
+            .collect()
+    };
+    let original = read_best(&done);
+    assert!(original.iter().all(Option::is_some));
+    type Damage<'a> = (&'a str, &'a dyn Fn(&Path));
+    let damages: [Damage; 3] = [
+        ("removed", &|d| {
+            std::fs::remove_dir_all(d.join("best")).unwrap()
+        }),
+        ("no episodes", &|d| {
+            std::fs::remove_file(d.join("best/episodes.jsonl")).unwrap()
+        }),
+        ("another program", &|d| {
+            let p = d.join("best/program.json");
+            let text = std::fs::read_to_string(&p).unwrap();
+            let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            v["program_id"] = "it00002-00000000".into();
+            std::fs::write(&p, v.to_string()).unwrap();
+            std::fs::write(d.join("best/program.py"), "# not the best\n").unwrap();
+        }),
+    ];
+    for (name, damage) in damages {
+        let d = tmp.path().join(name.replace(' ', "-"));
+        copy_dir(&done, &d);
+        damage(&d);
+        let (code, _, stderr) = run_ppol(&["resume", d.to_str().unwrap(), "--quiet"]);
+        assert_eq!(code, 0, "{name}: {stderr}");
+        let differ: Vec<&str> = files
+            .iter()
+            .zip(read_best(&d).iter().zip(&original))
+            .filter(|(_, (got, want))| got != want)
+            .map(|(f, _)| *f)
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{name}: best/{differ:?} not what the run wrote (missing or changed); stderr: {stderr}"
+        );
+        assert!(stderr.contains("rebuilding it"), "{name}: {stderr}");
+    }
+    let (code, _, stderr) = run_ppol(&[
+        "eval",
+        tmp.path().join("removed").to_str().unwrap(),
+        "--n",
+        "2",
+    ]);
+    assert_eq!(code, 0, "eval after the rebuild: {stderr}");
+}
+
 /// `resume` never quietly starts over or runs on defaults: a missing or empty `config.toml`,
 /// a missing `log.jsonl` once the run has produced files, a missing `checkpoint.json` when the
 /// log records commits, and a log that lacks the checkpoint's commit are errors naming the

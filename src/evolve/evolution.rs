@@ -491,7 +491,7 @@ impl Evolution {
         let train = Arc::new(ctx.contexts(&ctx.train));
         let val = Arc::new(ctx.contexts(&ctx.val));
         let ctx = Arc::new(ctx);
-        Ok(Evolution {
+        let evolution = Evolution {
             prior_elapsed: state.elapsed_s,
             bench: Bench {
                 ctx: ctx.clone(),
@@ -509,7 +509,81 @@ impl Evolution {
             started: Instant::now(),
             iterations_here: 0,
             validating: BTreeMap::new(),
-        })
+        };
+        evolution.restore_best().await?;
+        Ok(evolution)
+    }
+
+    /// Make `best/` hold the run's best ([`State::best`]) again when it does not — removed, or
+    /// written for a program after the checkpoint by an iteration a kill cut short: its program
+    /// and numbers come from the checkpoint; the personas and episodes of its validation are
+    /// kept when `best/` has them for this program, else made again by validating it (kept only
+    /// when that reproduces the recorded validation, as an offline run always does).
+    async fn restore_best(&self) -> Result<()> {
+        let Some(best) = &self.state.best else {
+            return Ok(());
+        };
+        let dir = &self.ctx.dir;
+        let on_disk = dir.read_best();
+        let has_records = ["personas.jsonl", "episodes.jsonl"]
+            .iter()
+            .all(|f| dir.join("best").join(f).is_file());
+        if on_disk.as_ref() == Some(best) && has_records == best.validation.is_some() {
+            return Ok(());
+        }
+        let what = match &on_disk {
+            None => "is missing or incomplete".to_string(),
+            Some(d) if d.program_id != best.program_id => {
+                format!("holds {}, not the run's best", d.program_id)
+            }
+            Some(d) if d != best => "does not match the checkpoint".to_string(),
+            Some(_) => "lacks its validation's personas or episodes".to_string(),
+        };
+        tracing::warn!(
+            "{}/best {what}: rebuilding it for {} from the checkpoint",
+            dir.path().display(),
+            best.program_id
+        );
+        let Some(recorded) = &best.validation else {
+            return dir.write_best(best, None::<(&[Persona], &[Episode])>);
+        };
+        if has_records
+            && on_disk
+                .as_ref()
+                .is_some_and(|d| d.program_id == best.program_id)
+        {
+            return dir.write_best_program(best);
+        }
+        match self.bench.validate(&best.code).await {
+            CandidateOutcome::Scored {
+                metrics,
+                persona_records,
+                episodes,
+                ..
+            } if metrics == *recorded => {
+                dir.write_best(best, Some((&persona_records[..], &episodes[..])))
+            }
+            outcome => {
+                let why = match outcome {
+                    CandidateOutcome::Scored { metrics, .. } => format!(
+                        "validating it again gave combined {:.3}, not the recorded {:.3}",
+                        metrics.combined, recorded.combined
+                    ),
+                    CandidateOutcome::Failed(f) => {
+                        format!("validating it again failed ({}): {}", f.stage, f.reason)
+                    }
+                    CandidateOutcome::Infrastructure(why) => {
+                        format!("validating it again failed: {why}")
+                    }
+                };
+                tracing::warn!(
+                    "best/personas.jsonl and best/episodes.jsonl of {} are left out: {}",
+                    best.program_id,
+                    crate::io::printable(&why)
+                );
+                dir.write_best(best, None::<(&[Persona], &[Episode])>)
+            }
+        }
     }
 
     /// The state (as of the last step).

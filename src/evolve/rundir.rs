@@ -577,7 +577,9 @@ impl RunDir {
     pub fn best_code(&self) -> Result<String> {
         crate::io::read_to_string(&self.join("best/program.py")).map_err(|_| Error::Run {
             path: self.path.clone(),
-            message: "no best/program.py yet: the run has not evaluated a program".into(),
+            message: "no best/program.py: the run has not validated a program yet (or best/ \
+                      was removed: `ppol resume` rebuilds it from the checkpoint)"
+                .into(),
         })
     }
 }
