@@ -636,6 +636,143 @@ fn best_is_the_program_that_validates_best() {
     assert_eq!(best["validation"]["combined"].as_f64(), Some(max));
 }
 
+/// The text of the report's summary fact `name` (`<dt>name</dt><dd>TEXT</dd>`).
+fn report_fact(html: &str, name: &str) -> Option<String> {
+    let start = html.find(&format!("<dt>{name}</dt><dd>"))? + name.len() + 13;
+    let end = start + html[start..].find("</dd>")?;
+    Some(html[start..end].to_string())
+}
+
+/// One best program (issue #24): the run's best is the program that validates best, and the
+/// log's `run_stopped`, `best/program.json`, the CLI summary, the report and `eval` all name
+/// it, each with that program's own train score (its `candidate_evaluated`) and validation
+/// score (its `validation`). Before, `run_stopped` and the CLI named the train best (it00010)
+/// with the validated program's validation, `best/` held it00003, and the report labelled
+/// it00003 with it00010's train score.
+#[test]
+fn the_run_names_one_best_program_with_its_own_numbers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let (code, stdout, err) = run_ppol(&[
+        "evolve",
+        "--iterations",
+        "10",
+        "--seed",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let log = read(&out.join("log.jsonl")).unwrap();
+    let mut train = std::collections::BTreeMap::new();
+    let mut validation = std::collections::BTreeMap::new();
+    let mut train_best = None;
+    for r in &log {
+        match &r.event {
+            Event::CandidateEvaluated {
+                program_id,
+                metrics,
+                new_best,
+                ..
+            } => {
+                train.insert(program_id.clone(), metrics.combined);
+                if *new_best {
+                    train_best = Some(program_id.clone());
+                }
+            }
+            Event::Validation {
+                program_id,
+                metrics,
+                ..
+            } => {
+                validation.insert(program_id.clone(), metrics.combined);
+            }
+            _ => {}
+        }
+    }
+    // the case this test is about: the train best is not the program that validates best
+    let max = validation
+        .values()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
+    let best = validation
+        .iter()
+        .rev()
+        .find(|(_, v)| **v == max)
+        .map(|(id, _)| id.clone())
+        .unwrap();
+    assert_ne!(
+        train_best.as_deref(),
+        Some(best.as_str()),
+        "the run no longer shows the case: {validation:?}"
+    );
+    let (own_train, own_val) = (train[&best], validation[&best]);
+    let f3 = |x: f64| format!("{x:.3}");
+
+    // the log
+    let stopped = std::fs::read_to_string(out.join("log.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["event"] == "run_stopped")
+        .unwrap();
+    assert_eq!(stopped["best_program_id"], best.as_str(), "run_stopped");
+    assert_eq!(
+        stopped["best_metrics"]["combined"].as_f64(),
+        Some(own_train)
+    );
+    assert_eq!(
+        stopped["best_validation"]["combined"].as_f64(),
+        Some(own_val)
+    );
+
+    // best/
+    let program: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("best/program.json")).unwrap())
+            .unwrap();
+    assert_eq!(program["program_id"], best.as_str(), "best/program.json");
+    assert_eq!(program["metrics"]["combined"].as_f64(), Some(own_train));
+    assert_eq!(program["validation"]["combined"].as_f64(), Some(own_val));
+
+    // the CLI summary
+    assert!(
+        stdout.contains(&format!("best program {best}")),
+        "the CLI must name {best}: {stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("train combined {}", f3(own_train)))
+            && stdout.contains(&format!("validation: combined {}", f3(own_val))),
+        "the CLI must give {best}'s own numbers (train {}, validation {}): {stdout}",
+        f3(own_train),
+        f3(own_val)
+    );
+
+    // the report
+    let (code, _, err) = run_ppol(&["report", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let fact = report_fact(&html, "best score (train)").expect("a best score (train) fact");
+    assert!(
+        fact.starts_with(&f3(own_train)) && fact.ends_with(&best),
+        "report: {fact} (expected {} · {best})",
+        f3(own_train)
+    );
+    let fact =
+        report_fact(&html, "best score (validation)").expect("a best score (validation) fact");
+    assert!(
+        fact.starts_with(&f3(own_val)) && fact.ends_with(&best),
+        "report: {fact} (expected {} · {best})",
+        f3(own_val)
+    );
+
+    // eval names the program it evaluates
+    let (code, json, err) = run_ppol(&["eval", out.to_str().unwrap(), "--json", "--n", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let table: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(table["best_program_id"], best.as_str(), "eval");
+}
+
 /// Offline children never repeat an evaluated program: a crossover that rebuilds one (the
 /// inspiration is often the parent's own parent) becomes a structural edit, and structural
 /// edits are retried with other seeds. Before, 6 of the README run's 10 evaluations were

@@ -400,6 +400,7 @@ pub fn write_fixture_run(dir: &Path) {
         iterations: ITERATIONS,
         best_program_id: Some(LINEAGE[4].into()),
         best_metrics: Some(best_metrics.clone()),
+        best_validation: None,
         cost: cost(12 * ITERATIONS, 0.55),
         mutations: BTreeMap::new(),
     })
@@ -437,6 +438,7 @@ pub fn write_fixture_run(dir: &Path) {
         split: "test".into(),
         tasks: vec!["demo_task_test_0".into(), "demo_task_test_1".into()],
         human_source: vec!["fitness/demo/human.jsonl".into()],
+        best_program_id: Some(LINEAGE[4].into()),
         rows: vec![
             row("human", 0.81, 0.93, 1.0, None),
             row("base", 0.1, 0.31, 2.0, None),

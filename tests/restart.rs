@@ -119,6 +119,137 @@ fn a_second_writer_is_refused_while_readers_work() {
     assert!(stdout.contains("stopped: iterations"), "{stdout}");
 }
 
+/// A child of `parent` stopped by a signal (state `T`), if any.
+fn stopped_child_of(parent: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+        let (state, ppid) = (rest.next()?, rest.next()?.parse::<u32>().ok()?);
+        (state == "T" && ppid == parent).then_some(pid)
+    })
+}
+
+/// The sandbox's supervisor and namespace init are forks of ppol that never exec: were they to
+/// keep ppol's descriptor of `run.lock`, a resume right after kill -9 would be refused naming
+/// the dead pid (until they noticed). A test hook stops every sandbox child right after its
+/// fork-time cleanup: there it holds no `run.lock`, and once the writer is killed the lock is
+/// free at once.
+#[test]
+fn no_sandbox_child_keeps_the_run_lock() {
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            sigkill(&mut self.0);
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let mut holder = KillOnDrop(
+        ppol()
+            .args(["evolve", "--iterations", "3", "--seed", "3", "--quiet"])
+            .args(["--out", run.to_str().unwrap()])
+            .env("PPOL_TEST_STOP_SANDBOX_CHILD", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = holder.0.id();
+    let mut child = None;
+    wait_for("a stopped sandbox child", Duration::from_secs(60), || {
+        child = stopped_child_of(pid);
+        child.is_some()
+    });
+    let child = child.unwrap();
+    let lock = std::fs::canonicalize(run.join("run.lock")).unwrap();
+    let held: Vec<std::path::PathBuf> = std::fs::read_dir(format!("/proc/{child}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .collect();
+    // kill -9 the writer only: the stopped child dies with it (its parent-death signal)
+    sigkill(&mut holder.0);
+    assert!(
+        !held.contains(&lock),
+        "sandbox child {child} of ppol {pid} holds {} (its descriptors: {held:?})",
+        lock.display()
+    );
+    let taken = ppol::evolve::rundir::RunLock::acquire(&run);
+    assert!(
+        taken.is_ok(),
+        "the lock of the killed writer must be free at once: {}",
+        taken.unwrap_err()
+    );
+}
+
+/// A `best/` that is gone or damaged is rebuilt by `resume` from the checkpoint (issue #24):
+/// before, `rm -r RUN/best; ppol resume RUN` exited 0 with `best/` still missing, and `ppol
+/// eval` failed later. Each damage is repaired to the very files the run wrote (an offline
+/// validation reproduces its personas and episodes), and `eval` works again.
+#[test]
+fn resume_rebuilds_a_removed_or_damaged_best() {
+    let tmp = tempfile::tempdir().unwrap();
+    let done = tmp.path().join("done");
+    offline_run(&done, "3");
+    let files = [
+        "program.json",
+        "program.py",
+        "personas.jsonl",
+        "episodes.jsonl",
+    ];
+    let read_best = |d: &Path| -> Vec<Option<String>> {
+        files
+            .iter()
+            .map(|f| std::fs::read_to_string(d.join("best").join(f)).ok())
+            .collect()
+    };
+    let original = read_best(&done);
+    assert!(original.iter().all(Option::is_some));
+    type Damage<'a> = (&'a str, &'a dyn Fn(&Path));
+    let damages: [Damage; 3] = [
+        ("removed", &|d| {
+            std::fs::remove_dir_all(d.join("best")).unwrap()
+        }),
+        ("no episodes", &|d| {
+            std::fs::remove_file(d.join("best/episodes.jsonl")).unwrap()
+        }),
+        ("another program", &|d| {
+            let p = d.join("best/program.json");
+            let text = std::fs::read_to_string(&p).unwrap();
+            let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            v["program_id"] = "it00002-00000000".into();
+            std::fs::write(&p, v.to_string()).unwrap();
+            std::fs::write(d.join("best/program.py"), "# not the best\n").unwrap();
+        }),
+    ];
+    for (name, damage) in damages {
+        let d = tmp.path().join(name.replace(' ', "-"));
+        copy_dir(&done, &d);
+        damage(&d);
+        let (code, _, stderr) = run_ppol(&["resume", d.to_str().unwrap(), "--quiet"]);
+        assert_eq!(code, 0, "{name}: {stderr}");
+        let differ: Vec<&str> = files
+            .iter()
+            .zip(read_best(&d).iter().zip(&original))
+            .filter(|(_, (got, want))| got != want)
+            .map(|(f, _)| *f)
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{name}: best/{differ:?} not what the run wrote (missing or changed); stderr: {stderr}"
+        );
+        assert!(stderr.contains("rebuilding it"), "{name}: {stderr}");
+    }
+    let (code, _, stderr) = run_ppol(&[
+        "eval",
+        tmp.path().join("removed").to_str().unwrap(),
+        "--n",
+        "2",
+    ]);
+    assert_eq!(code, 0, "eval after the rebuild: {stderr}");
+}
+
 /// `resume` never quietly starts over or runs on defaults: a missing or empty `config.toml`,
 /// a missing `log.jsonl` once the run has produced files, a missing `checkpoint.json` when the
 /// log records commits, and a log that lacks the checkpoint's commit are errors naming the

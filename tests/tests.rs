@@ -12,6 +12,7 @@ mod hub;
 mod interop;
 mod llm;
 mod mutation;
+mod outputs;
 mod parity;
 mod regression;
 mod report;

@@ -373,7 +373,7 @@ def export_sft(
 ) -> Dict[str, Any]:
     """Agent-hardening training records from episode files (as ``ppol export sft``):
     ``{"train": [...], "heldout": [...], "heldout_personas", "n_episodes", "clusters",
-    "skipped", "dropped_texts", "written", "datasets"}``.
+    "skipped", "dropped_texts", "written", "datasets", "notes"}``.
 
     ``format`` is ``"ppol"`` (messages + tools + metadata), ``"openai"`` (OpenAI chat
     fine-tuning records), ``"hf"`` (TRL ``SFTTrainer`` / transformers chat-template rows:
@@ -388,6 +388,8 @@ def export_sft(
     go, by default ``output`` with ``.heldout`` before the extension), and for
     ``llamafactory`` registered in the ``dataset_info.json`` next to each file under
     ``dataset_name`` (default: the file's stem; the held-out file as ``NAME.heldout``).
+    An ``output`` that is not a regular file (a device, a FIFO) is written in place and nothing
+    is made beside it (no default held-out file, no ``dataset_info.json``); ``notes`` says so.
 
     >>> import ppol_rs, tempfile, os, json
     >>> out = os.path.join(tempfile.mkdtemp(), "eps.jsonl")
@@ -498,6 +500,12 @@ def evolve(
     task_file: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, Any]:
     """Run ``ppol evolve`` to the end and return its summary (offline with no ``[llm]``).
+
+    ``best_program_id`` is the run's best program: of the programs validated (each new train
+    best and each new best of its batch), the one with the highest validation score — the
+    program in ``RUN/best/`` that ``eval`` and ``export`` take. ``best_metrics`` are its own
+    train metrics, ``best_validation`` its own validation metrics (None when its validation
+    failed).
 
     >>> import ppol_rs, tempfile, os
     >>> s = ppol_rs.evolve(overrides={"search.iterations": 2, "run.out": os.path.join(tempfile.mkdtemp(), "r")})

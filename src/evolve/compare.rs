@@ -134,6 +134,7 @@ pub async fn compare(
         tasks: tasks.iter().map(|t| t.task_id.clone()).collect(),
         human_source,
         rows,
+        best_program_id: None,
     }
 }
 
@@ -232,6 +233,7 @@ pub fn render_table(t: &EvalTable) -> String {
         t.human_source.join(", "),
         "condition", "HL", "Cov", "Score", "D1", "D2", "D3", "D4", "USI", "success", "n"
     );
+
     for r in &t.rows {
         if let Some(why) = &r.skipped {
             s.push_str(&format!("{:<9} skipped: {why}\n", r.name));
@@ -260,6 +262,9 @@ pub fn render_table(t: &EvalTable) -> String {
         for f in &r.failures {
             s.push_str(&format!("{}: {f}\n", r.name));
         }
+    }
+    if let Some(id) = &t.best_program_id {
+        s.push_str(&format!("evolved = the run's best program, {id} (best/)\n"));
     }
     s.push_str(TABLE_LEGEND);
     s

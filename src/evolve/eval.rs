@@ -30,7 +30,11 @@ pub async fn evaluate_run(
     let run = RunDir::open(dir);
     let cfg = run.load_config()?;
     let split = split.unwrap_or(&cfg.run.test_split).to_string();
-    let best_code = run.best_code()?;
+    // the id names the code evaluated: both from best/
+    let (best_code, best_program_id) = match run.read_best() {
+        Some(b) => (b.code, Some(b.program_id)),
+        None => (run.best_code()?, None),
+    };
     let mut eval_cfg = cfg.clone();
     eval_cfg.run.test_split = split.clone();
     let ctx = RunContext::new(eval_cfg, run.clone()).await?;
@@ -85,7 +89,7 @@ pub async fn evaluate_run(
         ("seed", Condition::Program(&ctx.seed_code)),
         ("evolved", Condition::Program(&best_code)),
     ];
-    let table = compare(
+    let mut table = compare(
         &split,
         &tasks,
         n_personas.unwrap_or(cfg.fitness.n_personas),
@@ -99,6 +103,7 @@ pub async fn evaluate_run(
     )
     .await;
     ctx.world.shutdown().await;
+    table.best_program_id = best_program_id;
     crate::io::write_atomic(
         &run.join(format!("eval-{split}.json")),
         serde_json::to_string_pretty(&table)

@@ -40,7 +40,9 @@
 //! # Validations
 //!
 //! A new train best or batch best is validated (final N, fixed weights, the validation tasks)
-//! and `best/` keeps the program that validates best; half of the children are bred from it.
+//! and the run's best — [`RunBest`]: the program that validates best, kept in the [`State`] and
+//! written to `best/` — is the one `run_stopped` and every front end name; half of the children
+//! are bred from it.
 //! With generations of one (the default) the validation runs at the candidate's record. With
 //! larger generations it runs in the background from the record on, queued in the [`State`],
 //! and is applied (logged, `best/` written) when the generation after next is proposed, in
@@ -69,7 +71,7 @@ use crate::evolve::mutation::structural::axis_evidence;
 use crate::evolve::mutation::{ChildFailure, FailureKind};
 use crate::evolve::program::{code_hash, Program, ProgramId};
 use crate::evolve::reflection::{self, Evidence};
-use crate::evolve::rundir::Best;
+use crate::evolve::rundir::RunBest;
 use crate::evolve::runlog::{
     self, CostSummary, EvalMetrics, Event, FailureInfo, PersonaOutcome, ProcessShare, RunLog,
 };
@@ -113,11 +115,12 @@ pub struct RunSummary {
     pub reason: String,
     /// Iterations completed.
     pub iterations: u64,
-    /// Best program id.
+    /// The run's best program ([`RunBest`]: the program that validates best, the one in
+    /// `best/`).
     pub best_program_id: Option<String>,
-    /// Best program's train metrics.
+    /// Its train metrics (those of its own evaluation).
     pub best_metrics: Option<EvalMetrics>,
-    /// Latest validation metrics of the best program.
+    /// Its validation metrics (None when its validation failed).
     pub best_validation: Option<EvalMetrics>,
     /// Whether it ran offline.
     pub offline: bool,
@@ -173,8 +176,13 @@ pub struct State {
     pub stagnation: u64,
     /// The parent of every evaluated program, by id (for lineages).
     pub parents: BTreeMap<String, Option<String>>,
-    /// The best validation so far (the program in `best/`): its id and metrics.
-    pub best_validation: Option<(String, EvalMetrics)>,
+    /// The run's best so far: what `best/` holds ([`RunBest`]; None before any validation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<RunBest>,
+    /// Checkpoints written before [`State::best`] kept the best validation's program id and
+    /// metrics here; read (to rebuild `best` from the log), never written.
+    #[serde(default, skip_serializing, rename = "best_validation")]
+    pub legacy_best_validation: Option<(String, EvalMetrics)>,
     /// The best train score on each batch at the final persona count (key: the batch's tasks,
     /// persona count and human-likeness weight, joined by `|`).
     /// Train scores are only comparable within a batch, so a candidate that beats its batch's
@@ -209,7 +217,8 @@ impl State {
             requeues: 0,
             stagnation: 0,
             parents: BTreeMap::new(),
-            best_validation: None,
+            best: None,
+            legacy_best_validation: None,
             batch_best: BTreeMap::new(),
             generations: 0,
             validations: VecDeque::new(),
@@ -233,7 +242,8 @@ impl State {
         chain
     }
 
-    /// The best program's fitness (the archive's `fitness_metric`).
+    /// The fitness (the archive's `fitness_metric`) of the archive's best program: the best
+    /// train score, not the run's best ([`State::best`]).
     pub fn best_fitness(&self) -> Option<f64> {
         self.archive.best().and_then(|b| self.archive.fitness(b))
     }
@@ -463,8 +473,9 @@ impl Evolution {
             },
         )?;
         let schedule = cfg.fitness.schedule();
+        let records = runlog::read(&ctx.dir.log_path())?;
         if checkpoint.is_none()
-            && !runlog::read(&ctx.dir.log_path())?
+            && !records
                 .iter()
                 .any(|r| r.event.kind() == "discriminator_trained")
         {
@@ -482,7 +493,15 @@ impl Evolution {
             });
         }
         let state = match checkpoint {
-            Some(state) => {
+            Some(mut state) => {
+                if state.best.is_none() {
+                    // a checkpoint written before it kept the run's best: the log says which
+                    // (the one in best/ when it is that program, for what the log lacks)
+                    state.best = RunBest::from_log(&records).map(|b| match ctx.dir.read_best() {
+                        Some(disk) if disk.program_id == b.program_id => disk,
+                        _ => b,
+                    });
+                }
                 log.append(Event::Resumed {
                     from_iteration: state.iteration,
                 })?;
@@ -498,7 +517,7 @@ impl Evolution {
         let train = Arc::new(ctx.contexts(&ctx.train));
         let val = Arc::new(ctx.contexts(&ctx.val));
         let ctx = Arc::new(ctx);
-        Ok(Evolution {
+        let evolution = Evolution {
             prior_elapsed: state.elapsed_s,
             bench: Bench {
                 ctx: ctx.clone(),
@@ -516,7 +535,81 @@ impl Evolution {
             started: Instant::now(),
             iterations_here: 0,
             validating: BTreeMap::new(),
-        })
+        };
+        evolution.restore_best().await?;
+        Ok(evolution)
+    }
+
+    /// Make `best/` hold the run's best ([`State::best`]) again when it does not — removed, or
+    /// written for a program after the checkpoint by an iteration a kill cut short: its program
+    /// and numbers come from the checkpoint; the personas and episodes of its validation are
+    /// kept when `best/` has them for this program, else made again by validating it (kept only
+    /// when that reproduces the recorded validation, as an offline run always does).
+    async fn restore_best(&self) -> Result<()> {
+        let Some(best) = &self.state.best else {
+            return Ok(());
+        };
+        let dir = &self.ctx.dir;
+        let on_disk = dir.read_best();
+        let has_records = ["personas.jsonl", "episodes.jsonl"]
+            .iter()
+            .all(|f| dir.join("best").join(f).is_file());
+        if on_disk.as_ref() == Some(best) && has_records == best.validation.is_some() {
+            return Ok(());
+        }
+        let what = match &on_disk {
+            None => "is missing or incomplete".to_string(),
+            Some(d) if d.program_id != best.program_id => {
+                format!("holds {}, not the run's best", d.program_id)
+            }
+            Some(d) if d != best => "does not match the checkpoint".to_string(),
+            Some(_) => "lacks its validation's personas or episodes".to_string(),
+        };
+        tracing::warn!(
+            "{}/best {what}: rebuilding it for {} from the checkpoint",
+            dir.path().display(),
+            best.program_id
+        );
+        let Some(recorded) = &best.validation else {
+            return dir.write_best(best, None::<(&[Persona], &[Episode])>);
+        };
+        if has_records
+            && on_disk
+                .as_ref()
+                .is_some_and(|d| d.program_id == best.program_id)
+        {
+            return dir.write_best_program(best);
+        }
+        match self.bench.validate(&best.code).await {
+            CandidateOutcome::Scored {
+                metrics,
+                persona_records,
+                episodes,
+                ..
+            } if metrics == *recorded => {
+                dir.write_best(best, Some((&persona_records[..], &episodes[..])))
+            }
+            outcome => {
+                let why = match outcome {
+                    CandidateOutcome::Scored { metrics, .. } => format!(
+                        "validating it again gave combined {:.3}, not the recorded {:.3}",
+                        metrics.combined, recorded.combined
+                    ),
+                    CandidateOutcome::Failed(f) => {
+                        format!("validating it again failed ({}): {}", f.stage, f.reason)
+                    }
+                    CandidateOutcome::Infrastructure(why) => {
+                        format!("validating it again failed: {why}")
+                    }
+                };
+                tracing::warn!(
+                    "best/personas.jsonl and best/episodes.jsonl of {} are left out: {}",
+                    best.program_id,
+                    crate::io::printable(&why)
+                );
+                dir.write_best(best, None::<(&[Persona], &[Episode])>)
+            }
+        }
     }
 
     /// The state (as of the last step).
@@ -792,10 +885,11 @@ impl Evolution {
             // Train scores are batch-noisy; the program that validates best is the reliable
             // improvement, so half of the children are bred from it (on every island's batch).
             let validated = state
-                .best_validation
+                .best
                 .as_ref()
+                .filter(|b| b.validation.is_some())
                 .filter(|_| (mix(seed, 0x7661_6c69) % 10_000) < VALIDATED_PARENT_SHARE)
-                .and_then(|(id, _)| state.archive.get(&ProgramId(id.clone())).cloned());
+                .and_then(|b| state.archive.get(&ProgramId(b.program_id.clone())).cloned());
             let parent = validated.unwrap_or(sampled);
             let inspirations = state.archive.inspirations(&parent, island)?;
             picks.push(Pick::Child {
@@ -971,6 +1065,7 @@ impl Evolution {
                         iterations: self.state.iteration,
                         best_program_id: None,
                         best_metrics: None,
+                        best_validation: None,
                         cost,
                         mutations: BTreeMap::new(),
                     })?;
@@ -1121,9 +1216,9 @@ impl Evolution {
     }
 
     /// Log the validation of a new train best or batch best (final N, fixed weights, the
-    /// validation tasks) and write `best/` when it validates at least as well as the program
-    /// there. A validation that cannot score the program still writes the program when `best/`
-    /// has no validated one.
+    /// validation tasks) and make it the run's best when it [displaces](RunBest::displaces) the
+    /// one held: a program that validates at least as well, or — while no validation has
+    /// succeeded — one whose validation failed.
     fn apply_validation(
         &mut self,
         k: u64,
@@ -1131,7 +1226,6 @@ impl Evolution {
         train: &EvalMetrics,
         outcome: CandidateOutcome,
     ) -> Result<()> {
-        let lineage = self.state.lineage(&program.id.0);
         match outcome {
             CandidateOutcome::Scored {
                 metrics,
@@ -1144,25 +1238,12 @@ impl Evolution {
                     program_id: program.id.0.clone(),
                     metrics: metrics.clone(),
                 })?;
-                // A train best is the best of its own batch; batches differ far more than
-                // programs do, so `best/` keeps the program that validates best.
-                if self
-                    .state
-                    .best_validation
-                    .as_ref()
-                    .is_some_and(|(_, b)| b.combined > metrics.combined)
-                {
-                    return Ok(());
-                }
-                self.state.best_validation = Some((program.id.0.clone(), metrics.clone()));
-                self.ctx.dir.write_best(&Best {
+                self.offer_best(
                     program,
                     train,
-                    validation: Ok(&metrics),
-                    lineage,
-                    personas: &persona_records,
-                    episodes: &episodes,
-                })
+                    Ok(&metrics),
+                    Some((&persona_records, &episodes)),
+                )
             }
             CandidateOutcome::Failed(failure) => self.validation_failed(k, program, train, failure),
             CandidateOutcome::Infrastructure(why) => self.validation_failed(
@@ -1178,9 +1259,8 @@ impl Evolution {
         }
     }
 
-    /// Log a failed validation of a new train best or batch best; write `best/` without
-    /// validation results only when it holds no validated program yet (a validated program
-    /// stays there).
+    /// Log a failed validation of a new train best or batch best; it becomes the run's best
+    /// (without validation results) only while no validation has succeeded.
     fn validation_failed(
         &mut self,
         k: u64,
@@ -1201,17 +1281,32 @@ impl Evolution {
             program_id: program.id.0.clone(),
             failure,
         })?;
-        if self.state.best_validation.is_some() {
+        self.offer_best(program, train, Err(&why), None)
+    }
+
+    /// The one place the run's best changes: when `program` (validated as `validation`)
+    /// [displaces](RunBest::displaces) the best held, it becomes [`State::best`] and `best/` is
+    /// written with it (and the personas and episodes of its validation).
+    fn offer_best(
+        &mut self,
+        program: &Program,
+        train: &EvalMetrics,
+        validation: std::result::Result<&EvalMetrics, &str>,
+        records: Option<(&[Persona], &[Episode])>,
+    ) -> Result<()> {
+        let held = self.state.best.as_ref().and_then(|b| b.validation.as_ref());
+        if !RunBest::displaces(held, validation.ok()) {
             return Ok(());
         }
-        self.ctx.dir.write_best(&Best {
+        let best = RunBest::of(
             program,
             train,
-            validation: Err(&why),
-            lineage: self.state.lineage(&program.id.0),
-            personas: &[] as &[Persona],
-            episodes: &[] as &[Episode],
-        })
+            validation,
+            self.state.lineage(&program.id.0),
+        );
+        self.ctx.dir.write_best(&best, records)?;
+        self.state.best = Some(best);
+        Ok(())
     }
 
     /// The LLM cost so far (a note offline).
@@ -1244,20 +1339,11 @@ impl Evolution {
         }
     }
 
-    /// Log `run_stopped` and summarise the run.
+    /// Log `run_stopped` and summarise the run; both name the run's best ([`State::best`]) with
+    /// its own numbers.
     fn finish(mut self, reason: String) -> Result<RunSummary> {
-        let best = self.state.archive.best().cloned();
         let records = runlog::read(&self.ctx.dir.log_path()).unwrap_or_default();
-        let best_metrics = best.as_ref().and_then(|b| {
-            records.iter().rev().find_map(|r| match &r.event {
-                Event::CandidateEvaluated {
-                    program_id,
-                    metrics,
-                    ..
-                } if *program_id == b.id.0 => Some(metrics.clone()),
-                _ => None,
-            })
-        });
+        let best = self.state.best.take();
         let mutations = runlog::mutation_outcomes(&records);
         let mut cost = self.cost();
         let processes = match &self.ctx.ledger {
@@ -1273,8 +1359,9 @@ impl Evolution {
         self.log.append(Event::RunStopped {
             reason: reason.clone(),
             iterations: self.state.iteration,
-            best_program_id: best.as_ref().map(|b| b.id.0.clone()),
-            best_metrics: best_metrics.clone(),
+            best_program_id: best.as_ref().map(|b| b.program_id.clone()),
+            best_metrics: best.as_ref().map(|b| b.train.clone()),
+            best_validation: best.as_ref().and_then(|b| b.validation.clone()),
             cost,
             mutations: mutations.clone(),
         })?;
@@ -1282,9 +1369,9 @@ impl Evolution {
             run_dir: self.ctx.dir.path().to_path_buf(),
             reason,
             iterations: self.state.iteration,
-            best_program_id: best.map(|b| b.id.0),
-            best_metrics,
-            best_validation: self.state.best_validation.map(|(_, m)| m),
+            best_program_id: best.as_ref().map(|b| b.program_id.clone()),
+            best_metrics: best.as_ref().map(|b| b.train.clone()),
+            best_validation: best.and_then(|b| b.validation),
             offline: self.ctx.cfg.offline(),
             mutations,
             cost: total,

@@ -398,6 +398,7 @@ mod tests {
             iterations: 0,
             best_program_id: None,
             best_metrics: None,
+            best_validation: None,
             cost,
             mutations: BTreeMap::new(),
         })

@@ -20,7 +20,8 @@
 //!
 //! A run directory has one writer at a time: [`RunDir::create`] and [`RunDir::open_for_writing`]
 //! take an exclusive `flock` on `run.lock` and keep it until the run ends (the kernel releases
-//! it when the process dies, kill -9 included, so there is no stale lock to clean). Readers
+//! it when the process dies, kill -9 included, so there is no stale lock to clean; no child
+//! keeps a copy of its descriptor, see [`RunLock`]). Readers
 //! (`ppol report`, `ppol eval`) use [`RunDir::open`] and never take it. Under the lock, the
 //! temporary files a killed writer left (`.ppol-tmp-*`, `.tmp*`) are swept.
 
@@ -32,7 +33,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::evolve::config::RunConfig;
-use crate::evolve::program::Program;
+use crate::evolve::program::{MutationInfo, Program};
 use crate::evolve::runlog::{self, EvalMetrics};
 use crate::{Error, Result};
 
@@ -53,10 +54,19 @@ impl PartialEq for RunDir {
 impl Eq for RunDir {}
 
 /// The exclusive lock on a run directory's `run.lock`, released when dropped (or when the
-/// process dies).
+/// process dies). No child keeps it: its descriptor is a [`crate::io::PrivateFile`], which every
+/// fork of ppol closes first (the sandbox's supervisor and init never exec, and an `flock`
+/// lasts as long as any copy of its descriptor), so the lock dies with the writer.
 #[derive(Debug)]
 pub struct RunLock {
-    _file: std::fs::File,
+    file: crate::io::PrivateFile,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        // unlock first: a child forked while this runs may still hold a copy of the descriptor
+        let _ = rustix::fs::flock(self.file.file(), rustix::fs::FlockOperation::Unlock);
+    }
 }
 
 /// Name of the lock file in a run directory.
@@ -68,14 +78,17 @@ impl RunLock {
     pub fn acquire(dir: &Path) -> Result<RunLock> {
         use std::io::{Read, Seek, Write};
         let path = dir.join(LOCK_FILE);
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
             .map_err(|e| Error::io("opening", &path, e))?;
-        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        // private before it is locked: no fork from here on keeps the lock
+        let private = crate::io::PrivateFile::new(file, &path)?;
+        let mut file = private.file();
+        match rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
                 let mut text = String::new();
@@ -114,24 +127,179 @@ impl RunLock {
             .and_then(|_| file.write_all(format!("{info}\n").as_bytes()))
             .and_then(|_| file.sync_data())
             .map_err(|e| Error::io("writing", &path, e))?;
-        Ok(RunLock { _file: file })
+        Ok(RunLock { file: private })
     }
 }
 
-/// What `best/` holds about the best program.
-pub struct Best<'a, P: Serialize, E: Serialize> {
-    /// The program.
-    pub program: &'a Program,
-    /// Its train metrics.
-    pub train: &'a EvalMetrics,
-    /// Its validation metrics, or why validation could not score it.
-    pub validation: std::result::Result<&'a EvalMetrics, &'a str>,
-    /// Program ids from the seed down to this program.
+/// The run's best program: the one program `best/` holds, `run_stopped` names and every front
+/// end reports (the CLI summary, the report, `eval`, Python), each with its own numbers.
+///
+/// **Definition.** Each new train best and each new best of its batch is validated (the
+/// validation tasks, the final persona count, fixed weights); train scores are only comparable
+/// within a batch, validation scores across the run. The run's best is the validated program
+/// with the highest validation `combined` (one validated later with an equal score takes its
+/// place); until a validation succeeds, the latest program whose validation failed (held
+/// without validation results); before any validation, none. [`RunBest::displaces`] is the
+/// rule, applied live by the evolution (which keeps the best in its checkpoint) and replayed
+/// from a log by [`RunBest::from_log`].
+///
+/// Serialised, it is `best/program.json` plus the code (`best/program.py`): see
+/// [`RunBest::program_json`].
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RunBest {
+    /// Program id.
+    pub program_id: String,
+    /// Its train metrics: those of its own `candidate_evaluated` (`metrics` in program.json).
+    #[serde(rename = "metrics")]
+    pub train: EvalMetrics,
+    /// Its validation metrics (None: its validation failed, see `validation_failure`).
+    #[serde(default)]
+    pub validation: Option<EvalMetrics>,
+    /// Why its validation could not score it.
+    #[serde(default)]
+    pub validation_failure: Option<String>,
+    /// Program ids from the seed down to it.
+    #[serde(default)]
     pub lineage: Vec<String>,
-    /// The personas of its validation evaluation.
-    pub personas: &'a [P],
-    /// The episodes of its validation evaluation.
-    pub episodes: &'a [E],
+    /// How it was made.
+    pub mutation: MutationInfo,
+    /// The iteration that produced it.
+    #[serde(default)]
+    pub iteration_found: u64,
+    /// Its source (`best/program.py`; not in program.json).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub code: String,
+}
+
+impl RunBest {
+    /// The best for `program`, with its train metrics, its validation (or why it failed) and
+    /// its lineage.
+    pub fn of(
+        program: &Program,
+        train: &EvalMetrics,
+        validation: std::result::Result<&EvalMetrics, &str>,
+        lineage: Vec<String>,
+    ) -> RunBest {
+        RunBest {
+            program_id: program.id.0.clone(),
+            train: train.clone(),
+            validation: validation.ok().cloned(),
+            validation_failure: validation.err().map(str::to_string),
+            lineage,
+            mutation: program.mutation.clone(),
+            iteration_found: program.iteration_found,
+            code: program.code.clone(),
+        }
+    }
+
+    /// The rule of the [definition](RunBest): whether a program just validated — `validation`
+    /// its metrics, None when its validation failed — takes the place of the best `held` (the
+    /// validation of the current best; None when no validation has succeeded yet).
+    pub fn displaces(held: Option<&EvalMetrics>, validation: Option<&EvalMetrics>) -> bool {
+        match (held, validation) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(h), Some(v)) => v.combined >= h.combined,
+        }
+    }
+
+    /// The run's best as its log says: the [rule](RunBest::displaces) replayed over the
+    /// `validation` and `validation_failed` events, each program's numbers and code from its
+    /// `candidate_evaluated`, its lineage from the parent ids (for runs whose checkpoint
+    /// predates [`RunBest`], and readers without `best/`).
+    pub fn from_log(records: &[runlog::Record]) -> Option<RunBest> {
+        use crate::evolve::runlog::Event;
+        use std::collections::HashMap;
+        let mut evaluated: HashMap<&str, &runlog::Event> = HashMap::new();
+        let mut parents: HashMap<&str, Option<&str>> = HashMap::new();
+        let mut best: Option<(&str, std::result::Result<&EvalMetrics, String>)> = None;
+        for r in records {
+            match &r.event {
+                e @ Event::CandidateEvaluated {
+                    program_id,
+                    parent_id,
+                    ..
+                } => {
+                    evaluated.insert(program_id, e);
+                    parents.insert(program_id, parent_id.as_deref());
+                }
+                Event::Validation {
+                    program_id,
+                    metrics,
+                    ..
+                } => {
+                    let held = best.as_ref().and_then(|(_, v)| v.as_ref().ok().copied());
+                    if RunBest::displaces(held, Some(metrics)) {
+                        best = Some((program_id, Ok(metrics)));
+                    }
+                }
+                Event::ValidationFailed {
+                    program_id,
+                    failure,
+                    ..
+                } => {
+                    let held = best.as_ref().and_then(|(_, v)| v.as_ref().ok().copied());
+                    if RunBest::displaces(held, None) {
+                        let why = format!("{}: {}", failure.stage, failure.reason);
+                        best = Some((program_id, Err(why)));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let (id, validation) = best?;
+        let Event::CandidateEvaluated {
+            iteration,
+            metrics,
+            mutation,
+            mutation_summary,
+            prompt_fit,
+            code,
+            ..
+        } = evaluated.get(id)?
+        else {
+            return None;
+        };
+        let mut lineage = vec![id.to_string()];
+        let mut cur = id;
+        while let Some(Some(p)) = parents.get(cur) {
+            if lineage.iter().any(|l| l == p) {
+                break;
+            }
+            lineage.push(p.to_string());
+            cur = p;
+        }
+        lineage.reverse();
+        let kind = serde_json::from_value(json!(mutation)).ok()?;
+        Some(RunBest {
+            program_id: id.to_string(),
+            train: metrics.clone(),
+            validation: validation.as_ref().ok().map(|m| (*m).clone()),
+            validation_failure: validation.err(),
+            lineage,
+            mutation: MutationInfo {
+                kind,
+                angle: None,
+                prompt_fit: prompt_fit.clone(),
+                summary: mutation_summary.clone(),
+            },
+            iteration_found: *iteration,
+            code: code.clone(),
+        })
+    }
+
+    /// `best/program.json`: everything but the code.
+    pub fn program_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(RunBest {
+            code: String::new(),
+            ..self.clone()
+        })
+        .expect("json");
+        if let Some(m) = v.as_object_mut() {
+            m.remove("code");
+        }
+        v
+    }
 }
 
 impl RunDir {
@@ -365,32 +533,17 @@ impl RunDir {
         crate::io::write_atomic(&path, s.as_bytes())
     }
 
-    /// Replace `best/` with the new best program.
-    pub fn write_best<P: Serialize, E: Serialize>(&self, best: &Best<'_, P, E>) -> Result<()> {
+    /// Replace `best/` with the run's best: `program.py`, `program.json` and — given the
+    /// personas and episodes of its validation — `personas.jsonl` and `episodes.jsonl` (without
+    /// them those two are removed: none rather than empty, or a previous best's).
+    pub fn write_best<P: Serialize, E: Serialize>(
+        &self,
+        best: &RunBest,
+        validation_records: Option<(&[P], &[E])>,
+    ) -> Result<()> {
+        self.write_best_program(best)?;
         let dir = self.join("best");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating directory", &dir, e))?;
-        crate::io::write_atomic(&dir.join("program.py"), best.program.code.as_bytes())?;
-        let (validation, failure) = match best.validation {
-            Ok(m) => (json!(m), serde_json::Value::Null),
-            Err(why) => (serde_json::Value::Null, json!(why)),
-        };
-        let info = json!({
-            "program_id": best.program.id.0,
-            "metrics": best.train,
-            "validation": validation,
-            "validation_failure": failure,
-            "lineage": best.lineage,
-            "mutation": best.program.mutation,
-            "iteration_found": best.program.iteration_found,
-        });
-        crate::io::write_atomic(
-            &dir.join("program.json"),
-            serde_json::to_string_pretty(&info)
-                .expect("json")
-                .as_bytes(),
-        )?;
-        if best.validation.is_err() {
-            // no validation personas or episodes: none rather than empty (or a previous best's)
+        let Some((personas, episodes)) = validation_records else {
             for f in ["personas.jsonl", "episodes.jsonl"] {
                 match std::fs::remove_file(dir.join(f)) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -400,16 +553,41 @@ impl RunDir {
                 }
             }
             return Ok(());
-        }
-        self.write_jsonl("best/personas.jsonl", best.personas)?;
-        self.write_jsonl("best/episodes.jsonl", best.episodes)
+        };
+        self.write_jsonl("best/personas.jsonl", personas)?;
+        self.write_jsonl("best/episodes.jsonl", episodes)
+    }
+
+    /// Write `best/program.py` and `best/program.json` (the validation's personas and episodes
+    /// are left as they are).
+    pub fn write_best_program(&self, best: &RunBest) -> Result<()> {
+        let dir = self.join("best");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating directory", &dir, e))?;
+        crate::io::write_atomic(&dir.join("program.py"), best.code.as_bytes())?;
+        crate::io::write_atomic(
+            &dir.join("program.json"),
+            serde_json::to_string_pretty(&best.program_json())
+                .expect("json")
+                .as_bytes(),
+        )
+    }
+
+    /// What `best/` holds: `program.json` with the code of `program.py` (None when either is
+    /// missing or unreadable).
+    pub fn read_best(&self) -> Option<RunBest> {
+        let text = std::fs::read_to_string(self.join("best/program.json")).ok()?;
+        let mut best: RunBest = serde_json::from_str(&text).ok()?;
+        best.code = std::fs::read_to_string(self.join("best/program.py")).ok()?;
+        Some(best)
     }
 
     /// The best program's source, or an error saying the run has not evaluated one yet.
     pub fn best_code(&self) -> Result<String> {
         crate::io::read_to_string(&self.join("best/program.py")).map_err(|_| Error::Run {
             path: self.path.clone(),
-            message: "no best/program.py yet: the run has not evaluated a program".into(),
+            message: "no best/program.py: the run has not validated a program yet (or best/ \
+                      was removed: `ppol resume` rebuilds it from the checkpoint)"
+                .into(),
         })
     }
 }
@@ -418,6 +596,101 @@ impl RunDir {
 mod tests {
     use super::*;
     use crate::evolve::runlog::{Event, RunLog};
+
+    /// The rule replayed from a log: a failed validation holds the place only until one
+    /// succeeds; then the highest validation wins, a later equal one taking its place; each
+    /// program comes with its own train metrics, code and lineage.
+    #[test]
+    fn the_runs_best_replayed_from_the_log() {
+        let m = |c: f64| EvalMetrics {
+            combined: c,
+            ..EvalMetrics::default()
+        };
+        let evaluated = |k: u64, parent: Option<&str>| Event::CandidateEvaluated {
+            iteration: k,
+            program_id: format!("p{k}"),
+            parent_id: parent.map(str::to_string),
+            second_parent_id: None,
+            island: 0,
+            mutation: if k == 1 { "seed" } else { "structural" }.into(),
+            mutation_summary: format!("edit {k}"),
+            prompt_fit: None,
+            epoch: 0,
+            batch_in_epoch: 0,
+            tasks: Vec::new(),
+            metrics: m(k as f64 / 10.0),
+            new_elite: true,
+            new_best: true,
+            personas: Vec::new(),
+            reflection: String::new(),
+            code_hash: String::new(),
+            code: format!("# program {k}"),
+            seconds: 0.0,
+            cost: Default::default(),
+        };
+        let validation = |k: u64, c: f64| Event::Validation {
+            iteration: k,
+            program_id: format!("p{k}"),
+            metrics: m(c),
+        };
+        let failed = |k: u64| Event::ValidationFailed {
+            iteration: k,
+            program_id: format!("p{k}"),
+            failure: crate::evolve::runlog::FailureInfo {
+                stage: "sandbox:generate".into(),
+                reason: "boom".into(),
+                ..Default::default()
+            },
+        };
+        let records = |events: Vec<Event>| -> Vec<runlog::Record> {
+            events
+                .into_iter()
+                .enumerate()
+                .map(|(i, event)| runlog::Record {
+                    seq: i as u64 + 1,
+                    time: String::new(),
+                    event,
+                })
+                .collect()
+        };
+        let best = |events: Vec<Event>| RunBest::from_log(&records(events));
+        assert_eq!(best(vec![evaluated(1, None)]), None);
+        let b = best(vec![evaluated(1, None), failed(1)]).unwrap();
+        assert_eq!((b.program_id.as_str(), b.validation.as_ref()), ("p1", None));
+        assert_eq!(
+            b.validation_failure.as_deref(),
+            Some("sandbox:generate: boom")
+        );
+        let b = best(vec![
+            evaluated(1, None),
+            failed(1),
+            evaluated(2, Some("p1")),
+            validation(2, 0.5),
+            evaluated(3, Some("p2")),
+            failed(3),
+            evaluated(4, Some("p2")),
+            validation(4, 0.4),
+        ])
+        .unwrap();
+        assert_eq!(b.program_id, "p2");
+        assert_eq!(
+            (b.train.combined, b.validation.unwrap().combined),
+            (0.2, 0.5)
+        );
+        assert_eq!(b.lineage, ["p1", "p2"]);
+        assert_eq!((b.code.as_str(), b.iteration_found), ("# program 2", 2));
+        let b = best(vec![
+            evaluated(1, None),
+            validation(1, 0.5),
+            evaluated(2, Some("p1")),
+            validation(2, 0.5),
+        ])
+        .unwrap();
+        assert_eq!(
+            b.program_id, "p2",
+            "a later equal validation takes the place"
+        );
+    }
 
     #[test]
     fn truncate_log_keeps_the_commit_point() {
@@ -438,6 +711,18 @@ mod tests {
         // no checkpoint: nothing but run_started survives (here: nothing)
         dir.truncate_log(None).unwrap();
         assert!(runlog::read(&dir.log_path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_run_lock_is_exclusive_within_a_process_and_frees_its_slot() {
+        let tmp = tempfile::tempdir().unwrap();
+        // more rounds than private-descriptor slots: held and refused locks both give theirs back
+        for _ in 0..2 * crate::io::MAX_PRIVATE_FDS {
+            let held = RunLock::acquire(tmp.path()).unwrap();
+            let e = RunLock::acquire(tmp.path()).unwrap_err().to_string();
+            assert!(e.contains("in use by another ppol process"), "{e}");
+            drop(held);
+        }
     }
 
     #[test]

@@ -186,7 +186,8 @@ pub enum Event {
         metrics: EvalMetrics,
         /// Whether it became an elite of a cell.
         new_elite: bool,
-        /// Whether it is the new global best.
+        /// Whether it has the archive's best train score so far (it is then validated; the
+        /// run's best is the program that validates best, see `run_stopped`).
         new_best: bool,
         /// Personas and their outcomes.
         personas: Vec<PersonaOutcome>,
@@ -251,10 +252,15 @@ pub enum Event {
         reason: String,
         /// Iterations completed.
         iterations: u64,
-        /// Best program id.
+        /// The run's best program (`best/`; see [`crate::evolve::rundir::RunBest`] for what
+        /// "best" means).
         best_program_id: Option<String>,
-        /// Best train metrics.
+        /// Its train metrics (those of its own `candidate_evaluated`).
         best_metrics: Option<EvalMetrics>,
+        /// Its validation metrics (none when its validation failed, and in logs written
+        /// before they were kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        best_validation: Option<EvalMetrics>,
         /// Total cost.
         cost: CostSummary,
         /// Mutation outcomes over the whole run (every process of it): see
@@ -444,6 +450,9 @@ pub struct EvalTable {
     pub human_source: Vec<String>,
     /// Rows in order human, base, direct, seed, evolved.
     pub rows: Vec<EvalRow>,
+    /// The program of the `evolved` row: the run's best (`best/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_program_id: Option<String>,
 }
 
 /// What became of every attempted child of a run, counted from its log (so the counts cover

@@ -42,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::dialogue::Role;
+use crate::evolve::rundir::RunBest;
 use crate::evolve::runlog::{self, EvalMetrics, EvalTable, Event, Record};
 use crate::fitness::features::{fingerprint_many, FEATURE_NAMES};
 use crate::fitness::reference::HumanReference;
@@ -56,13 +57,20 @@ pub const N_SAMPLE_PERSONAS: usize = 4;
 /// Dialogues shown in the "sample dialogues" section.
 pub const N_SAMPLE_DIALOGUES: usize = 3;
 
-/// `best/program.json`: the best program of a run and its ancestry.
+/// `best/program.json`: the run's best program (see [`RunBest`] for what "best" means), its
+/// own numbers and its ancestry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BestProgram {
     /// Program id.
     pub program_id: String,
-    /// Its metrics.
+    /// Its train metrics.
     pub metrics: EvalMetrics,
+    /// Its validation metrics.
+    #[serde(default)]
+    pub validation: Option<EvalMetrics>,
+    /// Why its validation could not score it.
+    #[serde(default)]
+    pub validation_failure: Option<String>,
     /// Program ids from the seed to the best (inclusive).
     #[serde(default)]
     pub lineage: Vec<String>,
@@ -322,6 +330,9 @@ struct LogView<'a> {
     evaluated: Vec<Evaluated<'a>>,
     failed: Vec<Failed<'a>>,
     validations: Vec<(u64, &'a str, &'a EvalMetrics)>,
+    /// The run's best as the log's validations say ([`RunBest::displaces`] replayed): its id
+    /// and validation (None: it failed).
+    run_best: Option<(&'a str, Option<&'a EvalMetrics>)>,
     resumed: Vec<u64>,
     checkpoints: usize,
     last_time: Option<&'a str>,
@@ -336,6 +347,7 @@ impl<'a> LogView<'a> {
             evaluated: Vec::new(),
             failed: Vec::new(),
             validations: Vec::new(),
+            run_best: None,
             resumed: Vec::new(),
             checkpoints: 0,
             last_time: log.last().map(|r| r.time.as_str()),
@@ -390,23 +402,33 @@ impl<'a> LogView<'a> {
                     iteration,
                     program_id,
                     metrics,
-                } => v.validations.push((*iteration, program_id, metrics)),
+                } => {
+                    v.validations.push((*iteration, program_id, metrics));
+                    if RunBest::displaces(v.run_best.and_then(|b| b.1), Some(metrics)) {
+                        v.run_best = Some((program_id, Some(metrics)));
+                    }
+                }
                 Event::Checkpoint { .. } => v.checkpoints += 1,
                 Event::Resumed { from_iteration } => v.resumed.push(*from_iteration),
                 Event::ValidationFailed {
                     iteration,
                     program_id,
                     failure,
-                } => v.failed.push(Failed {
-                    iteration: *iteration,
-                    program_id: Some(program_id),
-                    mutation: "validation",
-                    stage: &failure.stage,
-                    reason: &failure.reason,
-                    raw_reply: &failure.raw_reply,
-                    prompt_fit: &failure.prompt_fit,
-                    requeued: false,
-                }),
+                } => {
+                    if RunBest::displaces(v.run_best.and_then(|b| b.1), None) {
+                        v.run_best = Some((program_id, None));
+                    }
+                    v.failed.push(Failed {
+                        iteration: *iteration,
+                        program_id: Some(program_id),
+                        mutation: "validation",
+                        stage: &failure.stage,
+                        reason: &failure.reason,
+                        raw_reply: &failure.raw_reply,
+                        prompt_fit: &failure.prompt_fit,
+                        requeued: false,
+                    })
+                }
             }
         }
         v
@@ -429,6 +451,9 @@ impl<'a> LogView<'a> {
             })
     }
 
+    /// The run's best program: `best/program.json`, else `run_stopped`, else the log's
+    /// validations replayed ([`RunBest::displaces`]); a log without any falls back on the last
+    /// train best.
     fn best_program_id(&self, files: &'a RunFiles) -> Option<&'a str> {
         if let Some(b) = &files.best_program {
             return Some(&b.program_id);
@@ -444,37 +469,82 @@ impl<'a> LogView<'a> {
         {
             return Some(id);
         }
+        if let Some((id, _)) = self.run_best {
+            return Some(id);
+        }
         if let Some(e) = self.evaluated.iter().rev().find(|e| e.new_best) {
             return Some(e.program_id);
         }
         self.best_evaluated().map(|e| e.program_id)
     }
 
-    /// Best train metrics: the run's own summary, else the best program's (best) evaluation.
-    fn best_train_metrics(&self, best_id: Option<&str>) -> Option<(&'a EvalMetrics, String)> {
+    /// The train metrics of the best program `best_id` — its own: `best/program.json`, or
+    /// `run_stopped`, when they name it, else its `candidate_evaluated` — with their source.
+    fn best_train_metrics(
+        &self,
+        files: &'a RunFiles,
+        best_id: Option<&str>,
+    ) -> Option<(&'a EvalMetrics, String)> {
+        let id = best_id?;
+        if let Some(b) = files.best_program.as_ref().filter(|b| b.program_id == id) {
+            return Some((&b.metrics, "best/program.json".into()));
+        }
         if let Some(Record {
             event:
                 Event::RunStopped {
+                    best_program_id: Some(stopped_id),
                     best_metrics: Some(m),
                     ..
                 },
             ..
         }) = self.stopped
         {
-            return Some((m, "run_stopped.best_metrics".into()));
+            if stopped_id == id {
+                return Some((m, "run_stopped.best_metrics".into()));
+            }
         }
-        let of_best = best_id.and_then(|id| {
-            self.evaluated
-                .iter()
-                .filter(|e| e.program_id == id)
-                .max_by(|a, b| a.metrics.combined.total_cmp(&b.metrics.combined))
-        });
-        of_best.or_else(|| self.best_evaluated()).map(|e| {
-            (
-                e.metrics,
-                format!("candidate_evaluated of {}", e.program_id),
-            )
-        })
+        self.evaluated
+            .iter()
+            .rev()
+            .find(|e| e.program_id == id)
+            .map(|e| (e.metrics, format!("candidate_evaluated of {id}")))
+    }
+
+    /// The validation of the best program `best_id` — its own: `best/program.json`, or
+    /// `run_stopped`, when they name it, else its last `validation` event; `Err` with the
+    /// reason when `best/program.json` says it failed.
+    fn best_validation(
+        &self,
+        files: &'a RunFiles,
+        best_id: Option<&str>,
+    ) -> Option<std::result::Result<&'a EvalMetrics, &'a str>> {
+        let id = best_id?;
+        if let Some(b) = files.best_program.as_ref().filter(|b| b.program_id == id) {
+            match (&b.validation, &b.validation_failure) {
+                (Some(m), _) => return Some(Ok(m)),
+                (None, Some(why)) => return Some(Err(why)),
+                (None, None) => {}
+            }
+        }
+        if let Some(Record {
+            event:
+                Event::RunStopped {
+                    best_program_id: Some(stopped_id),
+                    best_validation: Some(m),
+                    ..
+                },
+            ..
+        }) = self.stopped
+        {
+            if stopped_id == id {
+                return Some(Ok(m));
+            }
+        }
+        self.validations
+            .iter()
+            .rev()
+            .find(|(_, vid, _)| *vid == id)
+            .map(|(_, _, m)| Ok(*m))
     }
 }
 
@@ -757,8 +827,9 @@ fn section_summary(out: &mut String, files: &RunFiles, view: &LogView) {
             "no discriminator_trained event in log.jsonl",
         ),
     }
+    // the run's best (the program that validates best), with its own numbers
     let best_id = view.best_program_id(files);
-    if let Some((m, _)) = view.best_train_metrics(best_id) {
+    if let Some((m, _)) = view.best_train_metrics(files, best_id) {
         fact(
             &mut facts,
             "best score (train)",
@@ -770,6 +841,25 @@ fn section_summary(out: &mut String, files: &RunFiles, view: &LogView) {
                 esc(best_id.unwrap_or("?"))
             ),
         );
+    }
+    match view.best_validation(files, best_id) {
+        Some(Ok(m)) => fact(
+            &mut facts,
+            "best score (validation)",
+            &format!(
+                "{} (HL {}, coverage {}) · {}",
+                f3(m.combined),
+                f3(m.human_likeness),
+                f3(m.coverage),
+                esc(best_id.unwrap_or("?"))
+            ),
+        ),
+        Some(Err(why)) => fact(
+            &mut facts,
+            "best score (validation)",
+            &format!("failed: {} · {}", esc(why), esc(best_id.unwrap_or("?"))),
+        ),
+        None => {}
     }
     if let Some((it, id, m)) = view.validations.last() {
         fact(
@@ -1168,7 +1258,7 @@ fn section_dice(out: &mut String, files: &RunFiles, view: &LogView) {
             dice_values(&b.dice),
         ));
     }
-    if let Some((m, _)) = view.best_train_metrics(best_id) {
+    if let Some((m, _)) = view.best_train_metrics(files, best_id) {
         series.push((
             "best (train)".to_string(),
             "evolved",

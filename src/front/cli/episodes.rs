@@ -47,7 +47,8 @@ pub struct EpisodesArgs {
     #[arg(long, default_value_t = 256)]
     pub concurrency: usize,
     /// Output JSONL. Episodes are appended to OUTPUT.partial as they finish; rerunning the same
-    /// command after an interruption plays only what is missing.
+    /// command after an interruption plays only what is missing. A device or FIFO is written
+    /// once, at the end, with no partial file beside it.
     #[arg(short, long)]
     pub output: PathBuf,
     /// No progress bar.

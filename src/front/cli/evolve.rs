@@ -146,10 +146,10 @@ fn control(quiet: bool, iterations: u64) -> (RunControl, indicatif::ProgressBar)
         b.set_length(p.iterations);
         b.set_position(p.iteration);
         let best = p.best_combined.map_or("-".into(), |v| format!("{v:.3}"));
-        b.set_message(format!("best {best} | {}", p.message));
+        b.set_message(format!("train best {best} | {}", p.message));
         if plain {
             eprintln!(
-                "evolve: iteration {}/{}: best {best} | {}",
+                "evolve: iteration {}/{}: train best {best} | {}",
                 p.iteration,
                 p.iterations,
                 crate::io::printable(&p.message)
@@ -190,17 +190,24 @@ fn run_with_ctrl_c<F: std::future::Future>(
 fn print_summary(s: &RunSummary) {
     println!("run directory: {}", s.run_dir.display());
     println!("stopped: {} after {} iterations", s.reason, s.iterations);
-    if let (Some(id), Some(m)) = (&s.best_program_id, &s.best_metrics) {
-        println!(
-            "best program {id}: train combined {:.3} (human-likeness {:.3}, coverage {:.3}, success {:.2})",
-            m.combined, m.human_likeness, m.coverage, m.success_rate
-        );
-    }
-    if let Some(v) = &s.best_validation {
-        println!(
-            "validation: combined {:.3} (human-likeness {:.3}, coverage {:.3})",
-            v.combined, v.human_likeness, v.coverage
-        );
+    // the run's best (the program that validates best, the one in best/), its own numbers
+    match (&s.best_program_id, &s.best_metrics) {
+        (Some(id), Some(m)) => {
+            println!(
+                "best program {id} (highest validation score, in best/): train combined {:.3} (human-likeness {:.3}, coverage {:.3}, success {:.2})",
+                m.combined, m.human_likeness, m.coverage, m.success_rate
+            );
+            match &s.best_validation {
+                Some(v) => println!(
+                    "validation: combined {:.3} (human-likeness {:.3}, coverage {:.3})",
+                    v.combined, v.human_likeness, v.coverage
+                ),
+                None => println!(
+                    "validation: failed (the reason is in best/program.json); no program has validated yet"
+                ),
+            }
+        }
+        _ => println!("best program: none validated yet"),
     }
     if let Some(c) = &s.cost {
         let shares: Vec<String> = s

@@ -116,6 +116,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
             path.display()
         );
     }
+    for note in &report.notes {
+        eprintln!("{note}");
+    }
     let mut by_info: std::collections::BTreeMap<&std::path::Path, Vec<&str>> = Default::default();
     for (name, info) in &report.datasets {
         by_info.entry(info.as_path()).or_default().push(name);

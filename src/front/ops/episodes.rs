@@ -183,17 +183,32 @@ pub fn summary_ks(trials: u32) -> Vec<usize> {
 /// Incremental episode output: every finished episode is appended to `<OUT>.partial` (flushed),
 /// so a killed run keeps what it paid for; a rerun of the same request takes the episodes
 /// already there instead of playing them again; at the end the whole set is written to `OUT`
-/// atomically (in plan order) and the partial file is removed.
+/// atomically (in plan order) and the partial file is removed. An output that is not a regular
+/// file (a device, a FIFO) gets only the final write, and nothing is made beside it: no partial
+/// file (a warning says so), so an interrupted run starts over.
 pub struct EpisodeSink {
     output: PathBuf,
-    partial: PathBuf,
-    file: Mutex<std::fs::File>,
+    /// `<OUT>.partial` and the handle episodes are appended through (None: `OUT` is special).
+    partial: Option<(PathBuf, Mutex<std::fs::File>)>,
 }
 
 impl EpisodeSink {
     /// Open the sink for `output`; returns it with the episodes an earlier, interrupted run left
     /// in the partial file (a torn last line is dropped).
     pub fn open(output: &Path) -> Result<(Self, Vec<Episode>)> {
+        if crate::io::output_target(output)?.is_special() {
+            tracing::warn!(
+                "'{}' is not a regular file: episodes are written to it once, at the end, and \
+                 none is kept in a .partial file beside it as they finish (an interrupted run \
+                 starts over)",
+                output.display()
+            );
+            let sink = EpisodeSink {
+                output: output.to_path_buf(),
+                partial: None,
+            };
+            return Ok((sink, Vec::new()));
+        }
         let mut name = output.file_name().unwrap_or_default().to_os_string();
         name.push(".partial");
         let partial = output.with_file_name(name);
@@ -218,28 +233,41 @@ impl EpisodeSink {
         Ok((
             EpisodeSink {
                 output: output.to_path_buf(),
-                partial,
-                file: Mutex::new(file),
+                partial: Some((partial, Mutex::new(file))),
             },
             done,
         ))
     }
 
+    /// The partial file (None for an output that is not a regular file).
+    pub fn partial_path(&self) -> Option<&Path> {
+        self.partial.as_ref().map(|(p, _)| p.as_path())
+    }
+
     /// Append one finished episode (one write of one line, then flushed to the OS).
     pub fn push(&self, episode: &Episode) -> Result<()> {
         use std::io::Write;
+        let Some((path, file)) = &self.partial else {
+            return Ok(());
+        };
         let mut line = serde_json::to_string(episode).expect("serialisable");
         line.push('\n');
-        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
         f.write_all(line.as_bytes())
             .and_then(|_| f.flush())
-            .map_err(|e| Error::io("writing", &self.partial, e))
+            .map_err(|e| Error::io("writing", path, e))
     }
 
-    /// Write the final file atomically and remove the partial one.
+    /// Write the final file atomically (in place when it is special) and remove the partial one.
     pub fn finish(self, episodes: &[Episode]) -> Result<()> {
         crate::io::write_jsonl(&self.output, episodes)?;
-        std::fs::remove_file(&self.partial).map_err(|e| Error::io("removing", &self.partial, e))
+        match self.partial {
+            Some((path, file)) => {
+                drop(file);
+                std::fs::remove_file(&path).map_err(|e| Error::io("removing", &path, e))
+            }
+            None => Ok(()),
+        }
     }
 }
 
@@ -332,9 +360,9 @@ async fn play(
         .filter(|e| planned.contains(&e.id) && e.status == EpisodeStatus::Ok)
         .map(|e| (e.id.clone(), e))
         .collect();
-    if let Some(s) = &sink {
+    if let Some(partial) = sink.as_ref().and_then(|s| s.partial_path()) {
         // keep only what will be reused in the partial file
-        crate::io::write_jsonl(&s.partial, &reuse.values().cloned().collect::<Vec<_>>())?;
+        crate::io::write_jsonl(partial, &reuse.values().cloned().collect::<Vec<_>>())?;
     }
     let resumed = reuse.len();
     let total = jobs.len();

@@ -73,6 +73,9 @@ pub struct ExportReport {
     /// `llamafactory` with an output: each dataset name and the `dataset_info.json` that
     /// describes it.
     pub datasets: BTreeMap<String, PathBuf>,
+    /// What was not written, and why (an output that is not a regular file gets no held-out
+    /// file and no `dataset_info.json` beside it).
+    pub notes: Vec<String>,
 }
 
 impl ExportReport {
@@ -99,10 +102,13 @@ impl ExportReport {
 struct Plan {
     train: PathBuf,
     heldout: Option<PathBuf>,
-    /// `llamafactory`: (entry name, file) for the training file and the held-out one.
+    /// `llamafactory`: (entry name, file) for the training file and the held-out one (regular
+    /// files only: a device or FIFO is not a dataset LLaMA-Factory can read again).
     entries: Vec<(String, PathBuf)>,
     /// Write a JSON array instead of JSON Lines.
     json_array: bool,
+    /// What will not be written, and why.
+    notes: Vec<String>,
 }
 
 /// The `dataset_info.json` next to `file` (in LLaMA-Factory's `dataset_dir`).
@@ -188,11 +194,23 @@ fn plan(req: &ExportRequest) -> Result<Option<Plan>> {
     } else {
         "jsonl".to_string()
     };
-    let heldout = (req.heldout_fraction > 0.0).then(|| {
-        req.heldout_output
-            .clone()
-            .unwrap_or_else(|| train.with_extension(format!("heldout.{train_ext}")))
-    });
+    let mut notes = Vec::new();
+    let special = |p: &Path| -> Result<bool> { Ok(crate::io::output_target(p)?.is_special()) };
+    let train_special = special(&train)?;
+    let heldout = match (&req.heldout_output, req.heldout_fraction > 0.0) {
+        (_, false) => None,
+        (Some(h), true) => Some(h.clone()),
+        // nothing is made beside a device or FIFO
+        (None, true) if train_special => {
+            notes.push(format!(
+                "held-out records were not written: '{}' is not a regular file, so no .heldout \
+                 file is made beside it (give --heldout-output)",
+                train.display()
+            ));
+            None
+        }
+        (None, true) => Some(train.with_extension(format!("heldout.{train_ext}"))),
+    };
     if let Some(h) = &heldout {
         if lf {
             lf_ext("--heldout-output", h)?;
@@ -221,7 +239,14 @@ fn plan(req: &ExportRequest) -> Result<Option<Plan>> {
             Some(n) => n.trim().to_string(),
             None => stem(&train),
         };
-        entries.push((name.clone(), train.clone()));
+        if train_special {
+            notes.push(format!(
+                "'{}' is not a regular file: it is not registered in a dataset_info.json",
+                train.display()
+            ));
+        } else {
+            entries.push((name.clone(), train.clone()));
+        }
         if let Some(h) = &heldout {
             let held_name = match &req.dataset_name {
                 Some(_) => format!("{name}.heldout"),
@@ -236,7 +261,14 @@ fn plan(req: &ExportRequest) -> Result<Option<Plan>> {
                     ),
                 ));
             }
-            entries.push((held_name, h.clone()));
+            if special(h)? {
+                notes.push(format!(
+                    "'{}' is not a regular file: it is not registered in a dataset_info.json",
+                    h.display()
+                ));
+            } else {
+                entries.push((held_name, h.clone()));
+            }
         }
     }
     let plan = Plan {
@@ -244,6 +276,7 @@ fn plan(req: &ExportRequest) -> Result<Option<Plan>> {
         train,
         heldout,
         entries,
+        notes,
     };
     // an unreadable dataset_info.json or a name clash stops the export before it writes
     let files: Vec<PathBuf> = plan.entries.iter().map(|(_, f)| f.clone()).collect();
@@ -317,6 +350,7 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
         dropped_texts: 0,
         written: Vec::new(),
         datasets: BTreeMap::new(),
+        notes: plan.as_ref().map(|p| p.notes.clone()).unwrap_or_default(),
     };
     let mut held_ids = BTreeSet::new();
     for (e, &file) in loaded.iter().zip(&origin).filter(|(e, _)| selected(e, sel)) {

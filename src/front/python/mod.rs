@@ -630,9 +630,10 @@ fn episodes<'py>(
 
 /// Export episodes as chat fine-tuning records (as `ppol export sft`) in `format` (`ppol`,
 /// `openai`, `hf` or `llamafactory`); returns `{"train", "heldout", "heldout_personas",
-/// "n_episodes", "clusters", "skipped", "dropped_texts", "written", "datasets"}`. With `output`
-/// the records are written too (and, for `llamafactory`, registered in the
-/// `dataset_info.json` next to each file).
+/// "n_episodes", "clusters", "skipped", "dropped_texts", "written", "datasets", "notes"}`. With
+/// `output` the records are written too (and, for `llamafactory`, registered in the
+/// `dataset_info.json` next to each file; `notes` says what an output that is not a regular
+/// file did not get beside it).
 #[pyfunction]
 #[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0, format="ppol", output=None, heldout_output=None, dataset_name=None))]
 #[allow(clippy::too_many_arguments)]

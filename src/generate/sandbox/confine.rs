@@ -341,6 +341,20 @@ pub(crate) struct ChildPlan {
     pub limits: Vec<(Resource, u64)>,
     pub seccomp: Arc<Vec<BpfProgram>>,
     pub root: Option<(Arc<RootLayout>, RunFiles)>,
+    /// Test hook ([`TEST_STOP_ENV`]): the child stops itself (SIGSTOP) once it has dropped the
+    /// descriptors no child may keep, so a test can look at what it holds.
+    pub stop_for_test: bool,
+}
+
+/// Set (to anything) in ppol's environment, every sandbox child stops itself right after its
+/// fork-time cleanup, where its descriptors can be inspected; it still dies with ppol. For
+/// tests only.
+pub(crate) const TEST_STOP_ENV: &str = "PPOL_TEST_STOP_SANDBOX_CHILD";
+
+/// Whether [`TEST_STOP_ENV`] is set (read once).
+pub(crate) fn test_stop_requested() -> bool {
+    static REQUESTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REQUESTED.get_or_init(|| std::env::var_os(TEST_STOP_ENV).is_some())
 }
 
 fn errno(e: rustix::io::Errno) -> io::Error {
@@ -412,6 +426,9 @@ impl ChildPlan {
     /// The body of `pre_exec`. Returns in the process that is to exec the interpreter;
     /// the supervisor and the namespace init never return.
     pub fn enter(&self) -> io::Result<()> {
+        // First of all: S and I never exec, so ppol's private descriptors (the run lock) would
+        // otherwise live on in them after ppol is gone.
+        crate::io::close_private_fds();
         step(rustix::process::setsid())?;
         step(rustix::process::set_parent_process_death_signal(Some(
             Signal::KILL,
@@ -419,6 +436,9 @@ impl ChildPlan {
         if rustix::process::getppid() != Some(self.parent) {
             // ppol died between the fork and the line above: do not outlive it.
             exit_now(1);
+        }
+        if self.stop_for_test {
+            let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::STOP);
         }
         let flags = self.mode.unshare_flags();
         if !flags.is_empty() {

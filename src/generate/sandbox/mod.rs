@@ -567,6 +567,7 @@ impl Launcher {
                 .collect(),
             seccomp: self.seccomp.clone(),
             root,
+            stop_for_test: confine::test_stop_requested(),
         };
         // SAFETY: `ChildPlan::enter` runs between fork and exec and only makes raw system
         // calls on data prepared above (no allocation, no locks); see `confine`.

@@ -26,11 +26,12 @@ pub(crate) fn kill_group(pgid: u32) {
 /// kernel applies to every process of that uid at once (a fork racing with it fails because
 /// its parent has a fatal signal pending).
 pub(crate) fn kill_uid(uid: u32) {
-    // SAFETY: the child only makes async-signal-safe calls (setgroups, setgid, setuid, kill)
+    // SAFETY: the child only makes async-signal-safe calls (close, setgroups, setgid, setuid, kill)
     // and leaves with `_exit`; the parent only waits for it.
     unsafe {
         let pid = libc::fork();
         if pid == 0 {
+            crate::io::close_private_fds();
             if libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setgid(uid) != 0
                 || libc::setuid(uid) != 0
