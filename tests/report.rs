@@ -432,6 +432,7 @@ pub fn write_fixture_run(dir: &Path) {
             skipped: skipped.map(str::to_string),
             personas_generated: None,
             failures: Vec::new(),
+            per_task: Default::default(),
         }
     };
     let table = EvalTable {

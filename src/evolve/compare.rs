@@ -30,6 +30,26 @@ pub const TABLE_WEIGHTS: Weights = Weights::EQUAL;
 
 fn row_from(name: &str, episodes: &[Episode], scorer: &Scorer) -> EvalRow {
     let s = scorer.score(&rollouts(episodes), TABLE_WEIGHTS);
+    let mut by_task: std::collections::BTreeMap<String, Vec<Episode>> = Default::default();
+    for e in episodes {
+        by_task
+            .entry(e.task_id.clone())
+            .or_default()
+            .push(e.clone());
+    }
+    let per_task = if by_task.len() > 1 {
+        by_task
+            .iter()
+            .map(|(t, es)| {
+                (
+                    t.clone(),
+                    scorer.score(&rollouts(es), TABLE_WEIGHTS).combined,
+                )
+            })
+            .collect()
+    } else {
+        Default::default()
+    };
     EvalRow {
         name: name.into(),
         human_likeness: s.human_likeness,
@@ -45,6 +65,7 @@ fn row_from(name: &str, episodes: &[Episode], scorer: &Scorer) -> EvalRow {
         skipped: None,
         personas_generated: None,
         failures: Vec::new(),
+        per_task,
     }
 }
 
@@ -61,6 +82,7 @@ fn skipped(name: &str, why: String) -> EvalRow {
         skipped: Some(why),
         personas_generated: None,
         failures: Vec::new(),
+        per_task: Default::default(),
     }
 }
 
@@ -95,6 +117,7 @@ pub fn human_row(humans: &[Dialogue], scorer: &Scorer) -> EvalRow {
         skipped: None,
         personas_generated: None,
         failures: Vec::new(),
+        per_task: Default::default(),
     }
 }
 
@@ -266,8 +289,48 @@ pub fn render_table(t: &EvalTable) -> String {
     if let Some(id) = &t.best_program_id {
         s.push_str(&format!("evolved = the run's best program, {id} (best/)\n"));
     }
+    if let Some(line) = spread_line(t) {
+        s.push_str(&line);
+    }
     s.push_str(TABLE_LEGEND);
     s
+}
+
+/// evolved − seed in points with its spread over tasks: the mean of the per-task differences,
+/// each task's difference, and on how many tasks evolved is ahead (how sure the difference
+/// is: with 3 tasks one task can carry it).
+pub fn spread_line(t: &EvalTable) -> Option<String> {
+    let row = |n: &str| t.rows.iter().find(|r| r.name == n && r.skipped.is_none());
+    let (e, s) = (row("evolved")?, row("seed")?);
+    let diffs: Vec<(String, f64)> = e
+        .per_task
+        .iter()
+        .filter_map(|(task, v)| {
+            s.per_task
+                .get(task)
+                .map(|w| (task.clone(), 100.0 * (v - w)))
+        })
+        .collect();
+    if diffs.len() < 2 {
+        return None;
+    }
+    let n = diffs.len() as f64;
+    let mean = diffs.iter().map(|(_, d)| d).sum::<f64>() / n;
+    let sd = (diffs.iter().map(|(_, d)| (d - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    let ahead = diffs.iter().filter(|(_, d)| *d > 0.0).count();
+    Some(format!(
+        "evolved - seed: {:+.1} pp overall; per task {:+.1} pp mean, standard error {:.1} \
+         (evolved ahead on {ahead} of {} tasks: {})\n",
+        100.0 * (e.score - s.score),
+        mean,
+        sd / n.sqrt(),
+        diffs.len(),
+        diffs
+            .iter()
+            .map(|(t, d)| format!("{t} {d:+.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }
 
 /// What the columns of the evaluation table mean (printed under it, in `ppol eval --help` and

@@ -106,7 +106,9 @@ pub struct SearchSection {
     pub seed: u64,
     /// Stop after this many evaluations without a new elite (0 = never).
     pub early_stop_evaluations: u64,
-    /// Stop after this many seconds of wall clock (checked between evaluations).
+    /// Stop after this many seconds of wall clock (checked between evaluations, and during
+    /// the baseline: a run out of time there stops with what it played kept for `ppol
+    /// resume`, exit 130).
     pub max_wall_clock_s: Option<f64>,
     /// The seed generator program (default: the offline seed offline, the two-stage LLM seed online).
     pub seed_program: Option<PathBuf>,

@@ -437,6 +437,9 @@ pub struct EvalRow {
     /// What failed, per task (`task 3: generation failed (import): ...`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<String>,
+    /// The score on each task's dialogues alone (simulator rows), for the per-task spread.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub per_task: std::collections::BTreeMap<String, f64>,
 }
 
 /// The output of `ppol eval` (`RUN_DIR/eval-<split>.json`).

@@ -16,6 +16,7 @@ use crate::fitness::discriminator::{Discriminator, MaxFeatures};
 use crate::fitness::features::{fingerprint_many, FeatureSet, FEATURE_NAMES, N_FEATURES};
 use crate::fitness::reference::HumanReference;
 use crate::front::ops::{self, Overrides, TraceSource};
+use crate::simulate::tau2::Domain;
 
 mod convert;
 use convert::{from_py, to_py, value_from_py};
@@ -605,6 +606,17 @@ fn episodes<'py>(
     world: Option<String>,
     task_file: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(d) = domain.as_deref().filter(|d| Domain::known(d).is_none()) {
+        // a domain that does not exist is a DomainError, as it always was from Python
+        return Err(to_py_err(crate::Error::Environment {
+            domain: d.to_string(),
+            message: format!(
+                "unknown domain (expected one of: {}; other worlds: world=\"external:COMMAND\", \
+                 \"tau2:DOMAIN\" or \"chat\")",
+                crate::simulate::tau2::DOMAINS.join(", ")
+            ),
+        }));
+    }
     let mut o = Overrides::new();
     world_overrides(&mut o, domain, world, task_file, tau2_data).map_err(to_py_err)?;
     let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;

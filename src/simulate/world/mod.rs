@@ -125,14 +125,14 @@ pub fn resolve_spec(world: Option<&str>, domain: Option<&str>) -> Result<WorldSp
         (Some(w), None) => WorldSpec::parse(w),
         (None, Some(d)) => match Domain::known(d) {
             Some(d) => Ok(WorldSpec::Builtin(d.into())),
-            None => Err(Error::Environment {
-                domain: d.to_string(),
-                message: format!(
-                    "unknown domain (run.domain / --domain: one of {}; other worlds: --world \
+            None => Err(Error::config(
+                "run.domain",
+                format!(
+                    "unknown domain '{d}' (expected one of: {}; other worlds: --world \
                      external:COMMAND, tau2:DOMAIN or chat)",
                     crate::simulate::tau2::DOMAINS.join(", ")
                 ),
-            }),
+            )),
         },
         (None, None) => Ok(WorldSpec::Builtin("demo".into())),
     }
