@@ -390,9 +390,10 @@ pub fn train_discriminator(
 pub fn load_reference(paths: &[std::path::PathBuf], set: FeatureSet) -> Result<HumanReference> {
     if let [single] = paths {
         if single != Path::new("-") {
-            let text = crate::hub::read_to_string(single)?;
-            if HumanReference::sniff(&text) {
-                let r = HumanReference::from_json(&text, single)?;
+            let text = traces::read_text(single)?;
+            let json = text.strip_prefix('\u{feff}').unwrap_or(&text);
+            if HumanReference::sniff(json) {
+                let r = HumanReference::from_json(json, single)?;
                 if r.feature_set != set {
                     return Err(Error::FeatureSetMismatch {
                         what: format!("human reference '{}'", single.display()),

@@ -9,10 +9,15 @@
 //! - **Plain text**: dialogues separated by lines holding only `---`, turns prefixed `USER:` / `ASSISTANT:`.
 //!
 //! Malformed input gives one error naming the file, the line or JSON path, and what was expected.
+//! A file is read in bounded memory: one larger than
+//! [`limits::MAX_INPUT_BYTES`](crate::limits::MAX_INPUT_BYTES) (1 GiB; a whole JSON document
+//! included) is refused, and so is a line of JSON Lines or text longer than
+//! [`limits::MAX_LINE_BYTES`](crate::limits::MAX_LINE_BYTES) (64 MiB), naming the line,
+//! without reading further (see [`read_text`]).
 //!
 //! # How a file is read
 //!
-//! The file is read into memory once and checked to be UTF-8 in parallel pieces (a bad byte is
+//! The file is read into memory once (bounded, see above) and checked to be UTF-8 in parallel pieces (a bad byte is
 //! reported with its line). JSON is then deserialized in one typed pass: each
 //! conversation goes straight into [`Turn`]s, and only what a dialogue keeps as free-form
 //! metadata ([`Dialogue::meta`]) is read as [`serde_json::Value`]. JSON Lines are parsed in
@@ -105,18 +110,34 @@ fn load_many_keeping(paths: &[PathBuf], opts: &LoadOptions, keep: Keep) -> Resul
 }
 
 fn load_keeping(path: &Path, opts: &LoadOptions, keep: Keep) -> Result<Vec<Dialogue>> {
+    parse_keeping(&read_text(path)?, path, opts, keep)
+}
+
+/// The text of a trace file (`-` reads standard input; `hf://` paths are fetched into the
+/// shared Hugging Face cache first), read in bounded memory: a file larger than
+/// [`limits::MAX_INPUT_BYTES`](crate::limits::MAX_INPUT_BYTES) is refused, and so is a line
+/// longer than [`limits::MAX_LINE_BYTES`](crate::limits::MAX_LINE_BYTES) in a file that is
+/// not one JSON document (JSON Lines, text), as soon as it is met. The error names the file
+/// and the line.
+pub fn read_text(path: &Path) -> Result<String> {
+    use crate::io::LongLines;
     let (bytes, shown) = if path == Path::new("-") {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
-            .map_err(|e| Error::io("reading", "<stdin>", e))?;
-        (bytes, Path::new("<stdin>"))
+        let shown = Path::new("<stdin>");
+        let bytes = crate::io::read_bounded(
+            &mut std::io::stdin().lock(),
+            shown,
+            None,
+            LongLines::UnlessJson,
+        )?;
+        (bytes, shown)
     } else {
-        // A Hugging Face Hub path (`hf://...`) is fetched into the shared cache first.
         let local = crate::hub::local_path(path)?;
-        let bytes = std::fs::read(&local).map_err(|e| Error::io("reading", path, e))?;
-        (bytes, path)
+        (
+            crate::io::read_file(&local, path, LongLines::UnlessJson)?,
+            path,
+        )
     };
-    parse_keeping(&utf8_text(bytes, shown)?, path, opts, keep)
+    utf8_text(bytes, shown)
 }
 
 /// The bytes as text, checked in parallel pieces; the error names the line of the first byte
@@ -284,7 +305,16 @@ fn parse_jsonl(text: &str, path: &Path, keep: Keep) -> Result<Vec<Dialogue>> {
                 .iter()
                 .enumerate()
                 .filter(|(_, line)| !line.trim().is_empty())
-                .map(|(i, line)| jsonl_line(line, first + i, path, &stem, keep))
+                .map(|(i, line)| {
+                    if line.len() > crate::limits::MAX_LINE_BYTES {
+                        return Err(crate::io::long_line(
+                            path,
+                            first + i,
+                            crate::limits::MAX_LINE_BYTES,
+                        ));
+                    }
+                    jsonl_line(line, first + i, path, &stem, keep)
+                })
                 .collect()
         })
         .collect();
