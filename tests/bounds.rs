@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::ppol;
+use crate::util::{ppol, root};
 
 /// Run `cmd` (stdin from `stdin` bytes fed endlessly by a thread when given), killing it after
 /// `deadline`; returns (exit code, stdout, stderr, elapsed). A killed run has code -1.
@@ -202,4 +202,221 @@ fn r24_a_json_lines_line_over_the_limit_is_named_a_json_document_is_not_cut() {
     assert_eq!(code, 0, "{err}");
     let stats: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(stats[0]["dialogues"], 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counts
+
+/// A persona record without a task (it applies to every task).
+fn persona_line(i: usize) -> String {
+    format!(
+        "{{\"persona_id\":\"p{i}\",\"text\":\"You are user {i}.\",\"description\":\"\",\"axes\":{{}}}}\n"
+    )
+}
+
+#[test]
+fn r24_episode_counts_have_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("e.jsonl");
+    let out = s(&out);
+    // `--trials 0` wrote one episode per task
+    let (code, _, err, _) = ppol_within(&["episodes", "--trials", "0", "-o", &out], 60);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--trials"), "{err}");
+    assert!(err.contains("at least 1"), "{err}");
+    assert!(!Path::new(&out).exists());
+    // `--trials 1000000000` reached 22 GB
+    let (code, _, err, took) = ppol_within(&["episodes", "--trials", "1000000000", "-o", &out], 60);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--trials"), "{err}");
+    assert!(err.contains("at most 1000"), "{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let (code, _, err, _) = ppol_within(&["episodes", "--trials", "-1", "-o", &out], 60);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--trials") && err.contains("at least 1"),
+        "{err}"
+    );
+    // within each bound, but too many episodes together: tasks × personas × trials
+    let personas = dir.path().join("p.jsonl");
+    std::fs::write(&personas, (0..200).map(persona_line).collect::<String>()).unwrap();
+    let (code, _, err, took) = ppol_within(
+        &[
+            "episodes",
+            "--personas",
+            &s(&personas),
+            "--trials",
+            "1000",
+            "-o",
+            &out,
+        ],
+        60,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("more than 100000"), "{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    for (flag, value, says) in [
+        ("--concurrency", "0", "at least 1"),
+        ("--concurrency", "100000000", "at most 4096"),
+        ("--max-turns", "1000000000", "at most 1000"),
+        ("--max-tool-rounds", "0", "at least 1"),
+    ] {
+        let (code, _, err, _) = ppol_within(&["episodes", flag, value, "-o", &out], 60);
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(
+            err.contains(flag) && err.contains(says),
+            "{flag} {value}: {err}"
+        );
+    }
+}
+
+#[test]
+fn r24_generate_counts_have_bounds_and_negative_numbers_are_numbers() {
+    let program = s(&root().join("seeds/offline_templates.py"));
+    for (n, says) in [
+        ("1000000000", "at most 1000"),
+        ("0", "at least 1"),
+        ("-1", "at least 1"),
+    ] {
+        let (code, _, err, took) = ppol_within(
+            &[
+                "generate",
+                "-p",
+                &program,
+                "--task",
+                "book a flight",
+                "-n",
+                n,
+            ],
+            60,
+        );
+        assert_eq!(code, 2, "-n {n}: {err}");
+        assert!(err.contains("-n") && err.contains(says), "-n {n}: {err}");
+        assert!(!err.contains("unexpected argument"), "-n {n}: {err}");
+        assert!(took < Duration::from_secs(20), "-n {n}: {took:?}");
+    }
+    let (code, _, err, _) = ppol_within(
+        &[
+            "generate",
+            "-p",
+            &program,
+            "--task",
+            "x",
+            "--max-llm-calls",
+            "-5",
+        ],
+        60,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--max-llm-calls"), "{err}");
+}
+
+#[test]
+fn r24_configuration_counts_have_bounds_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (section, key, value) in [
+        ("fitness", "n_personas", "1000000000"),
+        ("fitness", "n_clusters", "1000000000"),
+        ("fitness", "batch_size", "1000000000"),
+        ("fitness", "folds", "1000000000"),
+        ("fitness.discriminator", "n_trees", "1000000000"),
+        ("episodes", "baseline_trials", "1000000000"),
+        ("episodes", "max_turns", "1000000000"),
+        ("sandbox", "memory_mb", "9007199254740993"),
+        ("sandbox", "concurrency", "1000000000"),
+        ("sandbox", "max_llm_calls", "1000000000"),
+        ("search", "iterations", "1000000000000"),
+        ("archive", "num_islands", "1000000000"),
+    ] {
+        let c = dir.path().join("c.toml");
+        std::fs::write(&c, format!("[{section}]\n{key} = {value}\n")).unwrap();
+        let (code, _, err, _) = ppol_within(&["evolve", "--config", &s(&c), "--print-config"], 60);
+        assert_eq!(code, 2, "{section}.{key}: {err}");
+        assert!(
+            err.contains(&format!("'{section}.{key}'")) && err.contains("at most"),
+            "{section}.{key}: {err}"
+        );
+    }
+    let c = dir.path().join("c.toml");
+    std::fs::write(
+        &c,
+        "[fitness]\nn_personas_schedule = [[0, 5], [3, 100000]]\n",
+    )
+    .unwrap();
+    let (code, _, err, _) = ppol_within(&["evolve", "--config", &s(&c), "--print-config"], 60);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("fitness.n_personas_schedule[1]"), "{err}");
+    // a flag that overrides a key names the key
+    let (code, _, err, _) = ppol_within(&["evolve", "--iterations", "-3", "--print-config"], 60);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--iterations") && err.contains("at least 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn r24_score_clusters_have_a_bound() {
+    let demo = |f: &str| s(&root().join("fitness/demo").join(f));
+    let (code, _, err, _) = ppol_within(
+        &[
+            "score",
+            &demo("candidates.jsonl"),
+            "--human",
+            &demo("human.jsonl"),
+            "--baseline",
+            &demo("baseline.jsonl"),
+            "--clusters",
+            "1000000000",
+        ],
+        60,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--clusters") && err.contains("at most 1000"),
+        "{err}"
+    );
+}
+
+#[test]
+fn r24_the_operations_python_calls_have_the_same_bounds() {
+    use ppol::front::ops;
+    let domain = ops::load_domain("demo", None).unwrap();
+    let request = |trials: u32| ops::EpisodesRequest {
+        domain: domain.clone(),
+        task_ids: vec![domain.tasks[0].id.clone()],
+        personas: None,
+        trials,
+        llm: None,
+        max_turns: None,
+        max_tool_rounds: None,
+        user_temperature: None,
+        seed: 0,
+        concurrency: 4,
+        output: None,
+    };
+    for (trials, says) in [(0, "at least 1"), (1_000_000_000, "at most 1000")] {
+        let e = ops::block_on(ops::episodes(request(trials), &|_, _| {}))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'trials'") && e.contains(says), "{e}");
+    }
+    let e = ops::block_on(ops::generate(ops::GenerateRequest {
+        program: ppol::generate::generator::Program::Path(
+            root().join("seeds/offline_templates.py"),
+        ),
+        tasks: vec![ops::TaskRef {
+            task_id: None,
+            context: "x".into(),
+        }],
+        n: Some(1_000_000_000),
+        llm: None,
+        seed: 0,
+        sandbox: Default::default(),
+    }))
+    .unwrap()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("'n'") && e.contains("at most 1000"), "{e}");
 }

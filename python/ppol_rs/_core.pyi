@@ -62,7 +62,7 @@ def generate(
 def episodes(
     domain: str = "demo",
     tasks: str = "all",
-    personas: Optional[List[Dict[str, Any]]] = None,
+    personas: Optional[Union[_Path, List[Dict[str, Any]]]] = None,
     trials: int = 1,
     llm: Optional[str] = None,
     max_turns: Optional[int] = None,

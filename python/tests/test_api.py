@@ -52,3 +52,32 @@ def test_evolve_async_is_awaitable_and_errors_are_specific(tmp_path):
         ppol_rs.evolve(overrides={"fitness.n_personas": 0})
     with pytest.raises(ppol_rs.RunError, match="ppol resume"):
         ppol_rs.evolve(overrides={"search.iterations": 1, "run.out": str(tmp_path / "a")})
+
+
+def test_counts_and_sizes_have_the_command_lines_bounds(tmp_path):
+    # issue #24: the same bounds as the command line, from the same checks
+    with pytest.raises(ppol_rs.ConfigError, match="'trials': must be at least 1"):
+        ppol_rs.episodes("demo", "0", trials=0)
+    with pytest.raises(ppol_rs.ConfigError, match="'trials': must be at most 1000"):
+        ppol_rs.episodes("demo", "0", trials=10**9)
+    with pytest.raises(ppol_rs.ConfigError, match="'n': must be at most 1000"):
+        ppol_rs.generate(ROOT / "seeds" / "offline_templates.py", "x", n=10**9)
+    with pytest.raises(ppol_rs.ConfigError, match="fitness.n_personas"):
+        ppol_rs.evolve(overrides={"fitness.n_personas": 10**9, "run.out": str(tmp_path / "run")})
+    # a persona file that never ends is refused at the line limit, not read into memory
+    import threading
+
+    fifo = tmp_path / "personas.jsonl"
+    os.mkfifo(fifo)
+
+    def feed():
+        try:
+            with open(fifo, "wb") as f:
+                while True:
+                    f.write(b" " * (1 << 20))
+        except OSError:
+            pass
+
+    threading.Thread(target=feed, daemon=True).start()
+    with pytest.raises(ppol_rs.ParseError, match="line 1: the line is longer than 64 MiB"):
+        ppol_rs.episodes("demo", "0", personas=fifo)

@@ -32,7 +32,8 @@ pub enum BenchCommand {
         #[arg(required = true)]
         traces: Vec<PathBuf>,
         /// How many passes over the dialogues per measurement.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, allow_negative_numbers = true,
+              value_parser = super::count(1, crate::limits::MAX_BENCH))]
         repeat: usize,
         /// Feature set.
         #[arg(long, default_value = "ppol-0.1.1")]
@@ -45,10 +46,12 @@ pub enum BenchCommand {
         #[arg(long)]
         no_reference: bool,
         /// End to end: the dialogues are repeated into one JSONL file of at least this many.
-        #[arg(long, default_value_t = 3000)]
+        #[arg(long, default_value_t = 3000, allow_negative_numbers = true,
+              value_parser = super::count(1, crate::limits::MAX_BENCH))]
         end_to_end_dialogues: usize,
         /// End to end: runs of each process; the fastest counts.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, allow_negative_numbers = true,
+              value_parser = super::count(1, crate::limits::MAX_BENCH))]
         end_to_end_runs: usize,
     },
     /// How well ppol drives an LLM endpoint, against the mock server (needs a build with

@@ -45,7 +45,7 @@ pub enum ExportCommand {
         output: PathBuf,
         /// Share of personas held out (all their episodes go to --heldout-output, none to the
         /// training file), chosen by a stable hash of the persona id.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
         heldout_fraction: f64,
         /// Where held-out personas' records go (default: OUTPUT with `.heldout` before the extension).
         #[arg(long)]

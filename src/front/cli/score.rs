@@ -7,17 +7,20 @@ use clap::{Args, Subcommand};
 use crate::fitness::discriminator::{Discriminator, ForestParams, MaxFeatures};
 use crate::fitness::features::FeatureSet;
 use crate::front::ops::{self, Overrides, ScoreRequest, TraceSource};
+use crate::limits;
 
 /// Random-forest settings shared by the commands that train one. Unset flags take the
 /// configuration's defaults (`[fitness.discriminator]`, `fitness.folds`; see
 /// `ppol evolve --print-config`).
 #[derive(Debug, Clone, Args)]
 pub struct ForestFlags {
-    /// Number of trees (default 200).
-    #[arg(long)]
+    /// Number of trees, 1 to 10,000 (default 200).
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(1, limits::MAX_TREES))]
     pub trees: Option<usize>,
-    /// Maximum tree depth, 0 = unlimited (default 12).
-    #[arg(long)]
+    /// Maximum tree depth, up to 1000; 0 = unlimited (default 12).
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(0, limits::MAX_DEPTH))]
     pub max_depth: Option<usize>,
     /// Features tried per split: sqrt, all, an integer or a fraction (default sqrt).
     #[arg(long)]
@@ -25,8 +28,9 @@ pub struct ForestFlags {
     /// Random seed (default 42).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Folds of the grouped (by task) held-out AUC (default 5).
-    #[arg(long)]
+    /// Folds of the grouped (by task) held-out AUC, 2 to 100 (default 5).
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(2, limits::MAX_FOLDS))]
     pub folds: Option<usize>,
 }
 
@@ -98,17 +102,18 @@ pub struct ScoreArgs {
     /// Baseline dialogues to train a discriminator on the fly (instead of --discriminator).
     #[arg(long)]
     pub baseline: Vec<PathBuf>,
-    /// Weight of human-likeness.
-    #[arg(long)]
+    /// Weight of human-likeness, in [0, 1].
+    #[arg(long, allow_negative_numbers = true)]
     pub lambda_h: Option<f64>,
-    /// Weight of coverage.
-    #[arg(long)]
+    /// Weight of coverage, in [0, 1].
+    #[arg(long, allow_negative_numbers = true)]
     pub lambda_b: Option<f64>,
     /// Coverage in raw feature space (default: standardised by the human mean/std).
     #[arg(long)]
     pub raw: bool,
-    /// Replace the human cloud by K k-means centroids (0 = off).
-    #[arg(long, default_value_t = 0)]
+    /// Replace the human cloud by K k-means centroids, up to 1000 (0 = off).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true,
+          value_parser = super::count(0, limits::MAX_CLUSTERS))]
     pub clusters: usize,
     /// Feature set.
     #[arg(long)]

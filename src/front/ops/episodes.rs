@@ -16,7 +16,7 @@ use crate::simulate::episode::record::{pass_hat_k, Episode, EpisodeStatus};
 use crate::simulate::episode::runner::{self, Backend, Tau2Runner};
 use crate::simulate::episode::EpisodeRunner;
 use crate::simulate::tau2::Domain;
-use crate::{Error, Result};
+use crate::{limits, Error, Result};
 
 /// What `ppol episodes` needs.
 pub struct EpisodesRequest {
@@ -26,7 +26,8 @@ pub struct EpisodesRequest {
     pub task_ids: Vec<String>,
     /// Personas (a persona without `task_id` fits every task); None: the plain simulator.
     pub personas: Option<Vec<Persona>>,
-    /// Trials per (task, persona).
+    /// Trials per (task, persona), 1 ..= [`limits::MAX_TRIALS`]; at most
+    /// [`limits::MAX_EPISODES`] episodes in all.
     pub trials: u32,
     /// The LLM user simulator and agent (None: the offline scripted simulator).
     pub llm: Option<LlmConfig>,
@@ -172,6 +173,39 @@ impl EpisodeSink {
     }
 }
 
+/// Read persona records (JSONL, as `ppol generate` writes them) in bounded memory (see
+/// [`crate::io::read_jsonl`]), naming file and line on errors.
+pub fn read_personas(path: &Path) -> Result<Vec<Persona>> {
+    let ps: Vec<Persona> =
+        crate::io::read_jsonl(path, "a persona record {\"persona_id\", \"text\", ...}")?;
+    if ps.is_empty() {
+        return Err(Error::parse(path, "file", "no persona records"));
+    }
+    Ok(ps)
+}
+
+/// Refuse a plan of more than [`limits::MAX_EPISODES`] episodes before it is made (every
+/// episode of a request is kept in memory until the output is written).
+pub fn check_plan_size(
+    task_ids: &[String],
+    personas: Option<&[Persona]>,
+    trials: u32,
+) -> Result<()> {
+    let planned = runner::count_jobs(task_ids, personas, trials);
+    if planned > limits::MAX_EPISODES as u128 {
+        let pairs = runner::count_jobs(task_ids, personas, 1);
+        return Err(Error::config(
+            "tasks × personas × trials",
+            format!(
+                "{pairs} (task, persona) pairs × {trials} trials = {planned} episodes, more than \
+                 {} (ppol's limit of one request); play fewer trials, personas or tasks at once",
+                limits::MAX_EPISODES
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Build the episode backend for an optional LLM configuration.
 pub fn episode_backend(client: Option<&LlmClient>, user_temperature: f32) -> Backend {
     match client {
@@ -198,12 +232,15 @@ pub async fn episodes(
 ) -> Result<EpisodesReport> {
     let defaults = RunConfig::default().episodes;
     let max_turns = req.max_turns.unwrap_or(defaults.val_max_turns);
-    if max_turns == 0 {
-        return Err(Error::config("max_turns", "must be at least 1"));
-    }
+    limits::check("max_turns", max_turns, 1, limits::MAX_TURNS)?;
+    let max_tool_rounds = req.max_tool_rounds.unwrap_or(defaults.max_tool_rounds);
+    limits::check("max_tool_rounds", max_tool_rounds, 1, limits::MAX_TURNS)?;
+    limits::check("trials", req.trials, 1, limits::MAX_TRIALS)?;
+    limits::check("concurrency", req.concurrency, 1, limits::MAX_CONCURRENCY)?;
     if req.task_ids.is_empty() {
         return Err(Error::config("tasks", "no tasks selected"));
     }
+    check_plan_size(&req.task_ids, req.personas.as_deref(), req.trials)?;
     let jobs = runner::plan_jobs(&req.task_ids, req.personas.as_deref(), req.trials);
     if jobs.is_empty() {
         return Err(Error::config(
@@ -216,10 +253,6 @@ pub async fn episodes(
         client.as_ref(),
         req.user_temperature.unwrap_or(defaults.user_temperature),
     );
-    let max_tool_rounds = req.max_tool_rounds.unwrap_or(defaults.max_tool_rounds);
-    if max_tool_rounds == 0 {
-        return Err(Error::config("max_tool_rounds", "must be at least 1"));
-    }
     let runner = Tau2Runner::new(req.domain.clone(), backend, max_turns)
         .with_max_tool_rounds(max_tool_rounds);
     let (sink, earlier) = match &req.output {

@@ -45,7 +45,8 @@ mod generate;
 mod study;
 
 pub use episodes::{
-    episode_backend, episodes, summary_ks, EpisodeSink, EpisodesReport, EpisodesRequest,
+    check_plan_size, episode_backend, episodes, read_personas, summary_ks, EpisodeSink,
+    EpisodesReport, EpisodesRequest,
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
 pub use export::{export_sft, ExportReport, ExportRequest, SftFormat, SkippedEpisode};
@@ -263,13 +264,20 @@ pub fn build_reference(
     HumanReference::build(&ds, feature_set, source.describe())
 }
 
-/// Train the discriminator: `human`'s coverage cloud vs `baseline` dialogues.
+/// Train the discriminator: `human`'s coverage cloud vs `baseline` dialogues. The forest's
+/// sizes are checked against [`crate::limits`] (trees, depth, folds).
 pub fn train_discriminator(
     human: &HumanReference,
     baseline: &[Dialogue],
     forest: &ForestParams,
     folds: usize,
 ) -> Result<Discriminator> {
+    use crate::limits::{check, MAX_DEPTH, MAX_FOLDS, MAX_TREES};
+    check("trees", forest.n_trees, 1, MAX_TREES)?;
+    if let Some(d) = forest.max_depth {
+        check("max_depth", d, 1, MAX_DEPTH)?;
+    }
+    check("folds", folds, 2, MAX_FOLDS)?;
     crate::fitness::score::train_discriminator(human, baseline, forest, folds)
 }
 
@@ -287,7 +295,8 @@ pub struct ScoreRequest<'a> {
     pub lambda_b: Option<f64>,
     /// Raw (unstandardised) coverage space.
     pub raw: bool,
-    /// K-means centroids replacing the human cloud (0 = off).
+    /// K-means centroids replacing the human cloud (0 = off), at most
+    /// [`limits::MAX_CLUSTERS`](crate::limits::MAX_CLUSTERS).
     pub clusters: usize,
 }
 
@@ -308,6 +317,7 @@ pub fn score(req: &ScoreRequest<'_>) -> Result<Score> {
             return Err(Error::config(key, format!("must be in [0, 1], got {v}")));
         }
     }
+    crate::limits::check("clusters", req.clusters, 0, crate::limits::MAX_CLUSTERS)?;
     crate::fitness::score::score(req.human, req.discriminator, req.candidates, &opts)
 }
 

@@ -563,7 +563,8 @@ fn generate<'py>(
     to_py(py, &report)
 }
 
-/// Play episodes (as `ppol episodes`); returns `{"episodes": [...], "resumed", "backend",
+/// Play episodes (as `ppol episodes`; `personas` is a persona JSONL path or a list of persona
+/// dicts); returns `{"episodes": [...], "resumed", "backend",
 /// "llm", "budget_exhausted"}`.
 #[pyfunction]
 #[pyo3(signature = (domain="demo", tasks="all", personas=None, trials=1, llm=None, max_turns=None, seed=0, tau2_data=None, concurrency=256, output=None, config=None))]
@@ -590,8 +591,15 @@ fn episodes<'py>(
         .iter()
         .map(|t| t.id.clone())
         .collect();
-    let personas: Option<Vec<crate::persona::Persona>> =
-        personas.map(|p| from_py(p, "personas")).transpose()?;
+    let personas: Option<Vec<crate::persona::Persona>> = match personas {
+        // a persona file is read by the same bounded reader as `--personas`
+        Some(p) if p.is_instance_of::<PyString>() || p.hasattr("__fspath__")? => {
+            let path: PathBuf = p.extract()?;
+            Some(py.detach(|| ops::read_personas(&path)).map_err(to_py_err)?)
+        }
+        Some(p) => Some(from_py(p, "personas")?),
+        None => None,
+    };
     let request = ops::EpisodesRequest {
         domain: dom,
         task_ids,
