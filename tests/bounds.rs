@@ -420,3 +420,100 @@ fn r24_the_operations_python_calls_have_the_same_bounds() {
     .to_string();
     assert!(e.contains("'n'") && e.contains("at most 1000"), "{e}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Input traces that cannot be scored
+
+#[test]
+fn r24_dialogues_without_user_text_are_skipped_with_a_warning_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = |f: &str| s(&root().join("fitness/demo").join(f));
+    let mut text = std::fs::read_to_string(root().join("fitness/demo/candidates.jsonl")).unwrap();
+    let n_real = text.lines().filter(|l| !l.trim().is_empty()).count();
+    text.push_str("{\"id\":\"empty\",\"conversation\":[]}\n");
+    text.push_str(
+        "{\"id\":\"agent_only\",\"conversation\":[{\"role\":\"assistant\",\"content\":\"Hi!\"}]}\n",
+    );
+    text.push_str("{\"id\":\"nulls\",\"conversation\":[{\"role\":\"user\",\"content\":null},{\"role\":\"assistant\",\"content\":\"Hi\"},{\"role\":\"user\"}]}\n");
+    let cands = dir.path().join("cands.jsonl");
+    std::fs::write(&cands, &text).unwrap();
+    let (code, out, err, _) = ppol_within(
+        &[
+            "score",
+            &s(&cands),
+            "--human",
+            &demo("human.jsonl"),
+            "--baseline",
+            &demo("baseline.jsonl"),
+        ],
+        120,
+    );
+    assert_eq!(code, 0, "{err}");
+    for (line, id) in [
+        (n_real + 1, "empty"),
+        (n_real + 2, "agent_only"),
+        (n_real + 3, "nulls"),
+    ] {
+        assert!(
+            err.contains(&format!(
+                "warning: {}: line {line}: dialogue '{id}' has no user text",
+                cands.display()
+            )),
+            "{id}: {err}"
+        );
+    }
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["counts"]["n_dialogues"], n_real, "{v}");
+    assert_eq!(v["counts"]["n_without_user_turns"], 0, "{v}");
+    // a file of nothing but such dialogues is refused
+    let human = dir.path().join("human.jsonl");
+    std::fs::write(
+        &human,
+        "{\"conversation\":[]}\n{\"conversation\":[{\"role\":\"user\",\"content\":\"  \"}]}\n",
+    )
+    .unwrap();
+    let (code, _, err, _) = ppol_within(
+        &[
+            "reference",
+            &s(&human),
+            "-o",
+            &s(&dir.path().join("r.json")),
+        ],
+        60,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&format!("{}: ", human.display())), "{err}");
+    assert!(err.contains("no dialogue with user text"), "{err}");
+}
+
+#[test]
+fn r24_duplicate_dialogue_ids_are_refused_naming_both_places() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("dup.jsonl");
+    std::fs::write(
+        &p,
+        format!(
+            "{{\"id\":\"a\",\"conversation\":[{TURN}]}}\n{{\"id\":\"b\",\"conversation\":[{TURN}]}}\n\n{{\"id\":\"a\",\"conversation\":[{TURN}]}}\n"
+        ),
+    )
+    .unwrap();
+    let (code, _, err, _) = ppol_within(&["fingerprint", &s(&p)], 60);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: line 4: dialogue id 'a' is also the id of line 1",
+            p.display()
+        )),
+        "{err}"
+    );
+    // the same file twice is the same dialogues twice
+    let one = dir.path().join("one.jsonl");
+    std::fs::write(
+        &one,
+        format!("{{\"id\":\"a\",\"conversation\":[{TURN}]}}\n"),
+    )
+    .unwrap();
+    let (code, _, err, _) = ppol_within(&["fingerprint", &s(&one), &s(&one)], 60);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("dialogue id 'a' is also the id of"), "{err}");
+}

@@ -81,3 +81,18 @@ def test_counts_and_sizes_have_the_command_lines_bounds(tmp_path):
     threading.Thread(target=feed, daemon=True).start()
     with pytest.raises(ppol_rs.ParseError, match="line 1: the line is longer than 64 MiB"):
         ppol_rs.episodes("demo", "0", personas=fifo)
+
+
+def test_input_traces_without_user_text_warn_and_repeated_ids_are_refused(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text(
+        '{"id": "a", "conversation": [{"role": "user", "content": "hi"}]}\n'
+        '{"id": "e", "conversation": [{"role": "assistant", "content": "hello"}]}\n'
+    )
+    with pytest.warns(UserWarning, match="t.jsonl: line 2: dialogue 'e' has no user text"):
+        ds = ppol_rs.load_traces(p)
+    assert [d["id"] for d in ds] == ["a"]
+    with pytest.warns(UserWarning, match="line 2: dialogue 'e' has no user text"):
+        ppol_rs.HumanReference.from_traces(p)
+    with pytest.raises(ppol_rs.ParseError, match="dialogue id 'a' is also the id of line 1"):
+        ppol_rs.load_traces([{"id": "a", "conversation": [{"role": "user", "content": "x"}]}] * 2)

@@ -169,6 +169,13 @@ fn run(command: Command) -> anyhow::Result<Outcome> {
     })
 }
 
+/// Warn on stderr about each dialogue a load left out (`warning: FILE: line N: ...`).
+pub(crate) fn warn_skipped(skipped: &[crate::fitness::traces::Skipped]) {
+    for s in skipped {
+        eprintln!("warning: {}", crate::io::printable(&s.to_string()));
+    }
+}
+
 /// The parser of a count flag: a whole number in `min..=max` (bounds from [`crate::limits`]),
 /// else clap's error naming the flag (exit 2). Flags that use it also set
 /// `allow_negative_numbers`, so that `-n -1` is told the value must be at least `min` instead

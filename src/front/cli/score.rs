@@ -90,7 +90,9 @@ pub enum DiscriminatorCommand {
 /// Arguments of `ppol score`.
 #[derive(Debug, Args)]
 pub struct ScoreArgs {
-    /// Simulated dialogues to score.
+    /// Simulated dialogues to score. Dialogues without user text (no turns, only agent turns,
+    /// or user turns without content: a failed episode, say) are left out with a warning naming
+    /// file and line, not scored as all-zero fingerprints; a dialogue id used twice is an error.
     #[arg(required = true)]
     pub candidates: Vec<PathBuf>,
     /// Human traces, or a saved human reference JSON.
@@ -135,12 +137,15 @@ pub fn run_discriminator(args: DiscriminatorArgs) -> anyhow::Result<()> {
         output,
         forest,
     } = args.command;
-    let reference = ops::build_reference(
+    let (reference, skipped) = ops::build_reference(
         &TraceSource::Files(human),
         feature_set.unwrap_or_default(),
         None,
     )?;
+    super::warn_skipped(&skipped);
     let base = ops::load_traces(&TraceSource::Files(baseline), None)?;
+    super::warn_skipped(&base.skipped);
+    let base = base.dialogues;
     let (params, folds) = forest.params()?;
     let disc = ops::train_discriminator(&reference, &base, &params, folds)?;
     disc.save(&output)?;
@@ -177,15 +182,18 @@ pub fn run_discriminator(args: DiscriminatorArgs) -> anyhow::Result<()> {
 
 /// Run `ppol score`: prints one JSON object.
 pub fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
-    let reference = ops::build_reference(
+    let (reference, skipped) = ops::build_reference(
         &TraceSource::Files(args.human.clone()),
         args.feature_set.unwrap_or_default(),
         None,
     )?;
+    super::warn_skipped(&skipped);
     let disc = match (&args.discriminator, args.baseline.is_empty()) {
         (Some(p), _) => Discriminator::load(p)?,
         (None, false) => {
             let base = ops::load_traces(&TraceSource::Files(args.baseline.clone()), None)?;
+            super::warn_skipped(&base.skipped);
+            let base = base.dialogues;
             let (params, folds) = args.forest.params()?;
             ops::train_discriminator(&reference, &base, &params, folds)?
         }
@@ -194,6 +202,8 @@ pub fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
         }
     };
     let candidates = ops::load_traces(&TraceSource::Files(args.candidates.clone()), None)?;
+    super::warn_skipped(&candidates.skipped);
+    let candidates = candidates.dialogues;
     let s = ops::score(&ScoreRequest {
         human: &reference,
         discriminator: &disc,

@@ -32,7 +32,7 @@ use crate::fitness::discriminator::{Discriminator, ForestParams};
 use crate::fitness::features::FeatureSet;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::score::{Score, ScoreOptions};
-use crate::fitness::traces::{self, DomainStats, LoadOptions};
+use crate::fitness::traces::{self, DomainStats, LoadOptions, Loaded, Skipped};
 use crate::llm::{LlmClient, LlmConfig};
 use crate::simulate::episode::runner;
 use crate::simulate::tau2::Domain;
@@ -223,13 +223,15 @@ impl TraceSource {
     }
 }
 
-/// Load dialogues, optionally only those of `domain`.
-pub fn load_traces(source: &TraceSource, domain: Option<&str>) -> Result<Vec<Dialogue>> {
+/// Load dialogues, optionally only those of `domain`. Dialogues without user text are left
+/// out and returned in [`Loaded::skipped`] for the front to warn about; a dialogue id used
+/// twice is an error (see [`traces::load_many_checked`]).
+pub fn load_traces(source: &TraceSource, domain: Option<&str>) -> Result<Loaded> {
     let opts = LoadOptions {
         domain: domain.map(str::to_string),
     };
     match source {
-        TraceSource::Files(paths) => traces::load_many(paths, &opts),
+        TraceSource::Files(paths) => traces::load_many_checked(paths, &opts),
         TraceSource::Values(values) => {
             for (i, v) in values.iter().enumerate() {
                 if !v.is_object() {
@@ -240,28 +242,35 @@ pub fn load_traces(source: &TraceSource, domain: Option<&str>) -> Result<Vec<Dia
                     ));
                 }
             }
-            traces::parse(&crate::io::to_jsonl(values), Path::new("<python>"), &opts)
+            traces::parse_checked(&crate::io::to_jsonl(values), Path::new("<python>"), &opts)
         }
     }
 }
 
-/// Per-domain counts of dialogues, tasks, turns and words (`ppol traces stats`).
-pub fn traces_stats(source: &TraceSource, domain: Option<&str>) -> Result<Vec<DomainStats>> {
-    Ok(traces::stats(&load_traces(source, domain)?))
+/// Per-domain counts of dialogues, tasks, turns and words (`ppol traces stats`), with the
+/// dialogues left out (see [`load_traces`]).
+pub fn traces_stats(
+    source: &TraceSource,
+    domain: Option<&str>,
+) -> Result<(Vec<DomainStats>, Vec<Skipped>)> {
+    let loaded = load_traces(source, domain)?;
+    Ok((traces::stats(&loaded.dialogues), loaded.skipped))
 }
 
 /// The human reference of `source`: a single saved reference JSON (made with `feature_set`) is
-/// loaded as it is; trace files or dialogues are fingerprinted (`ppol reference`).
+/// loaded as it is; trace files or dialogues are fingerprinted (`ppol reference`). Returned
+/// with the dialogues left out (see [`load_traces`]).
 pub fn build_reference(
     source: &TraceSource,
     feature_set: FeatureSet,
     domain: Option<&str>,
-) -> Result<HumanReference> {
+) -> Result<(HumanReference, Vec<Skipped>)> {
     if let (TraceSource::Files(paths), None) = (source, domain) {
         return crate::fitness::score::load_reference(paths, feature_set);
     }
-    let ds = load_traces(source, domain)?;
-    HumanReference::build(&ds, feature_set, source.describe())
+    let loaded = load_traces(source, domain)?;
+    let r = HumanReference::build(&loaded.dialogues, feature_set, source.describe())?;
+    Ok((r, loaded.skipped))
 }
 
 /// Train the discriminator: `human`'s coverage cloud vs `baseline` dialogues. The forest's

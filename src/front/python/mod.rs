@@ -146,8 +146,23 @@ fn dialogues(
     domain: Option<&str>,
 ) -> PyResult<Vec<Dialogue>> {
     let source = trace_source(traces)?;
-    py.detach(|| ops::load_traces(&source, domain))
-        .map_err(to_py_err)
+    let loaded = py
+        .detach(|| ops::load_traces(&source, domain))
+        .map_err(to_py_err)?;
+    warn_skipped(py, &loaded.skipped)?;
+    Ok(loaded.dialogues)
+}
+
+/// A `UserWarning` for each dialogue a load left out (`FILE: line N: dialogue 'x' has no user
+/// text ...`), as the command line warns on stderr.
+fn warn_skipped(py: Python<'_>, skipped: &[crate::fitness::traces::Skipped]) -> PyResult<()> {
+    let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+    for s in skipped {
+        let text = crate::io::printable(&s.to_string()).into_owned();
+        let message = std::ffi::CString::new(text).unwrap_or_default();
+        PyErr::warn(py, &category, &message, 1)?;
+    }
+    Ok(())
 }
 
 fn matrix<'py>(
@@ -192,9 +207,10 @@ fn traces_stats<'py>(
     domain: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let source = trace_source(traces)?;
-    let stats = py
+    let (stats, skipped) = py
         .detach(|| ops::traces_stats(&source, domain.as_deref()))
         .map_err(to_py_err)?;
+    warn_skipped(py, &skipped)?;
     to_py(py, &stats)
 }
 
@@ -245,9 +261,10 @@ impl PyHumanReference {
     ) -> PyResult<Self> {
         let set = self::feature_set(feature_set)?;
         let source = trace_source(traces)?;
-        let inner = py
+        let (inner, skipped) = py
             .detach(|| ops::build_reference(&source, set, domain.as_deref()))
             .map_err(to_py_err)?;
+        warn_skipped(py, &skipped)?;
         Ok(PyHumanReference { inner })
     }
 
