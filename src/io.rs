@@ -191,14 +191,107 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Rows as JSON Lines text.
+/// Rows as JSON Lines text (written by [`to_json`]: bidi controls escaped).
 pub fn to_jsonl<T: Serialize>(rows: &[T]) -> String {
     let mut s = String::new();
     for r in rows {
-        s.push_str(&serde_json::to_string(r).expect("serialisable"));
+        s.push_str(&to_json(r));
         s.push('\n');
     }
     s
+}
+
+/// A value as compact JSON in which every character [`printable`] would escape (bidi
+/// controls, control characters serde_json leaves as they are) is a `\uXXXX` escape: the
+/// same string once parsed, but a person who opens the file sees no reordered text.
+/// Everything ppol writes for people to read or pass on (JSON Lines outputs, JSON on stdout)
+/// goes through here.
+pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
+    let mut out = Vec::new();
+    write_json(&mut out, value).expect("serialisable");
+    String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// [`to_json`], indented.
+pub fn to_json_pretty<T: Serialize + ?Sized>(value: &T) -> String {
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut out,
+        SafeFormatter(serde_json::ser::PrettyFormatter::new()),
+    );
+    value.serialize(&mut ser).expect("serialisable");
+    String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// [`to_json`] into a writer.
+pub fn write_json<W: std::io::Write, T: Serialize + ?Sized>(
+    writer: W,
+    value: &T,
+) -> serde_json::Result<()> {
+    let mut ser = serde_json::Serializer::with_formatter(
+        writer,
+        SafeFormatter(serde_json::ser::CompactFormatter),
+    );
+    value.serialize(&mut ser)
+}
+
+/// A JSON formatter that escapes what [`printable`] escapes and otherwise writes as `F`.
+struct SafeFormatter<F>(F);
+
+impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for SafeFormatter<F> {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut rest = fragment;
+        while let Some((i, c)) = rest.char_indices().find(|&(_, c)| unprintable(c)) {
+            writer.write_all(&rest.as_bytes()[..i])?;
+            // outside the Basic Multilingual Plane no character is unprintable
+            write!(writer, "\\u{:04x}", c as u32)?;
+            rest = &rest[i + c.len_utf8()..];
+        }
+        writer.write_all(rest.as_bytes())
+    }
+
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+    fn end_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_key(w)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
 }
 
 /// Write rows as JSON Lines, atomically.
@@ -236,10 +329,10 @@ pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<Vec<T>
 }
 
 /// Text safe to print on a terminal: control characters (escape sequences included) other
-/// than newline and tab, and the bidirectional overrides that reorder what a reader sees
-/// (U+202A–U+202E, U+2066–U+2069, U+200E/U+200F, U+061C), are shown as `\u{..}` escapes. For
-/// anything an untrusted program or a model wrote (stderr tails, generated text) before it
-/// reaches stderr.
+/// than newline and tab, and the bidi controls that reorder what a reader sees (see
+/// [`is_bidi_control`]), are shown as `\u{..}` escapes. For anything an untrusted program, a
+/// model or an input file wrote (stderr tails, generated text, ids) before it reaches a
+/// terminal. Letters of right-to-left scripts are left as they are.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(unprintable) {
         return std::borrow::Cow::Borrowed(text);
@@ -256,8 +349,37 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 fn unprintable(c: char) -> bool {
-    (c.is_control() && c != '\n' && c != '\t')
-        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+    (c.is_control() && c != '\n' && c != '\t') || is_bidi_control(c)
+}
+
+/// The bidi embedding, override and isolate controls (U+202A–U+202E, U+2066–U+2069): they
+/// reorder the text that follows them until their end, so that what a reader sees is not what
+/// is there (a file name that reads `exe.png`, a sentence turned around). ppol never shows them
+/// raw: [`printable`] on a terminal, [`neutralize_bidi`] in HTML pages, [`to_json`] in JSON.
+/// They are the characters rustc's `text_direction_codepoint_in_literal` lint names. The
+/// direction marks (U+200E LRM, U+200F RLM, U+061C ALM) are left alone: they are ordinary in
+/// Arabic and Hebrew text and change only where neutral characters such as punctuation go,
+/// not the order of letters.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The text with every [bidi control](is_bidi_control) shown as a visible `\u{202e}` escape
+/// and everything else (right-to-left letters and direction marks included) as it is: for
+/// pages people read (the HTML report, the study page).
+pub fn neutralize_bidi(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_bidi_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_bidi_control(c) {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Now, as RFC 3339 UTC with seconds (`2026-11-24T07:00:00Z`).
@@ -303,6 +425,44 @@ mod tests {
         assert_eq!(printable("ok\n\tline"), "ok\n\tline");
         assert_eq!(printable("\u{1b}[2Jgone\r"), "\\u{1b}[2Jgone\\u{d}");
         assert_eq!(printable("a\u{202e}b"), "a\\u{202e}b");
+        // right-to-left letters and direction marks stay readable
+        let rtl = "שלום \u{200f}(עולם) مرحبا\u{061c}";
+        assert_eq!(printable(rtl), rtl);
+        assert_eq!(neutralize_bidi(rtl), rtl);
+        assert_eq!(
+            neutralize_bidi("\u{2067}x\u{2069}\r"),
+            "\\u{2067}x\\u{2069}\r"
+        );
+    }
+
+    #[test]
+    fn json_escapes_bidi_controls_and_parses_back_to_the_same_string() {
+        let v = serde_json::json!({
+            "text": "say \u{202e}gnp.exe\u{202c} שלום \u{7f}\u{85}",
+            "list": ["\u{2066}", "a\nb", "😀"],
+        });
+        let lines = to_jsonl(&[&v, &v]);
+        let docs = [to_json(&v), to_json_pretty(&v)];
+        for text in docs.iter().map(String::as_str).chain(lines.lines()) {
+            assert!(!text.chars().any(unprintable_in_json), "{text}");
+            assert!(text.contains("\\u202e") && text.contains("שלום"), "{text}");
+            let back: serde_json::Value = serde_json::from_str(text).unwrap();
+            assert_eq!(back, v);
+        }
+        assert_eq!(to_json_pretty(&v), {
+            let plain = serde_json::to_string_pretty(&v).unwrap();
+            plain
+                .replace('\u{202e}', "\\u202e")
+                .replace('\u{202c}', "\\u202c")
+                .replace('\u{2066}', "\\u2066")
+                .replace('\u{7f}', "\\u007f")
+                .replace('\u{85}', "\\u0085")
+        });
+    }
+
+    /// What may not appear raw in JSON ppol writes (`\n` is escaped by serde_json already).
+    fn unprintable_in_json(c: char) -> bool {
+        unprintable(c) && c != '\n'
     }
 
     /// A reader of `head` then endless `fill` bytes, counting what it handed out.

@@ -13,6 +13,17 @@ use std::time::{Duration, Instant};
 
 use crate::util::{ppol, root};
 
+/// The bidi embedding, override and isolate controls (what rustc's
+/// `text_direction_codepoint_in_literal` lint names).
+const BIDI: [char; 9] = [
+    '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}', '\u{202e}', '\u{2066}', '\u{2067}', '\u{2068}',
+    '\u{2069}',
+];
+
+fn bidi_count(text: &str) -> usize {
+    text.chars().filter(|c| BIDI.contains(c)).count()
+}
+
 /// Run `cmd` (stdin from `stdin` bytes fed endlessly by a thread when given), killing it after
 /// `deadline`; returns (exit code, stdout, stderr, elapsed). A killed run has code -1.
 fn run_within(
@@ -516,4 +527,150 @@ fn r24_duplicate_dialogue_ids_are_refused_naming_both_places() {
     let (code, _, err, _) = ppol_within(&["fingerprint", &s(&one), &s(&one)], 60);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("dialogue id 'a' is also the id of"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bidi controls
+
+/// A generator program whose personas carry bidi controls and right-to-left text.
+const BIDI_PROGRAM: &str = r#"
+DIVERSITY_AXES = []
+
+def generate_personas_detailed(task_context, axes, n):
+    return [{
+        "persona_id": "p%d" % i,
+        "description": "Reads \u202eevil\u202c text, \u05e9\u05dc\u05d5\u05dd and \u0645\u0631\u062d\u0628\u0627 \u2066iso\u2069.",
+        "axis_placement": {},
+        "reasoning": "why \u202dLRO\u202c",
+        "expanded_instruction": "You are user %d. Say \u202egnp.exe\u202c and \u05e9\u05dc\u05d5\u05dd." % i,
+    } for i in range(n)]
+"#;
+
+#[test]
+fn r24_bidi_controls_never_reach_a_reader_raw() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("bidi.py");
+    std::fs::write(&program, BIDI_PROGRAM).unwrap();
+    // generate's JSONL: escaped in the JSON text, the same string once parsed
+    let out = dir.path().join("g.jsonl");
+    let (code, stdout, err, _) = ppol_within(
+        &[
+            "generate",
+            "-p",
+            &s(&program),
+            "--task",
+            "book \u{202e}a flight",
+            "-n",
+            "2",
+            "-o",
+            &s(&out),
+        ],
+        120,
+    );
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(bidi_count(&text), 0, "{text}");
+    assert!(text.contains("\\u202e"), "{text}");
+    assert!(
+        text.contains("שלום"),
+        "right-to-left letters stay as they are: {text}"
+    );
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(first["text"]
+        .as_str()
+        .unwrap()
+        .contains("\u{202e}gnp.exe\u{202c}"));
+    assert_eq!(bidi_count(&stdout) + bidi_count(&err), 0, "{stdout}{err}");
+    // the same run to the terminal, in every format
+    for format in ["jsonl", "tau2", "prompt"] {
+        let (code, stdout, err, _) = ppol_within(
+            &[
+                "generate",
+                "-p",
+                &s(&program),
+                "--task",
+                "x",
+                "-n",
+                "1",
+                "--format",
+                format,
+            ],
+            120,
+        );
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(bidi_count(&stdout), 0, "{format}: {stdout}");
+        assert!(stdout.contains("שלום"), "{format}: {stdout}");
+    }
+    // a run whose programs write such personas, and its report
+    let run = dir.path().join("run");
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[run]\nout = {:?}\n[search]\niterations = 2\nseed_program = {:?}\n",
+            s(&run),
+            s(&program)
+        ),
+    )
+    .unwrap();
+    let (code, stdout, err, _) = ppol_within(&["evolve", "--config", &s(&config), "--quiet"], 300);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(bidi_count(&stdout) + bidi_count(&err), 0, "{stdout}{err}");
+    let (code, _, err, _) = ppol_within(&["report", &s(&run)], 120);
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert_eq!(bidi_count(&html), 0, "raw bidi controls in report.html");
+    assert!(html.contains("\\u{202e}"), "shown as escapes");
+    assert!(html.contains("שלום") && html.contains("مرحبا"));
+}
+
+#[test]
+fn r24_bidi_controls_in_traces_are_escaped_on_the_study_page_and_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("t.jsonl");
+    let mut text = String::new();
+    for i in 0..4 {
+        text.push_str(&format!(
+            "{{\"id\":\"d{i}\u{202e}\",\"domain\":\"air\u{2067}line\",\"conversation\":[{{\"role\":\"user\",\"content\":\"I want \u{202e}a refund\u{202c} שלום {i}\"}},{{\"role\":\"assistant\",\"content\":\"ok \u{2066}x\u{2069}\"}}]}}\n"
+        ));
+    }
+    std::fs::write(&traces, &text).unwrap();
+    let study = dir.path().join("study");
+    let (code, _, err, _) = ppol_within(
+        &[
+            "study",
+            "make",
+            "--condition",
+            &format!("a={}", s(&traces)),
+            "--condition",
+            &format!("b={}", s(&traces)),
+            "--attention-checks",
+            "0",
+            "--per-condition",
+            "0",
+            "-o",
+            &s(&study),
+        ],
+        60,
+    );
+    assert_eq!(code, 0, "{err}");
+    // what annotators read shows the controls as escapes, right-to-left letters as they are
+    for f in ["study.html", "label_studio_tasks.json"] {
+        let page = std::fs::read_to_string(study.join(f)).unwrap();
+        assert_eq!(bidi_count(&page), 0, "{f}");
+        // the visible escape, itself escaped once more inside JSON
+        assert!(page.contains("\\\\u{202e}a refund"), "{f}");
+        assert!(page.contains("שלום"), "{f}");
+    }
+    let key = std::fs::read_to_string(study.join("key.json")).unwrap();
+    assert_eq!(bidi_count(&key), 0, "{key}");
+    assert!(key.contains("d0\\u202e"), "{key}");
+    let (code, stdout, err, _) = ppol_within(&["traces", "stats", &s(&traces)], 60);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(bidi_count(&stdout), 0, "{stdout}");
+    let (code, stdout, err, _) = ppol_within(&["fingerprint", &s(&traces)], 60);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(bidi_count(&stdout), 0, "{stdout}");
+    let row: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(row["id"], "d0\u{202e}", "the same string once parsed");
 }

@@ -307,7 +307,7 @@ pub fn render(b: &BenchEvolve) -> String {
 pub fn run(args: BenchEvolveArgs) -> anyhow::Result<()> {
     let b = measure(&args)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&b)?);
+        println!("{}", crate::io::to_json_pretty(&b));
     } else {
         print!("{}", render(&b));
     }

@@ -484,7 +484,7 @@ pub fn run(args: BenchLlmArgs) -> anyhow::Result<()> {
         );
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&Value::Object(out))?);
+        println!("{}", crate::io::to_json_pretty(&Value::Object(out)));
     }
     Ok(())
 }

@@ -138,7 +138,7 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&report.summary(args.trials))?
+            crate::io::to_json_pretty(&report.summary(args.trials))
         );
     }
     if let Some(acc) = &report.llm {

@@ -307,7 +307,7 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<Outcome> {
         args.n,
     ))??;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&table)?);
+        println!("{}", crate::io::to_json_pretty(&table));
     } else {
         print!("{}", table_text(&table));
     }

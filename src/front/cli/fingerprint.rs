@@ -76,7 +76,7 @@ pub fn run(args: FingerprintArgs) -> anyhow::Result<()> {
                     task_id: d.task_id.as_deref(),
                     features: Features(f),
                 };
-                serde_json::to_writer(&mut out, &row)?;
+                crate::io::write_json(&mut out, &row)?;
                 out.push(b'\n');
             }
             Ok(out)

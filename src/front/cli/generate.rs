@@ -118,7 +118,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
     for (task, f) in &failures {
         eprintln!(
             "task {}: {f}\n{}",
-            task.unwrap_or("-"),
+            crate::io::printable(task.unwrap_or("-")),
             crate::io::printable(f.stderr_tail.trim_end())
         );
     }

@@ -233,6 +233,6 @@ pub fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
             .map(|(g, c)| serde_json::json!({"group": g, "coverage": c.coverage, "cover_humans": c.cover_humans, "stay_on_manifold": c.stay_on_manifold, "n": c.n}))
             .collect::<Vec<_>>());
     }
-    println!("{}", serde_json::to_string_pretty(&v)?);
+    println!("{}", crate::io::to_json_pretty(&v));
     Ok(())
 }

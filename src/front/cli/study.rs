@@ -122,14 +122,17 @@ pub fn run(args: StudyArgs) -> anyhow::Result<()> {
             output,
         } => {
             let a = ops::study_analyze(&answers, &key, keep_failed_attention)?;
-            let text = serde_json::to_string_pretty(&a)?;
+            let text = crate::io::to_json_pretty(&a);
             if let Some(p) = &output {
                 crate::io::write_atomic(p, format!("{text}\n").as_bytes())?;
             }
             if json {
                 println!("{text}");
             } else {
-                print!("{}", crate::report::study::render_text(&a));
+                print!(
+                    "{}",
+                    crate::io::printable(&crate::report::study::render_text(&a))
+                );
             }
         }
     }

@@ -45,7 +45,7 @@ pub fn run(args: TracesArgs) -> anyhow::Result<()> {
                 ops::traces_stats(&TraceSource::Files(files), domain.as_deref())?;
             super::warn_skipped(&skipped);
             if json {
-                println!("{}", serde_json::to_string_pretty(&stats)?);
+                println!("{}", crate::io::to_json_pretty(&stats));
             } else {
                 println!(
                     "{:<12} {:>9} {:>6} {:>10} {:>15} {:>14} {:>12}",
@@ -60,7 +60,7 @@ pub fn run(args: TracesArgs) -> anyhow::Result<()> {
                 for s in stats {
                     println!(
                         "{:<12} {:>9} {:>6} {:>10} {:>15.2} {:>14.2} {:>12}",
-                        s.domain,
+                        crate::io::printable(&s.domain),
                         s.dialogues,
                         s.tasks,
                         s.user_turns,

@@ -158,7 +158,7 @@ impl EpisodeSink {
     /// Append one finished episode (one write of one line, then flushed to the OS).
     pub fn push(&self, episode: &Episode) -> Result<()> {
         use std::io::Write;
-        let mut line = serde_json::to_string(episode).expect("serialisable");
+        let mut line = crate::io::to_json(episode);
         line.push('\n');
         let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
         f.write_all(line.as_bytes())
