@@ -674,3 +674,34 @@ fn r24_bidi_controls_in_traces_are_escaped_on_the_study_page_and_the_terminal() 
     let row: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
     assert_eq!(row["id"], "d0\u{202e}", "the same string once parsed");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+
+#[test]
+fn r24_a_generator_program_that_is_not_a_program_says_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.py");
+    std::fs::write(&empty, "").unwrap();
+    let missing = dir.path().join("missing.py");
+    for (program, says) in [
+        (
+            PathBuf::from("/dev/null"),
+            "not a regular file (a character device)",
+        ),
+        (dir.path().to_path_buf(), "not a regular file (a directory)"),
+        (empty, "the file is empty"),
+        (missing, "does not exist"),
+    ] {
+        let (code, _, err, _) = ppol_within(&["generate", "-p", &s(&program), "--task", "x"], 60);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!(
+                "error: reading generator program '{}': {says}",
+                program.display()
+            )),
+            "{}: {err}",
+            program.display()
+        );
+    }
+}

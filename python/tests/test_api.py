@@ -96,3 +96,13 @@ def test_input_traces_without_user_text_warn_and_repeated_ids_are_refused(tmp_pa
         ppol_rs.HumanReference.from_traces(p)
     with pytest.raises(ppol_rs.ParseError, match="dialogue id 'a' is also the id of line 1"):
         ppol_rs.load_traces([{"id": "a", "conversation": [{"role": "user", "content": "x"}]}] * 2)
+
+
+def test_a_generator_program_that_is_not_a_program_says_what_is_wrong(tmp_path):
+    with pytest.raises(ppol_rs.IoError, match="not a regular file \\(a character device\\)"):
+        ppol_rs.generate("/dev/null", "x")
+    (tmp_path / "empty.py").write_text("")
+    with pytest.raises(ppol_rs.IoError, match="the file is empty"):
+        ppol_rs.generate(tmp_path / "empty.py", "x")
+    with pytest.raises(ppol_rs.IoError, match="does not exist"):
+        ppol_rs.generate(tmp_path / "missing.py", "x")

@@ -37,7 +37,7 @@ pub use crate::generate::sandbox::{
 };
 use crate::llm::ChatModel;
 use crate::persona::{persona_block, Persona};
-use crate::{Error, Result};
+use crate::Result;
 
 /// Keys accepted for the roleplay text, in order of preference.
 pub const TEXT_KEYS: [&str; 3] = ["expanded_instruction", "instruction", "text"];
@@ -106,15 +106,7 @@ pub async fn generate_in(
     llm: Option<Arc<dyn ChatModel>>,
     seed: u64,
 ) -> Result<GenerationOutcome> {
-    if let Program::Path(p) = program {
-        if !p.is_file() {
-            return Err(Error::io(
-                "reading generator program",
-                p,
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-            ));
-        }
-    }
+    program.check()?;
     let run = sandbox.run(program, task_context, n, llm, seed).await;
     let raw = match run.outcome {
         Ok(r) => r,

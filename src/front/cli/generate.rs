@@ -75,12 +75,8 @@ pub struct GenerateArgs {
 
 /// Run `ppol generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
-    if !args.program.is_file() {
-        anyhow::bail!(
-            "generator program '{}' does not exist",
-            args.program.display()
-        );
-    }
+    // before the tasks are resolved: a wrong program is the first thing to hear about
+    Program::Path(args.program.clone()).check()?;
     if args.split.is_some() && args.domain.is_none() {
         anyhow::bail!("--split needs --domain");
     }

@@ -70,6 +70,7 @@ impl GenerateReport {
 /// Run a generator program in the sandbox for every task (concurrently, bounded by the
 /// sandbox). A program failure is data (in the report), never an `Err`.
 pub async fn generate(req: GenerateRequest) -> Result<GenerateReport> {
+    req.program.check()?;
     let n = req
         .n
         .unwrap_or_else(|| RunConfig::default().fitness.n_personas);

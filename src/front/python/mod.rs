@@ -548,12 +548,9 @@ fn generate<'py>(
     timeout_s: Option<f64>,
     config: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if !program.is_file() {
-        return Err(IoError::new_err(format!(
-            "generator program '{}' does not exist",
-            program.display()
-        )));
-    }
+    crate::generate::generator::Program::Path(program.clone())
+        .check()
+        .map_err(to_py_err)?;
     if split.is_some() && domain.is_none() {
         return Err(ConfigError::new_err("split= needs domain="));
     }
