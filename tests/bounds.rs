@@ -320,6 +320,13 @@ fn r24_generate_counts_have_bounds_and_negative_numbers_are_numbers() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--max-llm-calls"), "{err}");
+    // not a count, but a number all the same: the flag is named
+    let (code, _, err, _) = ppol_within(
+        &["generate", "-p", &program, "--task", "x", "--seed", "-1"],
+        60,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("invalid value '-1' for '--seed"), "{err}");
 }
 
 #[test]

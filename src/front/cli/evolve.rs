@@ -35,7 +35,7 @@ pub struct EvolveArgs {
           value_parser = super::count(1, limits::MAX_ITERATIONS))]
     pub iterations: Option<u64>,
     /// Root seed.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Candidates evaluated at once, 1 to 64 (`search.parallel_candidates`).
     #[arg(long, allow_negative_numbers = true,

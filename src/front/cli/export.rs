@@ -51,7 +51,7 @@ pub enum ExportCommand {
         #[arg(long)]
         heldout_output: Option<PathBuf>,
         /// Seed of the hold-out hash.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
         seed: u64,
         /// `llamafactory`: the dataset name of OUTPUT in dataset_info.json (default: its file
         /// stem); the held-out file is registered as NAME.heldout (default: its file stem).

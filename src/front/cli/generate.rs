@@ -50,7 +50,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run seed (passed to the program as PPOL_SEED and to the LLM where supported).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub seed: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Jsonl)]

@@ -26,7 +26,7 @@ pub struct ForestFlags {
     #[arg(long)]
     pub max_features: Option<String>,
     /// Random seed (default 42).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Folds of the grouped (by task) held-out AUC, 2 to 100 (default 5).
     #[arg(long, allow_negative_numbers = true,

@@ -95,7 +95,7 @@ pub fn user_guidelines(domain: &Domain) -> String {
             dir.join("../user_simulator/simulation_guidelines.md"),
         ];
         for c in candidates {
-            if let Ok(text) = std::fs::read_to_string(&c) {
+            if let Ok(text) = crate::io::read_to_string(&c) {
                 return text;
             }
         }
