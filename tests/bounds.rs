@@ -96,6 +96,20 @@ fn endless_fifo(dir: &Path, name: &str, head: &'static [u8], fill: u8) -> PathBu
     path
 }
 
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 fn s(p: &Path) -> String {
     p.display().to_string()
 }
@@ -623,6 +637,12 @@ fn r24_bidi_controls_never_reach_a_reader_raw() {
     let (code, stdout, err, _) = ppol_within(&["evolve", "--config", &s(&config), "--quiet"], 300);
     assert_eq!(code, 0, "{err}");
     assert_eq!(bidi_count(&stdout) + bidi_count(&err), 0, "{stdout}{err}");
+    // every text file of the run directory (log, personas, episodes, baseline) too
+    for entry in walk(&run) {
+        if let Ok(text) = std::fs::read_to_string(&entry) {
+            assert_eq!(bidi_count(&text), 0, "{}", entry.display());
+        }
+    }
     let (code, _, err, _) = ppol_within(&["report", &s(&run)], 120);
     assert_eq!(code, 0, "{err}");
     let html = std::fs::read_to_string(run.join("report.html")).unwrap();
