@@ -6,16 +6,169 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{Error, Result};
+use crate::{limits, Error, Result};
 
 /// Read a whole file to a string with an error that names it. A leading UTF-8 byte-order mark
-/// is removed.
+/// is removed. A file larger than [`limits::MAX_INPUT_BYTES`] is refused (before it is read
+/// when its size is known, else once that much has been read).
 pub fn read_to_string(path: &Path) -> Result<String> {
-    let mut text = std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))?;
+    let bytes = read_file(path, path, LongLines::Allow)?;
+    let mut text = String::from_utf8(bytes).map_err(|_| {
+        let e = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        );
+        Error::io("reading", path, e)
+    })?;
     if text.starts_with('\u{feff}') {
         text.drain(..'\u{feff}'.len_utf8());
     }
     Ok(text)
+}
+
+/// What a bounded read does with a line longer than [`limits::MAX_LINE_BYTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LongLines {
+    /// Allow it (only the size of the whole file is bounded): JSON documents, TOML.
+    Allow,
+    /// Stop reading and refuse the file, naming the line: line-based inputs (JSON Lines).
+    Refuse,
+    /// Refuse it unless the file opens a JSON document (its first character other than
+    /// white space and a byte-order mark is `[` or `{`): trace files, whose format is known
+    /// by content. A JSON Lines file opens with `{` too; its lines are checked once it is
+    /// parsed as such.
+    UnlessJson,
+}
+
+/// The bounds of a read: [`limits::MAX_INPUT_BYTES`] and [`limits::MAX_LINE_BYTES`]
+/// (smaller in tests).
+#[derive(Debug, Clone, Copy)]
+struct Caps {
+    file: u64,
+    line: usize,
+}
+
+const CAPS: Caps = Caps {
+    file: limits::MAX_INPUT_BYTES,
+    line: limits::MAX_LINE_BYTES,
+};
+
+/// Read the file `open` (errors name `shown`) in bounded memory: a regular file larger than
+/// [`limits::MAX_INPUT_BYTES`] is refused before it is read; a stream (a FIFO, a device) is
+/// read no further than that, and no further than [`limits::MAX_LINE_BYTES`] into a line
+/// that `long_lines` refuses.
+pub fn read_file(open: &Path, shown: &Path, long_lines: LongLines) -> Result<Vec<u8>> {
+    let mut file = std::fs::File::open(open).map_err(|e| Error::io("reading", shown, e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io("reading", shown, e))?;
+    let size = meta.is_file().then_some(meta.len());
+    read_bounded_with(&mut file, shown, size, long_lines, CAPS)
+}
+
+/// Read `reader` to its end in bounded memory (see [`read_file`]); `size` is its length when
+/// known (a regular file), used to refuse a large file at once and to allocate once.
+pub fn read_bounded(
+    reader: &mut dyn std::io::Read,
+    shown: &Path,
+    size: Option<u64>,
+    long_lines: LongLines,
+) -> Result<Vec<u8>> {
+    read_bounded_with(reader, shown, size, long_lines, CAPS)
+}
+
+fn read_bounded_with(
+    reader: &mut dyn std::io::Read,
+    shown: &Path,
+    size: Option<u64>,
+    long_lines: LongLines,
+    caps: Caps,
+) -> Result<Vec<u8>> {
+    use std::io::Read;
+    const CHUNK: usize = 8 << 20;
+    let too_big = |at: String, what: String| {
+        Error::parse(
+            shown,
+            at,
+            format!(
+                "{what} larger than {}, the most ppol reads of one input file",
+                limits::bytes(caps.file)
+            ),
+        )
+    };
+    if let Some(n) = size.filter(|&n| n > caps.file) {
+        return Err(too_big("file".into(), format!("{n} bytes,")));
+    }
+    // one byte more than allowed tells a file of exactly the limit from a larger one
+    let max = usize::try_from(caps.file.saturating_add(1)).unwrap_or(usize::MAX);
+    let mut buf: Vec<u8> = Vec::new();
+    if let Some(n) = size {
+        // a regular file: its length plus one byte to see the end (it may have grown)
+        buf.reserve_exact((n as usize).saturating_add(1).min(max));
+    }
+    // the line being read: its number, and its length so far
+    let (mut line, mut line_len) = (1usize, 0usize);
+    // whether a long line is refused (for `UnlessJson`, known at the first non-blank byte)
+    let mut refuse: Option<bool> = match long_lines {
+        LongLines::Allow => Some(false),
+        LongLines::Refuse => Some(true),
+        LongLines::UnlessJson => None,
+    };
+    loop {
+        if buf.len() == buf.capacity() {
+            // grow geometrically, never beyond the limit (plus the byte that detects it)
+            let want = buf.capacity().max(CHUNK).min(max - buf.len());
+            buf.try_reserve_exact(want)
+                .map_err(|e| Error::io("reading", shown, std::io::Error::other(e)))?;
+        }
+        let start = buf.len();
+        let mut room = (buf.capacity() - start).min(max - start);
+        if size.is_none() {
+            // a stream: look at what came in every few MiB
+            room = room.min(CHUNK);
+        }
+        let n = std::io::Read::take(&mut *reader, room as u64)
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::io("reading", shown, e))?;
+        if refuse.is_none() {
+            let head = buf.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&buf);
+            if let Some(&first) = head.iter().find(|b| !b.is_ascii_whitespace()) {
+                refuse = Some(first != b'[' && first != b'{');
+            }
+        }
+        let mut from = start;
+        for nl in memchr::memchr_iter(b'\n', &buf[start..]) {
+            line_len += start + nl - from;
+            if line_len > caps.line && refuse != Some(false) {
+                return Err(long_line(shown, line, caps.line));
+            }
+            line += 1;
+            line_len = 0;
+            from = start + nl + 1;
+        }
+        line_len += buf.len() - from;
+        if line_len > caps.line && refuse != Some(false) {
+            return Err(long_line(shown, line, caps.line));
+        }
+        if buf.len() as u64 > caps.file {
+            return Err(too_big(format!("line {line}"), "the file is".into()));
+        }
+        if n < room {
+            return Ok(buf);
+        }
+    }
+}
+
+/// The error for line `line` of `path`, longer than `cap` bytes.
+pub fn long_line(path: &Path, line: usize, cap: usize) -> Error {
+    Error::parse(
+        path,
+        format!("line {line}"),
+        format!(
+            "the line is longer than {}, the most ppol reads of one line",
+            limits::bytes(cap as u64)
+        ),
+    )
 }
 
 /// What writing `path` will do (see [`write_atomic`]).
@@ -233,14 +386,107 @@ pub fn close_private_fds() {
     }
 }
 
-/// Rows as JSON Lines text.
+/// Rows as JSON Lines text (written by [`to_json`]: bidi controls escaped).
 pub fn to_jsonl<T: Serialize>(rows: &[T]) -> String {
     let mut s = String::new();
     for r in rows {
-        s.push_str(&serde_json::to_string(r).expect("serialisable"));
+        s.push_str(&to_json(r));
         s.push('\n');
     }
     s
+}
+
+/// A value as compact JSON in which every character [`printable`] would escape (bidi
+/// controls, control characters serde_json leaves as they are) is a `\uXXXX` escape: the
+/// same string once parsed, but a person who opens the file sees no reordered text.
+/// Everything ppol writes for people to read or pass on (JSON Lines outputs, JSON on stdout)
+/// goes through here.
+pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
+    let mut out = Vec::new();
+    write_json(&mut out, value).expect("serialisable");
+    String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// [`to_json`], indented.
+pub fn to_json_pretty<T: Serialize + ?Sized>(value: &T) -> String {
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut out,
+        SafeFormatter(serde_json::ser::PrettyFormatter::new()),
+    );
+    value.serialize(&mut ser).expect("serialisable");
+    String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// [`to_json`] into a writer.
+pub fn write_json<W: std::io::Write, T: Serialize + ?Sized>(
+    writer: W,
+    value: &T,
+) -> serde_json::Result<()> {
+    let mut ser = serde_json::Serializer::with_formatter(
+        writer,
+        SafeFormatter(serde_json::ser::CompactFormatter),
+    );
+    value.serialize(&mut ser)
+}
+
+/// A JSON formatter that escapes what [`printable`] escapes and otherwise writes as `F`.
+struct SafeFormatter<F>(F);
+
+impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for SafeFormatter<F> {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut rest = fragment;
+        while let Some((i, c)) = rest.char_indices().find(|&(_, c)| unprintable(c)) {
+            writer.write_all(&rest.as_bytes()[..i])?;
+            // outside the Basic Multilingual Plane no character is unprintable
+            write!(writer, "\\u{:04x}", c as u32)?;
+            rest = &rest[i + c.len_utf8()..];
+        }
+        writer.write_all(rest.as_bytes())
+    }
+
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+    fn end_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_key(w)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
 }
 
 /// Write rows as JSON Lines, atomically.
@@ -265,16 +511,23 @@ pub fn parse_jsonl<T: DeserializeOwned>(text: &str, path: &Path, what: &str) -> 
     Ok(out)
 }
 
-/// Read a JSON Lines file (see [`parse_jsonl`]).
+/// Read a JSON Lines file (see [`parse_jsonl`]); a line longer than
+/// [`limits::MAX_LINE_BYTES`] is refused as it is read.
 pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<Vec<T>> {
-    parse_jsonl(&read_to_string(path)?, path, what)
+    let bytes = read_file(path, path, LongLines::Refuse)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let at = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = at.iter().filter(|&&b| b == b'\n').count() + 1;
+        Error::parse(path, format!("line {line}"), "not UTF-8 text")
+    })?;
+    parse_jsonl(&text, path, what)
 }
 
 /// Text safe to print on a terminal: control characters (escape sequences included) other
-/// than newline and tab, and the bidirectional overrides that reorder what a reader sees
-/// (U+202A–U+202E, U+2066–U+2069, U+200E/U+200F, U+061C), are shown as `\u{..}` escapes. For
-/// anything an untrusted program or a model wrote (stderr tails, generated text) before it
-/// reaches stderr.
+/// than newline and tab, and the bidi controls that reorder what a reader sees (see
+/// [`is_bidi_control`]), are shown as `\u{..}` escapes. For anything an untrusted program, a
+/// model or an input file wrote (stderr tails, generated text, ids) before it reaches a
+/// terminal. Letters of right-to-left scripts are left as they are.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(unprintable) {
         return std::borrow::Cow::Borrowed(text);
@@ -291,8 +544,37 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 fn unprintable(c: char) -> bool {
-    (c.is_control() && c != '\n' && c != '\t')
-        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+    (c.is_control() && c != '\n' && c != '\t') || is_bidi_control(c)
+}
+
+/// The bidi embedding, override and isolate controls (U+202A–U+202E, U+2066–U+2069): they
+/// reorder the text that follows them until their end, so that what a reader sees is not what
+/// is there (a file name that reads `exe.png`, a sentence turned around). ppol never shows them
+/// raw: [`printable`] on a terminal, [`neutralize_bidi`] in HTML pages, [`to_json`] in JSON.
+/// They are the characters rustc's `text_direction_codepoint_in_literal` lint names. The
+/// direction marks (U+200E LRM, U+200F RLM, U+061C ALM) are left alone: they are ordinary in
+/// Arabic and Hebrew text and change only where neutral characters such as punctuation go,
+/// not the order of letters.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The text with every [bidi control](is_bidi_control) shown as a visible `\u{202e}` escape
+/// and everything else (right-to-left letters and direction marks included) as it is: for
+/// pages people read (the HTML report, the study page).
+pub fn neutralize_bidi(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_bidi_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_bidi_control(c) {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Now, as RFC 3339 UTC with seconds (`2026-11-24T07:00:00Z`).
@@ -338,6 +620,137 @@ mod tests {
         assert_eq!(printable("ok\n\tline"), "ok\n\tline");
         assert_eq!(printable("\u{1b}[2Jgone\r"), "\\u{1b}[2Jgone\\u{d}");
         assert_eq!(printable("a\u{202e}b"), "a\\u{202e}b");
+        // right-to-left letters and direction marks stay readable
+        let rtl = "שלום \u{200f}(עולם) مرحبا\u{061c}";
+        assert_eq!(printable(rtl), rtl);
+        assert_eq!(neutralize_bidi(rtl), rtl);
+        assert_eq!(
+            neutralize_bidi("\u{2067}x\u{2069}\r"),
+            "\\u{2067}x\\u{2069}\r"
+        );
+    }
+
+    #[test]
+    fn json_escapes_bidi_controls_and_parses_back_to_the_same_string() {
+        let v = serde_json::json!({
+            "text": "say \u{202e}gnp.exe\u{202c} שלום \u{7f}\u{85}",
+            "list": ["\u{2066}", "a\nb", "😀"],
+        });
+        let lines = to_jsonl(&[&v, &v]);
+        let docs = [to_json(&v), to_json_pretty(&v)];
+        for text in docs.iter().map(String::as_str).chain(lines.lines()) {
+            assert!(!text.chars().any(unprintable_in_json), "{text}");
+            assert!(text.contains("\\u202e") && text.contains("שלום"), "{text}");
+            let back: serde_json::Value = serde_json::from_str(text).unwrap();
+            assert_eq!(back, v);
+        }
+        assert_eq!(to_json_pretty(&v), {
+            let plain = serde_json::to_string_pretty(&v).unwrap();
+            plain
+                .replace('\u{202e}', "\\u202e")
+                .replace('\u{202c}', "\\u202c")
+                .replace('\u{2066}', "\\u2066")
+                .replace('\u{7f}', "\\u007f")
+                .replace('\u{85}', "\\u0085")
+        });
+    }
+
+    /// What may not appear raw in JSON ppol writes (`\n` is escaped by serde_json already).
+    fn unprintable_in_json(c: char) -> bool {
+        unprintable(c) && c != '\n'
+    }
+
+    /// A reader of `head` then endless `fill` bytes, counting what it handed out.
+    struct Endless {
+        head: Vec<u8>,
+        fill: u8,
+        given: usize,
+    }
+
+    impl std::io::Read for Endless {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            // a pipe's worth at most, as a FIFO would
+            let n = out.len().min(65536);
+            for (i, b) in out[..n].iter_mut().enumerate() {
+                *b = self.head.get(self.given + i).copied().unwrap_or(self.fill);
+            }
+            self.given += n;
+            Ok(n)
+        }
+    }
+
+    fn endless(head: &str, fill: u8) -> Endless {
+        Endless {
+            head: head.as_bytes().to_vec(),
+            fill,
+            given: 0,
+        }
+    }
+
+    #[test]
+    fn bounded_reads_stop_at_a_long_line_or_the_file_limit() {
+        let caps = Caps {
+            file: 1 << 20,
+            line: 1000,
+        };
+        let p = Path::new("s.jsonl");
+        let read = |r: &mut Endless, long| read_bounded_with(r, p, None, long, caps);
+        // a stream without line breaks is read no further than about one chunk past the limit
+        let mut zeros = endless("", 0);
+        let e = read(&mut zeros, LongLines::Refuse).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "s.jsonl: line 1: the line is longer than 1000 bytes, the most ppol reads of one line"
+        );
+        assert!(zeros.given <= 8 << 20, "{}", zeros.given);
+        // the line that is too long is named
+        let mut third = endless("{}\n{}\n{\"a\": \"", b'x');
+        let e = read(&mut third, LongLines::Refuse).unwrap_err();
+        assert!(e.to_string().starts_with("s.jsonl: line 3: "), "{e}");
+        // text traces (not JSON) refuse long lines; a JSON document may have them, up to the
+        // file limit
+        let e = read(&mut endless("USER: ", b'a'), LongLines::UnlessJson).unwrap_err();
+        assert!(e.to_string().contains("line 1: the line is longer"), "{e}");
+        for head in ["[", "\u{feff} \n {"] {
+            let e = read(&mut endless(head, b' '), LongLines::UnlessJson).unwrap_err();
+            assert!(
+                e.to_string().ends_with(
+                    "the file is larger than 1 MiB, the most ppol reads of one input file"
+                ),
+                "{e}"
+            );
+        }
+        let e = read(&mut endless("a\n", b'\n'), LongLines::Refuse).unwrap_err();
+        assert!(e.to_string().contains("line 1048"), "{e}");
+        // within the bounds, everything is read (a file of exactly the limit too)
+        let text = "{\"a\":1}\n".repeat(10);
+        let got = read_bounded_with(&mut text.as_bytes(), p, None, LongLines::Refuse, caps);
+        assert_eq!(got.unwrap(), text.as_bytes());
+        let exact = vec![b'\n'; 1 << 20];
+        let got = read_bounded_with(&mut &exact[..], p, None, LongLines::Refuse, caps).unwrap();
+        assert_eq!(got.len(), 1 << 20);
+        let long = format!("[\"{}\"]", "y".repeat(5000));
+        let got = read_bounded_with(
+            &mut long.as_bytes(),
+            p,
+            Some(5004),
+            LongLines::UnlessJson,
+            caps,
+        );
+        assert_eq!(got.unwrap(), long.as_bytes());
+        // a regular file's size is checked before it is read
+        let e = read_bounded_with(
+            &mut endless("", 0),
+            p,
+            Some(2 << 20),
+            LongLines::Allow,
+            caps,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "s.jsonl: file: 2097152 bytes, larger than 1 MiB, the most ppol reads of one input file"
+        );
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //! 6. [`front`] — the operations layer ([`front::ops`]) and its two adapters, the command line
 //!    and the Python binding.
 //!
-//! The floor every stage may use: [`error`], [`io`], [`hub`] (`hf://` paths), [`seed`],
+//! The floor every stage may use: [`error`], [`io`], [`limits`] (the bound of every count and
+//! size), [`hub`] (`hf://` paths), [`seed`],
 //! [`shipped`], [`dialogue`], [`persona`] and [`llm`] (one client for every OpenAI-compatible
 //! endpoint).
 #![deny(missing_docs)]
@@ -28,6 +29,7 @@ pub mod dialogue;
 pub mod error;
 pub mod hub;
 pub mod io;
+pub mod limits;
 pub mod llm;
 pub mod persona;
 pub mod seed;

@@ -2,6 +2,7 @@
 
 mod architecture;
 mod archive;
+mod bounds;
 mod cli;
 mod discriminator;
 mod episodes;

@@ -174,7 +174,8 @@ def score(
     clusters: int = 0,
 ) -> Dict[str, Any]:
     """Score simulated dialogues against humans, as ``ppol score`` does (λh and λb default to
-    the configuration's ``fitness.lambda_h`` / ``fitness.lambda_b``, 0.5 each).
+    the configuration's ``fitness.lambda_h`` / ``fitness.lambda_b``, 0.5 each; ``clusters`` is
+    at most 1,000).
 
     Returns ``{"human_likeness", "coverage", "combined", "dice": {D1..D4, overall}, "counts", ...}``.
 
@@ -267,7 +268,7 @@ def generate(
     the ``--llm`` grammar: ``None`` / ``"offline"`` (the program's ``ppol_llm`` calls raise),
     ``"openai:MODEL@URL"``, a TOML LLM config, or ``"scripted[:FILE]"``; ``config`` is a run
     configuration whose ``[sandbox]`` limits and ``[llm]`` apply. ``n`` defaults to
-    ``fitness.n_personas`` (10).
+    ``fitness.n_personas`` (10) and is at most 1,000 (:class:`ConfigError` beyond).
 
     If any task fails, :class:`SandboxError` is raised; it carries ``personas`` (what the other
     tasks produced) and ``failures`` (``[{"task_id", "stage", "reason", "stderr_tail", ...}]``).
@@ -329,22 +330,21 @@ def episodes(
     ``concurrency`` episodes run at once and the LLM budget is checked before each; with
     ``output`` the episodes are written to that JSONL file as they finish (a rerun after an
     interruption plays only what is missing). Failed episodes are in the list with
-    ``status == "failed"`` and their ``error``.
+    ``status == "failed"`` and their ``error``. ``trials`` is 1 to 1,000 and one call plays at
+    most 100,000 episodes (tasks × personas × trials); beyond a bound, :class:`ConfigError`.
 
     >>> import ppol_rs
     >>> eps = ppol_rs.episodes("demo", "0,1", trials=2)
     >>> len(eps), eps[0]["termination"], eps[0]["reward"]
     (4, 'user_stop', 1.0)
     """
-    if personas is not None and not isinstance(personas, (list, tuple)):
-        with open(personas, encoding="utf-8-sig") as f:
-            import json
-
-            personas = [json.loads(line) for line in f if line.strip()]
+    if isinstance(personas, tuple):
+        personas = list(personas)
+    # a persona file is read by ppol (bounded, errors naming file and line), as --personas is
     report = _core.episodes(
         domain,
         tasks,
-        None if personas is None else list(personas),
+        personas,
         trials,
         llm,
         max_turns,

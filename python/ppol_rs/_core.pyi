@@ -64,7 +64,7 @@ def generate(
 def episodes(
     domain: Optional[str] = None,
     tasks: str = "all",
-    personas: Optional[List[Dict[str, Any]]] = None,
+    personas: Optional[Union[_Path, List[Dict[str, Any]]]] = None,
     trials: int = 1,
     llm: Optional[str] = None,
     max_turns: Optional[int] = None,

@@ -71,3 +71,57 @@ def test_worlds_from_python(tmp_path):
     assert s["iterations"] == 2
     with pytest.raises(ppol_rs.ConfigError, match="give one of them"):
         ppol_rs.episodes("retail", world="retail")
+
+
+def test_counts_and_sizes_have_the_command_lines_bounds(tmp_path):
+    # issue #24: the same bounds as the command line, from the same checks
+    with pytest.raises(ppol_rs.ConfigError, match="'trials': must be at least 1"):
+        ppol_rs.episodes("demo", "0", trials=0)
+    with pytest.raises(ppol_rs.ConfigError, match="'trials': must be at most 1000"):
+        ppol_rs.episodes("demo", "0", trials=10**9)
+    with pytest.raises(ppol_rs.ConfigError, match="'n': must be at most 1000"):
+        ppol_rs.generate(ROOT / "seeds" / "offline_templates.py", "x", n=10**9)
+    with pytest.raises(ppol_rs.ConfigError, match="fitness.n_personas"):
+        ppol_rs.evolve(overrides={"fitness.n_personas": 10**9, "run.out": str(tmp_path / "run")})
+    # a persona file that never ends is refused at the line limit, not read into memory
+    import threading
+
+    fifo = tmp_path / "personas.jsonl"
+    os.mkfifo(fifo)
+
+    def feed():
+        try:
+            with open(fifo, "wb") as f:
+                while True:
+                    f.write(b" " * (1 << 20))
+        except OSError:
+            pass
+
+    threading.Thread(target=feed, daemon=True).start()
+    with pytest.raises(ppol_rs.ParseError, match="line 1: the line is longer than 64 MiB"):
+        ppol_rs.episodes("demo", "0", personas=fifo)
+
+
+def test_input_traces_without_user_text_warn_and_repeated_ids_are_refused(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text(
+        '{"id": "a", "conversation": [{"role": "user", "content": "hi"}]}\n'
+        '{"id": "e", "conversation": [{"role": "assistant", "content": "hello"}]}\n'
+    )
+    with pytest.warns(UserWarning, match="t.jsonl: line 2: dialogue 'e' has no user text"):
+        ds = ppol_rs.load_traces(p)
+    assert [d["id"] for d in ds] == ["a"]
+    with pytest.warns(UserWarning, match="line 2: dialogue 'e' has no user text"):
+        ppol_rs.HumanReference.from_traces(p)
+    with pytest.raises(ppol_rs.ParseError, match="dialogue id 'a' is also the id of line 1"):
+        ppol_rs.load_traces([{"id": "a", "conversation": [{"role": "user", "content": "x"}]}] * 2)
+
+
+def test_a_generator_program_that_is_not_a_program_says_what_is_wrong(tmp_path):
+    with pytest.raises(ppol_rs.IoError, match="not a regular file \\(a character device\\)"):
+        ppol_rs.generate("/dev/null", "x")
+    (tmp_path / "empty.py").write_text("")
+    with pytest.raises(ppol_rs.IoError, match="the file is empty"):
+        ppol_rs.generate(tmp_path / "empty.py", "x")
+    with pytest.raises(ppol_rs.IoError, match="does not exist"):
+        ppol_rs.generate(tmp_path / "missing.py", "x")

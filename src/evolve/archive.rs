@@ -157,6 +157,30 @@ impl ArchiveConfig {
         positive("population_size", self.population_size)?;
         positive("archive_size", self.archive_size)?;
         positive("feature_bins", self.feature_bins)?;
+        let at_most = |key: &str, v: usize, max: usize| -> Result<()> {
+            crate::limits::check(&format!("archive.{key}"), v, 0, max)
+        };
+        at_most("num_islands", self.num_islands, crate::limits::MAX_ISLANDS)?;
+        at_most(
+            "population_size",
+            self.population_size,
+            crate::limits::MAX_POPULATION,
+        )?;
+        at_most(
+            "archive_size",
+            self.archive_size,
+            crate::limits::MAX_POPULATION,
+        )?;
+        at_most(
+            "num_top_programs",
+            self.num_top_programs,
+            crate::limits::MAX_INSPIRATIONS,
+        )?;
+        at_most(
+            "num_diverse_programs",
+            self.num_diverse_programs,
+            crate::limits::MAX_INSPIRATIONS,
+        )?;
         if self.feature_bins > 1000 {
             return Err(Error::config(
                 "archive.feature_bins",

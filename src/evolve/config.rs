@@ -35,6 +35,7 @@ use crate::evolve::schedule::Schedule;
 use crate::fitness::discriminator::ForestParams;
 use crate::fitness::features::FeatureSet;
 use crate::generate::sandbox::SandboxConfig;
+use crate::limits::{self, check};
 use crate::llm::config::LlmConfig;
 use crate::llm::CallRole;
 use crate::simulate::world::{resolve_spec, WorldSettings, WorldSpec};
@@ -444,7 +445,8 @@ impl RunConfig {
     }
 
     /// Check values that serde cannot: every number is finite and in its range, every count
-    /// that must be positive is, and the error names the key.
+    /// is within its bounds (at least 1 where it must be, at most its [`crate::limits`] bound),
+    /// and the error names the key.
     pub fn validate(&self) -> Result<()> {
         let r = &self.run;
         fraction("run.human_holdout", r.human_holdout, false)?;
@@ -471,18 +473,30 @@ impl RunConfig {
             ));
         }
         let s = &self.search;
-        at_least("search.iterations", s.iterations, 1)?;
+        check("search.iterations", s.iterations, 1, limits::MAX_ITERATIONS)?;
+        check(
+            "search.early_stop_evaluations",
+            s.early_stop_evaluations,
+            0,
+            limits::MAX_ITERATIONS,
+        )?;
+        check(
+            "search.max_requeues",
+            u64::from(s.max_requeues),
+            0,
+            limits::MAX_ITERATIONS,
+        )?;
         if let Some(w) = s.max_wall_clock_s {
             positive("search.max_wall_clock_s", w)?;
         }
-        at_least("search.parallel_candidates", s.parallel_candidates, 1)?;
-        if s.parallel_candidates > 64 {
-            return Err(Error::config(
-                "search.parallel_candidates",
-                format!("at most 64, got {}", s.parallel_candidates),
-            ));
-        }
+        check(
+            "search.parallel_candidates",
+            s.parallel_candidates,
+            1,
+            limits::MAX_PARALLEL_CANDIDATES,
+        )?;
         if let Some(g) = s.generation_size {
+            check("search.generation_size", g, 1, limits::MAX_GENERATION)?;
             if g < s.parallel_candidates {
                 return Err(Error::config(
                     "search.generation_size",
@@ -496,6 +510,12 @@ impl RunConfig {
         }
         let m = &self.mutation;
         fraction("mutation.crossover_rate", m.crossover_rate, true)?;
+        check(
+            "mutation.rewrite_after_failures",
+            m.rewrite_after_failures as u64,
+            0,
+            limits::MAX_ITERATIONS,
+        )?;
         if !(m.temperature.is_finite() && (0.0..=2.0).contains(&m.temperature)) {
             return Err(Error::config(
                 "mutation.temperature",
@@ -505,13 +525,41 @@ impl RunConfig {
         if let Some(t) = m.max_tokens {
             at_least("mutation.max_tokens", t, 1)?;
         }
-        seconds("sandbox.timeout_s", self.sandbox.timeout_s)?;
-        at_least("sandbox.memory_mb", self.sandbox.memory_mb, 64)?;
+        let b = &self.sandbox;
+        seconds("sandbox.timeout_s", b.timeout_s)?;
+        check("sandbox.memory_mb", b.memory_mb, 64, limits::MAX_MEMORY_MB)?;
+        check(
+            "sandbox.max_llm_calls",
+            b.max_llm_calls,
+            0,
+            limits::MAX_LLM_CALLS,
+        )?;
+        check(
+            "sandbox.concurrency",
+            b.concurrency,
+            0,
+            limits::MAX_CONCURRENCY,
+        )?;
         let e = &self.episodes;
-        at_least("episodes.max_turns", e.max_turns, 1)?;
-        at_least("episodes.val_max_turns", e.val_max_turns, 1)?;
-        at_least("episodes.max_tool_rounds", e.max_tool_rounds, 1)?;
-        at_least("episodes.baseline_trials", e.baseline_trials, 1)?;
+        check("episodes.max_turns", e.max_turns, 1, limits::MAX_TURNS)?;
+        check(
+            "episodes.val_max_turns",
+            e.val_max_turns,
+            1,
+            limits::MAX_TURNS,
+        )?;
+        check(
+            "episodes.max_tool_rounds",
+            e.max_tool_rounds,
+            1,
+            limits::MAX_TURNS,
+        )?;
+        check(
+            "episodes.baseline_trials",
+            e.baseline_trials,
+            1,
+            limits::MAX_TRIALS,
+        )?;
         if !(e.user_temperature.is_finite() && (0.0..=2.0).contains(&e.user_temperature)) {
             return Err(Error::config(
                 "episodes.user_temperature",
@@ -519,16 +567,17 @@ impl RunConfig {
             ));
         }
         let f = &self.fitness;
-        at_least("fitness.n_personas", f.n_personas, 1)?;
-        at_least("fitness.batch_size", f.batch_size, 1)?;
+        check("fitness.n_personas", f.n_personas, 1, limits::MAX_PERSONAS)?;
+        check("fitness.batch_size", f.batch_size, 1, limits::MAX_BATCH)?;
         for (i, (threshold, n)) in f.n_personas_schedule.iter().enumerate() {
-            if *n == 0 {
+            if let Err(why) = limits::in_range(n, &1, &limits::MAX_PERSONAS) {
                 return Err(Error::config(
                     format!("fitness.n_personas_schedule[{i}]"),
-                    format!("({threshold}, {n}): the number of personas must be at least 1"),
+                    format!("({threshold}, {n}): the number of personas {why}"),
                 ));
             }
         }
+        check("fitness.n_clusters", f.n_clusters, 0, limits::MAX_CLUSTERS)?;
         fraction("fitness.lambda_h", f.lambda_h, true)?;
         fraction("fitness.lambda_b", f.lambda_b, true)?;
         if f.lambda_h + f.lambda_b <= 0.0 {
@@ -537,12 +586,20 @@ impl RunConfig {
                 "fitness.lambda_h and fitness.lambda_b are both 0: every score would be 0",
             ));
         }
-        at_least("fitness.discriminator.n_trees", f.discriminator.n_trees, 1)?;
+        check(
+            "fitness.discriminator.n_trees",
+            f.discriminator.n_trees,
+            1,
+            limits::MAX_TREES,
+        )?;
         if f.discriminator.max_depth == Some(0) {
             return Err(Error::config(
                 "fitness.discriminator.max_depth",
                 "must be at least 1 (leave it out for unlimited depth)",
             ));
+        }
+        if let Some(d) = f.discriminator.max_depth {
+            check("fitness.discriminator.max_depth", d, 1, limits::MAX_DEPTH)?;
         }
         at_least(
             "fitness.discriminator.min_samples_split",
@@ -554,7 +611,7 @@ impl RunConfig {
             f.discriminator.min_samples_leaf,
             1,
         )?;
-        at_least("fitness.folds", f.folds, 2)?;
+        check("fitness.folds", f.folds, 2, limits::MAX_FOLDS)?;
         if let Some(usd) = self.budget.max_usd {
             positive("budget.max_usd", usd)?;
         }

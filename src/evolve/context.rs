@@ -328,7 +328,7 @@ impl RunContext {
                 task_id: episode.task_id.clone(),
                 episode,
             };
-            let line = serde_json::to_string(&row).expect("serialisable") + "\n";
+            let line = crate::io::to_json(&row) + "\n";
             file.write_all(line.as_bytes())
                 .and_then(|_| file.sync_data())
                 .map_err(|e| Error::io("appending to", &partial, e))?;

@@ -512,7 +512,7 @@ impl RunDir {
             .iter()
             .filter(|r| r.seq <= last || (keep.is_none() && r.event.kind() == "run_started"))
         {
-            text.push_str(&serde_json::to_string(r).expect("serialisable"));
+            text.push_str(&crate::io::to_json(r));
             text.push('\n');
         }
         crate::io::write_atomic(&path, text.as_bytes())
@@ -525,12 +525,7 @@ impl RunDir {
             std::fs::create_dir_all(parent)
                 .map_err(|e| Error::io("creating directory", parent, e))?;
         }
-        let mut s = String::new();
-        for r in rows {
-            s.push_str(&serde_json::to_string(r).expect("serialisable"));
-            s.push('\n');
-        }
-        crate::io::write_atomic(&path, s.as_bytes())
+        crate::io::write_atomic(&path, crate::io::to_jsonl(rows).as_bytes())
     }
 
     /// Replace `best/` with the run's best: `program.py`, `program.json` and — given the

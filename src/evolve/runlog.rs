@@ -348,7 +348,7 @@ impl RunLog {
             time: crate::io::now_rfc3339(),
             event,
         };
-        let mut line = serde_json::to_string(&rec).expect("serialisable");
+        let mut line = crate::io::to_json(&rec);
         line.push('\n');
         self.file
             .write_all(line.as_bytes())

@@ -385,14 +385,19 @@ pub fn train_discriminator(
     )
 }
 
-/// Load a human reference from a saved reference JSON, or build it from trace files.
-/// A saved reference must have been made with `set`.
-pub fn load_reference(paths: &[std::path::PathBuf], set: FeatureSet) -> Result<HumanReference> {
+/// Load a human reference from a saved reference JSON, or build it from trace files (with
+/// the dialogues the load left out, see [`traces::Skipped`]). A saved reference must have been
+/// made with `set`.
+pub fn load_reference(
+    paths: &[std::path::PathBuf],
+    set: FeatureSet,
+) -> Result<(HumanReference, Vec<traces::Skipped>)> {
     if let [single] = paths {
         if single != Path::new("-") {
-            let text = crate::hub::read_to_string(single)?;
-            if HumanReference::sniff(&text) {
-                let r = HumanReference::from_json(&text, single)?;
+            let text = traces::read_text(single)?;
+            let json = text.strip_prefix('\u{feff}').unwrap_or(&text);
+            if HumanReference::sniff(json) {
+                let r = HumanReference::from_json(json, single)?;
                 if r.feature_set != set {
                     return Err(Error::FeatureSetMismatch {
                         what: format!("human reference '{}'", single.display()),
@@ -400,16 +405,19 @@ pub fn load_reference(paths: &[std::path::PathBuf], set: FeatureSet) -> Result<H
                         expected: set.name().into(),
                     });
                 }
-                return Ok(r);
+                return Ok((r, Vec::new()));
             }
-            let ds = traces::parse(&text, single, &LoadOptions::default())?;
-            return HumanReference::build(&ds, set, vec![single.display().to_string()]);
+            let loaded = traces::parse_checked(&text, single, &LoadOptions::default())?;
+            let r =
+                HumanReference::build(&loaded.dialogues, set, vec![single.display().to_string()])?;
+            return Ok((r, loaded.skipped));
         }
     }
-    let ds = traces::load_many(paths, &LoadOptions::default())?;
-    HumanReference::build(
-        &ds,
+    let loaded = traces::load_many_checked(paths, &LoadOptions::default())?;
+    let r = HumanReference::build(
+        &loaded.dialogues,
         set,
         paths.iter().map(|p| p.display().to_string()).collect(),
-    )
+    )?;
+    Ok((r, loaded.skipped))
 }

@@ -9,10 +9,21 @@
 //! - **Plain text**: dialogues separated by lines holding only `---`, turns prefixed `USER:` / `ASSISTANT:`.
 //!
 //! Malformed input gives one error naming the file, the line or JSON path, and what was expected.
+//! A file is read in bounded memory: one larger than
+//! [`limits::MAX_INPUT_BYTES`](crate::limits::MAX_INPUT_BYTES) (1 GiB; a whole JSON document
+//! included) is refused, and so is a line of JSON Lines or text longer than
+//! [`limits::MAX_LINE_BYTES`](crate::limits::MAX_LINE_BYTES) (64 MiB), naming the line,
+//! without reading further (see [`read_text`]).
+//!
+//! A dialogue without user text (no turns, only agent turns, or user turns whose content is
+//! null or blank) has nothing to fingerprint: it is left out and reported ([`Skipped`], logged
+//! by [`load_many`], returned by [`load_many_checked`] for the front ends to warn about), and a
+//! file with nothing else is an error. A dialogue id used twice, in a file or across the files
+//! of one load, is an error naming both places.
 //!
 //! # How a file is read
 //!
-//! The file is read into memory once and checked to be UTF-8 in parallel pieces (a bad byte is
+//! The file is read into memory once (bounded, see above) and checked to be UTF-8 in parallel pieces (a bad byte is
 //! reported with its line). JSON is then deserialized in one typed pass: each
 //! conversation goes straight into [`Turn`]s, and only what a dialogue keeps as free-form
 //! metadata ([`Dialogue::meta`]) is read as [`serde_json::Value`]. JSON Lines are parsed in
@@ -24,7 +35,7 @@
 //! errors whichever reader handled it.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -67,56 +78,182 @@ enum Keep {
     UserTurns,
 }
 
-/// Load every file, in order, concatenating their dialogues.
+/// Dialogues loaded from trace files, and those left out with a warning.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    /// The dialogues, in file order.
+    pub dialogues: Vec<Dialogue>,
+    /// Dialogues without user text, left out (see [`Skipped`]).
+    pub skipped: Vec<Skipped>,
+}
+
+/// A dialogue that a load left out because it has no user text: no turns, only agent, tool or
+/// system turns, or user turns whose content is null, missing or blank. Its fingerprint would
+/// be all zeros, scored as if a user had said nothing; it is left out with this warning
+/// instead (a file with nothing else is refused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The file (`<stdin>`, `<python>` for in-memory dialogues).
+    pub path: PathBuf,
+    /// Where in the file: `line 3`, `$[2]`, `$["airline_3"]`.
+    pub location: String,
+    /// The dialogue's id.
+    pub id: String,
+}
+
+impl fmt::Display for Skipped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}: dialogue '{}' has no user text (no turns, only agent turns, or user turns \
+             without content); left out: it has nothing to fingerprint",
+            self.path.display(),
+            self.location,
+            self.id
+        )
+    }
+}
+
+/// Load every file, in order, concatenating their dialogues. Dialogues without user text are
+/// left out, each with a warning in the log (see [`load_many_checked`] to get them).
 pub fn load_many(paths: &[PathBuf], opts: &LoadOptions) -> Result<Vec<Dialogue>> {
+    Ok(logged(load_many_keeping(paths, opts, Keep::All)?))
+}
+
+/// [`load_many`], returning the dialogues it left out instead of logging them. Besides the
+/// format errors, a load refuses a dialogue id used twice (in one file or across `paths`:
+/// fingerprints, scores and study items are keyed by id) and a file whose dialogues all lack
+/// user text.
+pub fn load_many_checked(paths: &[PathBuf], opts: &LoadOptions) -> Result<Loaded> {
     load_many_keeping(paths, opts, Keep::All)
 }
 
-/// Load one trace file (`-` reads standard input).
+/// Load one trace file (`-` reads standard input); see [`load_many`].
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue>> {
-    load_keeping(path, opts, Keep::All)
+    load_many(&[path.to_path_buf()], opts)
 }
 
 /// Parse trace text; `path` is used for error messages and default ids. A leading UTF-8
-/// byte-order mark is ignored.
+/// byte-order mark is ignored. Dialogues without user text are left out with a warning in the
+/// log, as in [`load_many`].
 pub fn parse(text: &str, path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue>> {
-    parse_keeping(text, path, opts, Keep::All)
+    Ok(logged(parse_checked(text, path, opts)?))
 }
 
-/// [`load_many`] for fingerprinting: the same files accepted, the same errors, the same ids,
-/// task ids and domains, but each dialogue keeps only what fingerprints read, its user turns
-/// ([`Dialogue::meta`] is empty). Other turns and the metadata are still checked, not kept,
-/// which makes JSON Lines files much cheaper to load.
-pub fn load_many_user_turns(paths: &[PathBuf], opts: &LoadOptions) -> Result<Vec<Dialogue>> {
+/// [`parse`], returning the dialogues it left out instead of logging them.
+pub fn parse_checked(text: &str, path: &Path, opts: &LoadOptions) -> Result<Loaded> {
+    let kept = parse_keeping(text, path, opts, Keep::All)?;
+    check_ids(&kept.dialogues, &mut HashMap::new(), 0, path)?;
+    Ok(kept.into_loaded())
+}
+
+/// [`load_many_checked`] for fingerprinting: the same files accepted, the same errors, the
+/// same ids, task ids and domains, but each dialogue keeps only what fingerprints read, its
+/// user turns ([`Dialogue::meta`] is empty). Other turns and the metadata are still checked,
+/// not kept, which makes JSON Lines files much cheaper to load.
+pub fn load_many_user_turns(paths: &[PathBuf], opts: &LoadOptions) -> Result<Loaded> {
     load_many_keeping(paths, opts, Keep::UserTurns)
 }
 
 /// [`parse`] keeping only the user turns (see [`load_many_user_turns`]).
 pub fn parse_user_turns(text: &str, path: &Path, opts: &LoadOptions) -> Result<Vec<Dialogue>> {
-    parse_keeping(text, path, opts, Keep::UserTurns)
+    let kept = parse_keeping(text, path, opts, Keep::UserTurns)?;
+    check_ids(&kept.dialogues, &mut HashMap::new(), 0, path)?;
+    Ok(logged(kept.into_loaded()))
 }
 
-fn load_many_keeping(paths: &[PathBuf], opts: &LoadOptions, keep: Keep) -> Result<Vec<Dialogue>> {
-    let mut out = Vec::new();
-    for p in paths {
-        out.extend(load_keeping(p, opts, keep)?);
+/// The dialogues, each one left out logged as a warning.
+fn logged(loaded: Loaded) -> Vec<Dialogue> {
+    for s in &loaded.skipped {
+        tracing::warn!("{}", crate::io::printable(&s.to_string()));
+    }
+    loaded.dialogues
+}
+
+/// Dialogues of one file with where each was found, and those left out.
+struct Kept {
+    dialogues: Vec<(String, Dialogue)>,
+    skipped: Vec<Skipped>,
+}
+
+impl Kept {
+    fn into_loaded(self) -> Loaded {
+        Loaded {
+            dialogues: self.dialogues.into_iter().map(|(_, d)| d).collect(),
+            skipped: self.skipped,
+        }
+    }
+}
+
+fn load_many_keeping(paths: &[PathBuf], opts: &LoadOptions, keep: Keep) -> Result<Loaded> {
+    let mut out = Loaded::default();
+    let mut seen = HashMap::new();
+    for (i, p) in paths.iter().enumerate() {
+        let kept = parse_keeping(&read_text(p)?, p, opts, keep)?;
+        check_ids(&kept.dialogues, &mut seen, i, p)?;
+        let loaded = kept.into_loaded();
+        out.dialogues.extend(loaded.dialogues);
+        out.skipped.extend(loaded.skipped);
     }
     Ok(out)
 }
 
-fn load_keeping(path: &Path, opts: &LoadOptions, keep: Keep) -> Result<Vec<Dialogue>> {
+/// Refuse a dialogue id seen before (`seen`: id → where, over the files of one load).
+fn check_ids(
+    dialogues: &[(String, Dialogue)],
+    seen: &mut HashMap<String, (usize, PathBuf, String)>,
+    file: usize,
+    path: &Path,
+) -> Result<()> {
+    for (loc, d) in dialogues {
+        let here = (file, path.to_path_buf(), loc.clone());
+        if let Some((other_file, other, at)) = seen.insert(d.id.clone(), here) {
+            let place = if other_file == file {
+                at.to_string()
+            } else if other == path {
+                format!("{at} of the same file, given twice")
+            } else {
+                format!("{} {at}", other.display())
+            };
+            return Err(Error::parse(
+                path,
+                loc,
+                format!(
+                    "dialogue id '{}' is also the id of {place}; ids must be unique (scores, \
+                     fingerprints and study items are keyed by id)",
+                    d.id
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The text of a trace file (`-` reads standard input; `hf://` paths are fetched into the
+/// shared Hugging Face cache first), read in bounded memory: a file larger than
+/// [`limits::MAX_INPUT_BYTES`](crate::limits::MAX_INPUT_BYTES) is refused, and so is a line
+/// longer than [`limits::MAX_LINE_BYTES`](crate::limits::MAX_LINE_BYTES) in a file that is
+/// not one JSON document (JSON Lines, text), as soon as it is met. The error names the file
+/// and the line.
+pub fn read_text(path: &Path) -> Result<String> {
+    use crate::io::LongLines;
     let (bytes, shown) = if path == Path::new("-") {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
-            .map_err(|e| Error::io("reading", "<stdin>", e))?;
-        (bytes, Path::new("<stdin>"))
+        let shown = Path::new("<stdin>");
+        let bytes = crate::io::read_bounded(
+            &mut std::io::stdin().lock(),
+            shown,
+            None,
+            LongLines::UnlessJson,
+        )?;
+        (bytes, shown)
     } else {
-        // A Hugging Face Hub path (`hf://...`) is fetched into the shared cache first.
         let local = crate::hub::local_path(path)?;
-        let bytes = std::fs::read(&local).map_err(|e| Error::io("reading", path, e))?;
-        (bytes, path)
+        (
+            crate::io::read_file(&local, path, LongLines::UnlessJson)?,
+            path,
+        )
     };
-    parse_keeping(&utf8_text(bytes, shown)?, path, opts, keep)
+    utf8_text(bytes, shown)
 }
 
 /// The bytes as text, checked in parallel pieces; the error names the line of the first byte
@@ -170,32 +307,86 @@ fn newline_pieces(bytes: &[u8]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-fn parse_keeping(text: &str, path: &Path, opts: &LoadOptions, keep: Keep) -> Result<Vec<Dialogue>> {
+/// The dialogues of one file (of `opts.domain`), each with where it was found; those without
+/// user text left out. A file whose dialogues all lack user text is an error.
+fn parse_keeping(text: &str, path: &Path, opts: &LoadOptions, keep: Keep) -> Result<Kept> {
+    let mut located = parse_located(text, path, keep)?;
+    if let Some(d) = &opts.domain {
+        located.retain(|(_, x)| x.domain.as_deref() == Some(d.as_str()));
+    }
+    let (dialogues, without): (Vec<_>, Vec<_>) =
+        located.into_iter().partition(|(_, d)| has_user_text(d));
+    if dialogues.is_empty() {
+        if let Some((loc, _)) = without.first() {
+            return Err(Error::parse(
+                path,
+                loc,
+                format!(
+                    "no dialogue with user text: all {} dialogues have no turns, only agent \
+                     turns, or user turns without content",
+                    without.len()
+                ),
+            ));
+        }
+    }
+    let skipped = without
+        .into_iter()
+        .map(|(location, d)| Skipped {
+            path: path.to_path_buf(),
+            location,
+            id: d.id,
+        })
+        .collect();
+    Ok(Kept { dialogues, skipped })
+}
+
+/// Whether a user turn says something (what fingerprints read).
+fn has_user_text(d: &Dialogue) -> bool {
+    d.turns
+        .iter()
+        .any(|t| t.role == Role::User && !t.content.trim().is_empty())
+}
+
+/// Every dialogue of the text in file order, with where it was found (`line 3`, `$[2]`, `$`,
+/// `$["airline_3"]`); nothing left out.
+fn parse_located(text: &str, path: &Path, keep: Keep) -> Result<Vec<(String, Dialogue)>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let dialogues = match sniff(text, path)? {
-        Some(TraceFormat::Jsonl) => parse_jsonl(text, path, keep)?,
+    Ok(match sniff(text, path)? {
+        Some(TraceFormat::Jsonl) => parse_jsonl_located(text, path, keep)?,
         format => {
             let all = match format {
-                Some(TraceFormat::Text) => parse_text(text, path)?,
+                Some(TraceFormat::Text) => parse_text_located(text, path)?,
                 Some(format) => match typed_whole(format, text, path) {
-                    Some(parsed) => parsed?,
-                    None => parse_whole_value(text, path)?,
+                    Some(parsed) => locate(format, parsed?),
+                    None => parse_whole_value_located(text, path)?,
                 },
-                None => parse_whole_value(text, path)?,
+                None => parse_whole_value_located(text, path)?,
             };
             match keep {
                 Keep::All => all,
-                Keep::UserTurns => all.into_iter().map(user_turns_only).collect(),
+                Keep::UserTurns => all
+                    .into_iter()
+                    .map(|(loc, d)| (loc, user_turns_only(d)))
+                    .collect(),
             }
         }
-    };
-    Ok(match &opts.domain {
-        Some(d) => dialogues
-            .into_iter()
-            .filter(|x| x.domain.as_deref() == Some(d.as_str()))
-            .collect(),
-        None => dialogues,
     })
+}
+
+/// Where each dialogue of a whole-JSON file was (they come in document order).
+fn locate(format: TraceFormat, dialogues: Vec<Dialogue>) -> Vec<(String, Dialogue)> {
+    dialogues
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let loc = match format {
+                TraceFormat::TauUsi => format!("$[\"{}\"]", d.id),
+                TraceFormat::JsonObject => "$".to_string(),
+                _ => format!("$[{i}]"),
+            };
+            (loc, d)
+        })
+        .collect()
 }
 
 /// The dialogue with its user turns only and no metadata.
@@ -260,8 +451,8 @@ fn json_error(path: &Path, e: &serde_json::Error) -> Error {
 }
 
 /// JSON Lines: pieces of the text are parsed in parallel and the dialogues returned in file
-/// order; the first bad line (in file order) is the error.
-fn parse_jsonl(text: &str, path: &Path, keep: Keep) -> Result<Vec<Dialogue>> {
+/// order with their lines; the first bad line (in file order) is the error.
+fn parse_jsonl_located(text: &str, path: &Path, keep: Keep) -> Result<Vec<(String, Dialogue)>> {
     let stem = stem(path);
     // Each piece ends with a newline (but the last), so its lines are the file's lines.
     let pieces: Vec<Vec<&str>> = newline_pieces(text.as_bytes())
@@ -276,7 +467,7 @@ fn parse_jsonl(text: &str, path: &Path, keep: Keep) -> Result<Vec<Dialogue>> {
             next - lines.len()
         })
         .collect();
-    let parsed: Vec<Vec<Result<Dialogue>>> = pieces
+    let parsed: Vec<Vec<Result<(String, Dialogue)>>> = pieces
         .par_iter()
         .zip(first_line)
         .map(|(lines, first)| {
@@ -284,11 +475,21 @@ fn parse_jsonl(text: &str, path: &Path, keep: Keep) -> Result<Vec<Dialogue>> {
                 .iter()
                 .enumerate()
                 .filter(|(_, line)| !line.trim().is_empty())
-                .map(|(i, line)| jsonl_line(line, first + i, path, &stem, keep))
+                .map(|(i, line)| {
+                    if line.len() > crate::limits::MAX_LINE_BYTES {
+                        return Err(crate::io::long_line(
+                            path,
+                            first + i,
+                            crate::limits::MAX_LINE_BYTES,
+                        ));
+                    }
+                    jsonl_line(line, first + i, path, &stem, keep)
+                        .map(|d| (format!("line {}", first + i), d))
+                })
                 .collect()
         })
         .collect();
-    let out: Vec<Dialogue> = parsed.into_iter().flatten().collect::<Result<_>>()?;
+    let out: Vec<(String, Dialogue)> = parsed.into_iter().flatten().collect::<Result<_>>()?;
     if out.is_empty() {
         return Err(Error::parse(path, "line 1", "no dialogues found"));
     }
@@ -1126,17 +1327,18 @@ fn detect_value(text: &str, path: &Path) -> Result<(TraceFormat, Option<Value>)>
     }
 }
 
-/// Parse the whole text with the general reader.
-fn parse_whole_value(text: &str, path: &Path) -> Result<Vec<Dialogue>> {
+/// Parse the whole text with the general reader; each dialogue with where it was found.
+fn parse_whole_value_located(text: &str, path: &Path) -> Result<Vec<(String, Dialogue)>> {
     let (format, whole) = detect_value(text, path)?;
     match (format, whole) {
-        (TraceFormat::TauUsi, Some(v)) => parse_tau_usi(v, path),
-        (TraceFormat::JsonArray, Some(v)) => parse_json_array(v, path),
-        (TraceFormat::JsonObject, Some(v)) => {
-            Ok(vec![dialogue_from_value(v, path, "$", &stem(path))?])
-        }
-        (TraceFormat::Text, _) => parse_text(text, path),
-        _ => parse_jsonl(text, path, Keep::All),
+        (TraceFormat::TauUsi, Some(v)) => Ok(locate(format, parse_tau_usi(v, path)?)),
+        (TraceFormat::JsonArray, Some(v)) => Ok(locate(format, parse_json_array(v, path)?)),
+        (TraceFormat::JsonObject, Some(v)) => Ok(locate(
+            format,
+            vec![dialogue_from_value(v, path, "$", &stem(path))?],
+        )),
+        (TraceFormat::Text, _) => parse_text_located(text, path),
+        _ => parse_jsonl_located(text, path, Keep::All),
     }
 }
 
@@ -1260,18 +1462,18 @@ fn parse_turn(t: &Value, path: &Path, loc: &str) -> Result<Turn> {
 // ---------------------------------------------------------------------------------------------
 // Plain text
 
-fn parse_text(text: &str, path: &Path) -> Result<Vec<Dialogue>> {
+fn parse_text_located(text: &str, path: &Path) -> Result<Vec<(String, Dialogue)>> {
     let mut out = Vec::new();
     let mut turns: Vec<Turn> = Vec::new();
     let mut start_line = 1;
-    let flush = |turns: &mut Vec<Turn>, out: &mut Vec<Dialogue>, start: usize| {
+    let flush = |turns: &mut Vec<Turn>, out: &mut Vec<(String, Dialogue)>, start: usize| {
         if !turns.is_empty() {
             let id = format!("{}:{start}", stem(path));
             let mut d = Dialogue::new(id, std::mem::take(turns));
             for t in &mut d.turns {
                 t.content = t.content.trim().to_string();
             }
-            out.push(d);
+            out.push((format!("line {start}"), d));
         }
     };
     for (i, line) in text.lines().enumerate() {
@@ -1509,7 +1711,7 @@ mod tests {
     #[test]
     fn jsonl_with_numeric_task_and_extra_keys() {
         let ds = p(r#"{"id":"a","task_id":7,"conversation":[{"role":"user","content":"hi"}],"reward":1.0}
-{"conversation":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","function":{"name":"f","arguments":"{\"x\":1}"}}]}]}"#)
+{"conversation":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"user","content":"ok"}]}"#)
         .unwrap();
         assert_eq!(ds.len(), 2);
         assert_eq!(ds[0].task_id.as_deref(), Some("7"));
@@ -1601,6 +1803,75 @@ mod tests {
     }
 
     #[test]
+    fn dialogues_without_user_text_are_left_out_naming_their_place() {
+        let tau = r#"{"airline_1": {"conversation": [{"role": "user", "content": "hi"}]},
+            "retail_1": {"conversation": []},
+            "retail_2": {"conversation": [{"role": "user", "content": "\\tau task_index: 2"}, {"role": "user", "content": "/stop"}]}}"#;
+        let loaded = parse_checked(tau, Path::new("u.json"), &LoadOptions::default()).unwrap();
+        assert_eq!(loaded.dialogues.len(), 1);
+        let places: Vec<&str> = loaded.skipped.iter().map(|s| s.location.as_str()).collect();
+        assert_eq!(places, [r#"$["retail_1"]"#, r#"$["retail_2"]"#]);
+        let array = r#"[{"conversation": [{"role": "assistant", "content": "hi"}]},
+            {"id": "x", "conversation": [{"role": "user", "content": "yes"}]},
+            {"conversation": [{"role": "user", "content": null}, {"role": "user"}]}]"#;
+        let loaded = parse_checked(array, Path::new("a.json"), &LoadOptions::default()).unwrap();
+        assert_eq!(loaded.dialogues[0].id, "x");
+        assert_eq!(
+            loaded.skipped[1].to_string(),
+            "a.json: $[2]: dialogue 'a[2]' has no user text (no turns, only agent turns, or user \
+             turns without content); left out: it has nothing to fingerprint"
+        );
+        let text = "ASSISTANT: hello\n---\nUSER: hi\n";
+        let loaded = parse_checked(text, Path::new("t.txt"), &LoadOptions::default()).unwrap();
+        assert_eq!(loaded.skipped[0].location, "line 1");
+        // nothing but such dialogues: refused
+        let e = p(
+            "{\"conversation\":[]}\n\n{\"conversation\":[{\"role\":\"user\",\"content\":\" \"}]}",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("t.jsonl: line 1: no dialogue with user text: all 2 dialogues"),
+            "{e}"
+        );
+        // the plain functions log them and leave them out too
+        assert_eq!(
+            p(&format!(
+                "{{\"conversation\":[]}}\n{}",
+                r#"{"conversation":[{"role":"user","content":"a"}]}"#
+            ))
+            .unwrap()
+            .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_dialogue_id_used_twice_is_refused() {
+        let turn = r#"{"role":"user","content":"hi"}"#;
+        let e = p(&format!(
+            "{{\"id\":\"a\",\"conversation\":[{turn}]}}\n{{\"id\":7,\"conversation\":[{turn}]}}\n{{\"id\":\"7\",\"conversation\":[{turn}]}}"
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("t.jsonl: line 3: dialogue id '7' is also the id of line 2;"),
+            "{e}"
+        );
+        let e = parse(
+            &format!("[{{\"conversation\":[{turn}],\"id\":\"q\"}}, {{\"metadata\":{{\"id\":\"q\"}},\"conversation\":[{turn}]}}]"),
+            Path::new("r.json"),
+            &LoadOptions::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("r.json: $[1]: dialogue id 'q' is also the id of $[0];"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn unknown_object_shape_is_rejected() {
         let e = parse("{\"a\": 1}", Path::new("x.json"), &LoadOptions::default()).unwrap_err();
         assert!(
@@ -1614,7 +1885,7 @@ mod tests {
     fn general(text: &str, path: &Path) -> Result<Vec<Dialogue>> {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         if detect_value(text, path)?.0 != TraceFormat::Jsonl {
-            return parse_whole_value(text, path);
+            return parse_whole_value_located(text, path).map(unlocated);
         }
         let stem = stem(path);
         let mut out = Vec::new();
@@ -1631,13 +1902,18 @@ mod tests {
         Ok(out)
     }
 
-    /// `parse` (typed pass first) and the general reader give the same dialogues, with metadata
-    /// keys in the same order, or the same error; `parse_user_turns` gives the same as the
-    /// general reader's dialogues cut to their user turns.
+    fn unlocated(located: Vec<(String, Dialogue)>) -> Vec<Dialogue> {
+        located.into_iter().map(|(_, d)| d).collect()
+    }
+
+    /// The typed pass first (what `parse` reads before it leaves out dialogues without user
+    /// text and checks ids) and the general reader give the same dialogues, with metadata keys
+    /// in the same order, or the same error; read for the user turns, the same as the general
+    /// reader's dialogues cut to their user turns.
     fn assert_same(name: &str, text: &str) {
         let path = Path::new(name);
         let general = general(text, path);
-        let users = parse_user_turns(text, path, &LoadOptions::default());
+        let users = parse_located(text, path, Keep::UserTurns).map(unlocated);
         match (&users, &general) {
             (Ok(a), Ok(b)) => {
                 let b: Vec<Dialogue> = b.iter().cloned().map(user_turns_only).collect();
@@ -1646,7 +1922,7 @@ mod tests {
             (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{name}: user turns"),
             _ => panic!("{name}: user turns {users:?} vs general {general:?}"),
         }
-        let typed = parse(text, path, &LoadOptions::default());
+        let typed = parse_located(text, path, Keep::All).map(unlocated);
         match (&typed, &general) {
             (Ok(a), Ok(b)) => {
                 assert_eq!(a, b, "{name}");

@@ -37,7 +37,7 @@ pub use crate::generate::sandbox::{
 };
 use crate::llm::ChatModel;
 use crate::persona::{persona_block, Persona};
-use crate::{Error, Result};
+use crate::Result;
 
 /// Keys accepted for the roleplay text, in order of preference.
 pub const TEXT_KEYS: [&str; 3] = ["expanded_instruction", "instruction", "text"];
@@ -106,15 +106,7 @@ pub async fn generate_in(
     llm: Option<Arc<dyn ChatModel>>,
     seed: u64,
 ) -> Result<GenerationOutcome> {
-    if let Program::Path(p) = program {
-        if !p.is_file() {
-            return Err(Error::io(
-                "reading generator program",
-                p,
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-            ));
-        }
-    }
+    program.check()?;
     let run = sandbox.run(program, task_context, n, llm, seed).await;
     let raw = match run.outcome {
         Ok(r) => r,
@@ -341,14 +333,12 @@ pub enum OutputFormat {
     Prompt,
 }
 
-/// Format the personas of one task. JSON formats escape control characters as JSON does;
-/// the prompt format shows them as `\u{..}` escapes, so no format writes raw escape sequences.
+/// Format the personas of one task. JSON formats escape control characters and bidi controls
+/// as `\uXXXX` ([`crate::io::to_json`]: the same text once parsed); the prompt format shows
+/// them as `\u{..}` escapes, so no format writes raw escape sequences or reordering controls.
 pub fn format_personas(personas: &[Persona], format: OutputFormat) -> String {
     match format {
-        OutputFormat::Jsonl => personas
-            .iter()
-            .map(|p| serde_json::to_string(p).unwrap_or_default() + "\n")
-            .collect(),
+        OutputFormat::Jsonl => crate::io::to_jsonl(personas),
         OutputFormat::Tau2 => {
             let task_id = personas.first().and_then(|p| p.task_id.clone());
             let rows: Vec<Value> = personas
@@ -361,9 +351,7 @@ pub fn format_personas(personas: &[Persona], format: OutputFormat) -> String {
                     })
                 })
                 .collect();
-            serde_json::to_string(&json!({"task_id": task_id, "personas": rows}))
-                .unwrap_or_default()
-                + "\n"
+            crate::io::to_json(&json!({"task_id": task_id, "personas": rows})) + "\n"
         }
         OutputFormat::Prompt => personas
             .iter()

@@ -458,6 +458,14 @@ impl ModelSpec {
                 "must be at least 1 (leave it out for no per-endpoint limit)",
             ));
         }
+        if let Some(c) = self.max_concurrency {
+            crate::limits::check(
+                &format!("{key}.max_concurrency"),
+                c,
+                1,
+                crate::limits::MAX_CONCURRENCY,
+            )?;
+        }
         if self.tool_argument_max_chars == Some(0) {
             return Err(Error::config(
                 format!("{key}.tool_argument_max_chars"),
@@ -964,9 +972,12 @@ impl LlmConfig {
 
     /// Check value ranges; errors name the offending key.
     pub fn validate(&self) -> Result<()> {
-        if self.max_concurrency == 0 {
-            return Err(Error::config("max_concurrency", "must be at least 1"));
-        }
+        crate::limits::check(
+            "max_concurrency",
+            self.max_concurrency,
+            1,
+            crate::limits::MAX_CONCURRENCY,
+        )?;
         if !(self.endpoint_wait_s.is_finite() && self.endpoint_wait_s >= 0.0) {
             return Err(Error::config(
                 "endpoint_wait_s",
@@ -976,12 +987,12 @@ impl LlmConfig {
                 ),
             ));
         }
-        if self.max_response_bytes < 1024 {
-            return Err(Error::config(
-                "max_response_bytes",
-                format!("must be at least 1024, got {}", self.max_response_bytes),
-            ));
-        }
+        crate::limits::check(
+            "max_response_bytes",
+            self.max_response_bytes,
+            1024,
+            crate::limits::MAX_INPUT_BYTES,
+        )?;
         if self.backoff_max_ms < self.backoff_base_ms {
             return Err(Error::config(
                 "backoff_max_ms",

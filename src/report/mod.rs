@@ -229,12 +229,15 @@ pub fn write(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
 // ---------------------------------------------------------------------------------------------
 // Formatting helpers
 
-/// HTML-escape text for element content and attribute values.
+/// HTML-escape text for element content and attribute values. Bidi controls, which would
+/// reorder what a reader sees, are shown as `\u{202e}` escapes
+/// ([`crate::io::neutralize_bidi`]); letters of right-to-left scripts are kept.
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
+            c if crate::io::is_bidi_control(c) => out.push_str(&c.escape_unicode().to_string()),
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),

@@ -501,7 +501,7 @@ pub fn merge_dataset_info(
         }
         info.insert(name.clone(), entry.clone());
     }
-    let mut text = serde_json::to_string_pretty(&Value::Object(info)).expect("serialisable");
+    let mut text = crate::io::to_json_pretty(&Value::Object(info));
     text.push('\n');
     Ok(text)
 }

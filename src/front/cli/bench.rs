@@ -32,7 +32,8 @@ pub enum BenchCommand {
         #[arg(required = true)]
         traces: Vec<PathBuf>,
         /// How many passes over the dialogues per measurement.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, allow_negative_numbers = true,
+              value_parser = super::count(1, crate::limits::MAX_BENCH))]
         repeat: usize,
         /// Feature set.
         #[arg(long, default_value = "ppol-0.1.1")]
@@ -45,10 +46,12 @@ pub enum BenchCommand {
         #[arg(long)]
         no_reference: bool,
         /// End to end: the dialogues are repeated into one JSONL file of at least this many.
-        #[arg(long, default_value_t = 3000)]
+        #[arg(long, default_value_t = 3000, allow_negative_numbers = true,
+              value_parser = super::count(1, crate::limits::MAX_BENCH))]
         end_to_end_dialogues: usize,
         /// End to end: runs of each process; the fastest counts.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, allow_negative_numbers = true,
+              value_parser = super::count(1, crate::limits::MAX_BENCH))]
         end_to_end_runs: usize,
     },
     /// How well ppol drives an LLM endpoint, against the mock server (needs a build with
@@ -283,31 +286,33 @@ fn end_to_end(
 /// metadata keys, as the loader reads them back) repeated until there are at least
 /// `min_dialogues` lines; returns the number of lines.
 fn write_repeated(ds: &[Dialogue], min_dialogues: usize, path: &Path) -> anyhow::Result<usize> {
-    let lines = ds
-        .iter()
-        .map(|d| {
-            let mut obj = serde_json::Map::new();
-            obj.insert("id".into(), d.id.clone().into());
-            if let Some(t) = &d.task_id {
-                obj.insert("task_id".into(), t.clone().into());
-            }
-            if let Some(dom) = &d.domain {
-                obj.insert("domain".into(), dom.clone().into());
-            }
-            obj.insert("conversation".into(), serde_json::to_value(&d.turns)?);
-            for (k, v) in &d.meta {
-                obj.entry(k.clone()).or_insert_with(|| v.clone());
-            }
-            let mut line = serde_json::to_vec(&obj)?;
-            line.push(b'\n');
-            Ok(line)
-        })
-        .collect::<anyhow::Result<Vec<Vec<u8>>>>()?;
+    // every copy but the first gets its own ids (`id#2`, ...): a file may not repeat an id
+    let line = |d: &Dialogue, copy: usize| -> anyhow::Result<Vec<u8>> {
+        let mut obj = serde_json::Map::new();
+        let id = match copy {
+            0 => d.id.clone(),
+            k => format!("{}#{}", d.id, k + 1),
+        };
+        obj.insert("id".into(), id.into());
+        if let Some(t) = &d.task_id {
+            obj.insert("task_id".into(), t.clone().into());
+        }
+        if let Some(dom) = &d.domain {
+            obj.insert("domain".into(), dom.clone().into());
+        }
+        obj.insert("conversation".into(), serde_json::to_value(&d.turns)?);
+        for (k, v) in &d.meta {
+            obj.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        let mut line = serde_json::to_vec(&obj)?;
+        line.push(b'\n');
+        Ok(line)
+    };
     let copies = min_dialogues.div_ceil(ds.len());
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for _ in 0..copies {
-        for line in &lines {
-            w.write_all(line)?;
+    for copy in 0..copies {
+        for d in ds {
+            w.write_all(&line(d, copy)?)?;
         }
     }
     w.into_inner().map_err(|e| e.into_error())?.sync_all()?;

@@ -24,13 +24,15 @@ use crate::front::ops::{self, Overrides};
 #[derive(Debug, Args)]
 pub struct BenchEvolveArgs {
     /// How many runs (run seeds `first-seed`, `first-seed + 1`, ...).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true,
+          value_parser = super::count(1, crate::limits::MAX_BENCH as u64))]
     pub seeds: u64,
     /// Seed of the first run.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub first_seed: u64,
     /// Iterations per run.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, allow_negative_numbers = true,
+          value_parser = super::count(1, crate::limits::MAX_ITERATIONS))]
     pub iterations: u64,
     /// Human trace files (repeatable; default: the shipped demo traces).
     #[arg(long)]
@@ -309,7 +311,7 @@ pub fn render(b: &BenchEvolve) -> String {
 pub fn run(args: BenchEvolveArgs) -> anyhow::Result<()> {
     let b = measure(&args)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&b)?);
+        println!("{}", crate::io::to_json_pretty(&b));
     } else {
         print!("{}", render(&b));
     }

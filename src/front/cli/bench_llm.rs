@@ -47,25 +47,30 @@ pub struct BenchLlmArgs {
     #[arg(long)]
     pub tau2_data: Option<PathBuf>,
     /// Tasks of the evaluation (the domain's first ones).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = super::count(1, crate::limits::MAX_BENCH))]
     pub tasks: usize,
     /// Personas per task.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true,
+          value_parser = super::count(1, crate::limits::MAX_PERSONAS))]
     pub personas: usize,
     /// User turns per episode (the mock never ends a conversation by itself).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, allow_negative_numbers = true,
+          value_parser = super::count(1, crate::limits::MAX_TURNS))]
     pub max_turns: usize,
     /// (d): the mock answers 429 once this many requests are in flight.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true,
+          value_parser = super::count(1, crate::limits::MAX_CONCURRENCY))]
     pub busy_above: usize,
     /// Which parts to run.
     #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
     pub only: Vec<String>,
     /// (b): iterations after the seed.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true,
+          value_parser = super::count(1, crate::limits::MAX_ITERATIONS))]
     pub iterations: u64,
     /// (b): candidates in flight (and the generation size of both runs).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true,
+          value_parser = super::count(1, crate::limits::MAX_PARALLEL_CANDIDATES))]
     pub in_flight: usize,
     /// Print the figures as one JSON object on stdout.
     #[arg(long)]
@@ -484,7 +489,7 @@ pub fn run(args: BenchLlmArgs) -> anyhow::Result<()> {
         );
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&Value::Object(out))?);
+        println!("{}", crate::io::to_json_pretty(&Value::Object(out)));
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::Outcome;
 use crate::front::ops::{self, EpisodesRequest};
+use crate::limits;
 
 /// Arguments of `ppol episodes`.
 #[derive(Debug, Args)]
@@ -27,24 +28,29 @@ pub struct EpisodesArgs {
     /// Without personas, each task is played by the plain simulator.
     #[arg(long)]
     pub personas: Option<PathBuf>,
-    /// Trials per (task, persona); pass^k is reported for k ≤ trials.
-    #[arg(long, default_value_t = 1)]
+    /// Trials per (task, persona), 1 to 1000; pass^k is reported for k ≤ trials. A request
+    /// plays at most 100,000 episodes (tasks × personas × trials).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+          value_parser = super::count(1, limits::MAX_TRIALS))]
     pub trials: u32,
     /// `offline` (the scripted user and agent, no LLM; the default), `openai:MODEL[@BASE_URL]`,
     /// a TOML LLM config (bare or with an `[llm]` section), or `scripted[:FILE]` (test double).
     #[arg(long, default_value = "offline")]
     pub llm: String,
-    /// User turns before an episode is cut (default: the configuration's episodes.val_max_turns).
-    #[arg(long)]
+    /// User turns before an episode is cut, 1 to 1000 (default: the configuration's
+    /// episodes.val_max_turns).
+    #[arg(long, allow_negative_numbers = true, value_parser = super::count(1, limits::MAX_TURNS))]
     pub max_turns: Option<usize>,
-    /// Tool-call rounds an LLM agent may make before it must answer the user (default 12).
-    #[arg(long)]
+    /// Tool-call rounds an LLM agent may make before it must answer the user, 1 to 1000
+    /// (default 12).
+    #[arg(long, allow_negative_numbers = true, value_parser = super::count(1, limits::MAX_TURNS))]
     pub max_tool_rounds: Option<usize>,
     /// Root seed.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub seed: u64,
-    /// Episodes in flight at once (the LLM layer also limits concurrent requests).
-    #[arg(long, default_value_t = 256)]
+    /// Episodes in flight at once, 1 to 4096 (the LLM layer also limits concurrent requests).
+    #[arg(long, default_value_t = 256, allow_negative_numbers = true,
+          value_parser = super::count(1, limits::MAX_CONCURRENCY))]
     pub concurrency: usize,
     /// Output JSONL. Episodes are appended to OUTPUT.partial as they finish; rerunning the same
     /// command after an interruption plays only what is missing. A device or FIFO is written
@@ -59,22 +65,16 @@ pub struct EpisodesArgs {
     pub json: bool,
 }
 
-/// Read persona records (JSONL), naming file and line on errors.
-pub fn read_personas(path: &std::path::Path) -> crate::Result<Vec<crate::persona::Persona>> {
-    let ps: Vec<crate::persona::Persona> =
-        crate::io::read_jsonl(path, "a persona record {\"persona_id\", \"text\", ...}")?;
-    if ps.is_empty() {
-        return Err(crate::Error::parse(path, "file", "no persona records"));
-    }
-    Ok(ps)
-}
-
 /// Run `ppol episodes`.
 pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
     let world = args
         .world
         .choice(args.domain.as_deref(), args.tau2_data.clone())?;
-    let personas = args.personas.as_deref().map(read_personas).transpose()?;
+    let personas = args
+        .personas
+        .as_deref()
+        .map(ops::read_personas)
+        .transpose()?;
     let llm = ops::parse_llm(&args.llm)?;
     let bar = super::progress(0, "episodes", args.quiet);
     let request = EpisodesRequest {
@@ -136,7 +136,7 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&report.summary(args.trials))?
+            crate::io::to_json_pretty(&report.summary(args.trials))
         );
     }
     if let Some(acc) = &report.llm {

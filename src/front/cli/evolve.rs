@@ -10,6 +10,7 @@ use super::Outcome;
 use crate::evolve::config::RunConfig;
 use crate::evolve::run::{table_text, Progress, RunControl, RunSummary};
 use crate::front::ops::{self, Overrides};
+use crate::limits;
 
 /// Arguments of `ppol evolve` (flags override the config file).
 #[derive(Debug, Args)]
@@ -32,18 +33,21 @@ pub struct EvolveArgs {
     pub tau2_data: Option<PathBuf>,
     #[command(flatten)]
     pub world: super::world::WorldFlags,
-    /// Iterations.
-    #[arg(long)]
+    /// Iterations, 1 to 1,000,000.
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(1, limits::MAX_ITERATIONS))]
     pub iterations: Option<u64>,
     /// Root seed.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
-    /// Candidates evaluated at once (`search.parallel_candidates`).
-    #[arg(long)]
+    /// Candidates evaluated at once, 1 to 64 (`search.parallel_candidates`).
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(1, limits::MAX_PARALLEL_CANDIDATES))]
     pub parallel_candidates: Option<usize>,
-    /// Children proposed from one state of the archive (`search.generation_size`; default:
-    /// the parallel candidates). Fix it to compare runs with different parallelism.
-    #[arg(long)]
+    /// Children proposed from one state of the archive, up to 1024 (`search.generation_size`;
+    /// default: the parallel candidates). Fix it to compare runs with different parallelism.
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(1, limits::MAX_GENERATION))]
     pub generation_size: Option<usize>,
     /// Run directory (default runs/<timestamp>-<name>).
     #[arg(long)]
@@ -74,8 +78,9 @@ pub struct EvolveArgs {
 pub struct ResumeArgs {
     /// The run directory.
     pub run_dir: PathBuf,
-    /// Raise the total number of iterations.
-    #[arg(long)]
+    /// Raise the total number of iterations (at most 1,000,000).
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(1, limits::MAX_ITERATIONS))]
     pub iterations: Option<u64>,
     /// No progress bar.
     #[arg(long)]
@@ -99,8 +104,9 @@ pub struct EvalArgs {
     /// Held-out human traces (default: the humans the run held out).
     #[arg(long)]
     pub human: Vec<PathBuf>,
-    /// Personas (and base episodes) per task.
-    #[arg(long)]
+    /// Personas (and base episodes) per task, 1 to 1000.
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(1, limits::MAX_PERSONAS))]
     pub n: Option<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -338,7 +344,7 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<Outcome> {
         args.n,
     ))??;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&table)?);
+        println!("{}", crate::io::to_json_pretty(&table));
     } else {
         print!("{}", table_text(&table));
     }

@@ -45,13 +45,13 @@ pub enum ExportCommand {
         output: PathBuf,
         /// Share of personas held out (all their episodes go to --heldout-output, none to the
         /// training file), chosen by a stable hash of the persona id.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
         heldout_fraction: f64,
         /// Where held-out personas' records go (default: OUTPUT with `.heldout` before the extension).
         #[arg(long)]
         heldout_output: Option<PathBuf>,
         /// Seed of the hold-out hash.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
         seed: u64,
         /// `llamafactory`: the dataset name of OUTPUT in dataset_info.json (default: its file
         /// stem); the held-out file is registered as NAME.heldout (default: its file stem).

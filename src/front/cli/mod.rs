@@ -196,6 +196,46 @@ fn run(command: Command) -> anyhow::Result<Outcome> {
     })
 }
 
+/// Warn on stderr about each dialogue a load left out (`warning: FILE: line N: ...`).
+pub(crate) fn warn_skipped(skipped: &[crate::fitness::traces::Skipped]) {
+    for s in skipped {
+        eprintln!("warning: {}", crate::io::printable(&s.to_string()));
+    }
+}
+
+/// The parser of a count flag: a whole number in `min..=max` (bounds from [`crate::limits`]),
+/// else clap's error naming the flag (exit 2). Flags that use it also set
+/// `allow_negative_numbers`, so that `-n -1` is told the value must be at least `min` instead
+/// of being taken for an unknown flag `-1`.
+pub(crate) fn count<T>(
+    min: T,
+    max: T,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: Copy + std::fmt::Display + TryFrom<i128> + Send + Sync + 'static,
+    i128: TryFrom<T>,
+{
+    move |text: &str| {
+        let wide = |x: T| i128::try_from(x).unwrap_or(i128::MAX);
+        let t = text.trim();
+        let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+        let v: i128 = match t.parse() {
+            Ok(v) => v,
+            // too many digits for any count: the sign says which bound it is beyond
+            Err(_) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+                if t.starts_with('-') {
+                    i128::MIN
+                } else {
+                    i128::MAX
+                }
+            }
+            Err(_) => return Err(format!("expected a whole number from {min} to {max}")),
+        };
+        crate::limits::in_range(&v, &wide(min), &wide(max))?;
+        T::try_from(v).map_err(|_| format!("expected a whole number from {min} to {max}"))
+    }
+}
+
 /// A progress bar on stderr (hidden with `quiet` or when stderr is not a terminal).
 pub(crate) fn progress(len: u64, what: &str, quiet: bool) -> indicatif::ProgressBar {
     if quiet {

@@ -10,7 +10,8 @@ use crate::front::ops::{self, TraceSource};
 /// Arguments of `ppol reference`.
 #[derive(Debug, Args)]
 pub struct ReferenceArgs {
-    /// Human trace files.
+    /// Human trace files. Dialogues without user text are left out with a warning naming file
+    /// and line; a dialogue id used twice is an error.
     #[arg(required = true)]
     pub traces: Vec<PathBuf>,
     /// Feature set.
@@ -26,11 +27,12 @@ pub struct ReferenceArgs {
 
 /// Run `ppol reference`.
 pub fn run(args: ReferenceArgs) -> anyhow::Result<()> {
-    let r = ops::build_reference(
+    let (r, skipped) = ops::build_reference(
         &TraceSource::Files(args.traces.clone()),
         args.feature_set.unwrap_or_default(),
         args.domain.as_deref(),
     )?;
+    super::warn_skipped(&skipped);
     r.save(&args.output)?;
     eprintln!(
         "wrote {}: {} dialogues in mean/std, {} in the coverage cloud, feature set {}",

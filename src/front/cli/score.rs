@@ -7,26 +7,30 @@ use clap::{Args, Subcommand};
 use crate::fitness::discriminator::{Discriminator, ForestParams, MaxFeatures};
 use crate::fitness::features::FeatureSet;
 use crate::front::ops::{self, Overrides, ScoreRequest, TraceSource};
+use crate::limits;
 
 /// Random-forest settings shared by the commands that train one. Unset flags take the
 /// configuration's defaults (`[fitness.discriminator]`, `fitness.folds`; see
 /// `ppol evolve --print-config`).
 #[derive(Debug, Clone, Args)]
 pub struct ForestFlags {
-    /// Number of trees (default 200).
-    #[arg(long)]
+    /// Number of trees, 1 to 10,000 (default 200).
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(1, limits::MAX_TREES))]
     pub trees: Option<usize>,
-    /// Maximum tree depth, 0 = unlimited (default 12).
-    #[arg(long)]
+    /// Maximum tree depth, up to 1000; 0 = unlimited (default 12).
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(0, limits::MAX_DEPTH))]
     pub max_depth: Option<usize>,
     /// Features tried per split: sqrt, all, an integer or a fraction (default sqrt).
     #[arg(long)]
     pub max_features: Option<String>,
     /// Random seed (default 42).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
-    /// Folds of the grouped (by task) held-out AUC (default 5).
-    #[arg(long)]
+    /// Folds of the grouped (by task) held-out AUC, 2 to 100 (default 5).
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::count(2, limits::MAX_FOLDS))]
     pub folds: Option<usize>,
 }
 
@@ -86,7 +90,9 @@ pub enum DiscriminatorCommand {
 /// Arguments of `ppol score`.
 #[derive(Debug, Args)]
 pub struct ScoreArgs {
-    /// Simulated dialogues to score.
+    /// Simulated dialogues to score. Dialogues without user text (no turns, only agent turns,
+    /// or user turns without content: a failed episode, say) are left out with a warning naming
+    /// file and line, not scored as all-zero fingerprints; a dialogue id used twice is an error.
     #[arg(required = true)]
     pub candidates: Vec<PathBuf>,
     /// Human traces, or a saved human reference JSON.
@@ -98,17 +104,18 @@ pub struct ScoreArgs {
     /// Baseline dialogues to train a discriminator on the fly (instead of --discriminator).
     #[arg(long)]
     pub baseline: Vec<PathBuf>,
-    /// Weight of human-likeness.
-    #[arg(long)]
+    /// Weight of human-likeness, in [0, 1].
+    #[arg(long, allow_negative_numbers = true)]
     pub lambda_h: Option<f64>,
-    /// Weight of coverage.
-    #[arg(long)]
+    /// Weight of coverage, in [0, 1].
+    #[arg(long, allow_negative_numbers = true)]
     pub lambda_b: Option<f64>,
     /// Coverage in raw feature space (default: standardised by the human mean/std).
     #[arg(long)]
     pub raw: bool,
-    /// Replace the human cloud by K k-means centroids (0 = off).
-    #[arg(long, default_value_t = 0)]
+    /// Replace the human cloud by K k-means centroids, up to 1000 (0 = off).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true,
+          value_parser = super::count(0, limits::MAX_CLUSTERS))]
     pub clusters: usize,
     /// Feature set.
     #[arg(long)]
@@ -130,12 +137,15 @@ pub fn run_discriminator(args: DiscriminatorArgs) -> anyhow::Result<()> {
         output,
         forest,
     } = args.command;
-    let reference = ops::build_reference(
+    let (reference, skipped) = ops::build_reference(
         &TraceSource::Files(human),
         feature_set.unwrap_or_default(),
         None,
     )?;
+    super::warn_skipped(&skipped);
     let base = ops::load_traces(&TraceSource::Files(baseline), None)?;
+    super::warn_skipped(&base.skipped);
+    let base = base.dialogues;
     let (params, folds) = forest.params()?;
     let disc = ops::train_discriminator(&reference, &base, &params, folds)?;
     disc.save(&output)?;
@@ -172,15 +182,18 @@ pub fn run_discriminator(args: DiscriminatorArgs) -> anyhow::Result<()> {
 
 /// Run `ppol score`: prints one JSON object.
 pub fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
-    let reference = ops::build_reference(
+    let (reference, skipped) = ops::build_reference(
         &TraceSource::Files(args.human.clone()),
         args.feature_set.unwrap_or_default(),
         None,
     )?;
+    super::warn_skipped(&skipped);
     let disc = match (&args.discriminator, args.baseline.is_empty()) {
         (Some(p), _) => Discriminator::load(p)?,
         (None, false) => {
             let base = ops::load_traces(&TraceSource::Files(args.baseline.clone()), None)?;
+            super::warn_skipped(&base.skipped);
+            let base = base.dialogues;
             let (params, folds) = args.forest.params()?;
             ops::train_discriminator(&reference, &base, &params, folds)?
         }
@@ -189,6 +202,8 @@ pub fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
         }
     };
     let candidates = ops::load_traces(&TraceSource::Files(args.candidates.clone()), None)?;
+    super::warn_skipped(&candidates.skipped);
+    let candidates = candidates.dialogues;
     let s = ops::score(&ScoreRequest {
         human: &reference,
         discriminator: &disc,
@@ -218,6 +233,6 @@ pub fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
             .map(|(g, c)| serde_json::json!({"group": g, "coverage": c.coverage, "cover_humans": c.cover_humans, "stay_on_manifold": c.stay_on_manifold, "n": c.n}))
             .collect::<Vec<_>>());
     }
-    println!("{}", serde_json::to_string_pretty(&v)?);
+    println!("{}", crate::io::to_json_pretty(&v));
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use crate::front::ops::{self, StudyMakeRequest};
+use crate::limits;
 
 /// `ppol study ...`
 #[derive(Debug, Args)]
@@ -28,14 +29,16 @@ pub enum StudyCommand {
         /// Output directory.
         #[arg(short, long)]
         out: PathBuf,
-        /// Dialogues sampled per condition (0 = all).
-        #[arg(long, default_value_t = 20)]
+        /// Dialogues sampled per condition, up to 100,000 (0 = all).
+        #[arg(long, default_value_t = 20, allow_negative_numbers = true,
+              value_parser = super::count(0, limits::MAX_STUDY_ITEMS))]
         per_condition: usize,
         /// Seed of the sampling and the shuffle.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
         seed: u64,
-        /// Attention-check items (their right answers alternate Bot, Human, ...).
-        #[arg(long, default_value_t = 1)]
+        /// Attention-check items, up to 100 (their right answers alternate Bot, Human, ...).
+        #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+              value_parser = super::count(0, limits::MAX_ATTENTION_CHECKS))]
         attention_checks: usize,
         /// How agent turns are shown: dimmed, summary or hidden.
         #[arg(long, default_value = "dimmed")]
@@ -119,14 +122,17 @@ pub fn run(args: StudyArgs) -> anyhow::Result<()> {
             output,
         } => {
             let a = ops::study_analyze(&answers, &key, keep_failed_attention)?;
-            let text = serde_json::to_string_pretty(&a)?;
+            let text = crate::io::to_json_pretty(&a);
             if let Some(p) = &output {
                 crate::io::write_atomic(p, format!("{text}\n").as_bytes())?;
             }
             if json {
                 println!("{text}");
             } else {
-                print!("{}", crate::report::study::render_text(&a));
+                print!(
+                    "{}",
+                    crate::io::printable(&crate::report::study::render_text(&a))
+                );
             }
         }
     }

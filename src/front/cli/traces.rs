@@ -19,7 +19,9 @@ pub struct TracesArgs {
 pub enum TracesCommand {
     /// Print counts per domain: dialogues, tasks, user turns, words per user turn.
     Stats {
-        /// Trace files (τ-USI JSON, reference JSON, JSONL or text; `-` for stdin).
+        /// Trace files (τ-USI JSON, reference JSON, JSONL or text; `-` for stdin). Dialogues
+        /// without user text are left out with a warning; a dialogue id used twice is an
+        /// error.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Keep only this domain.
@@ -39,9 +41,11 @@ pub fn run(args: TracesArgs) -> anyhow::Result<()> {
             domain,
             json,
         } => {
-            let stats = ops::traces_stats(&TraceSource::Files(files), domain.as_deref())?;
+            let (stats, skipped) =
+                ops::traces_stats(&TraceSource::Files(files), domain.as_deref())?;
+            super::warn_skipped(&skipped);
             if json {
-                println!("{}", serde_json::to_string_pretty(&stats)?);
+                println!("{}", crate::io::to_json_pretty(&stats));
             } else {
                 println!(
                     "{:<12} {:>9} {:>6} {:>10} {:>15} {:>14} {:>12}",
@@ -56,7 +60,7 @@ pub fn run(args: TracesArgs) -> anyhow::Result<()> {
                 for s in stats {
                     println!(
                         "{:<12} {:>9} {:>6} {:>10} {:>15.2} {:>14.2} {:>12}",
-                        s.domain,
+                        crate::io::printable(&s.domain),
                         s.dialogues,
                         s.tasks,
                         s.user_turns,

@@ -15,7 +15,7 @@ use crate::persona::Persona;
 use crate::simulate::episode::record::{pass_hat_k, Episode, EpisodeStatus};
 use crate::simulate::episode::runner::{self, Backend};
 use crate::simulate::world::{self, World, WorldDeps, WorldSettings, WorldSpec};
-use crate::{Error, Result};
+use crate::{limits, Error, Result};
 
 /// Which world to open: its spec, `[world]` settings and the τ² data of built-in domains.
 #[derive(Debug, Clone)]
@@ -78,7 +78,8 @@ pub struct EpisodesRequest {
     pub tasks: String,
     /// Personas (a persona without `task_id` fits every task); None: the plain simulator.
     pub personas: Option<Vec<Persona>>,
-    /// Trials per (task, persona).
+    /// Trials per (task, persona), 1 ..= [`limits::MAX_TRIALS`]; at most
+    /// [`limits::MAX_EPISODES`] episodes in all.
     pub trials: u32,
     /// The LLM user simulator and agent (None: the offline scripted simulator).
     pub llm: Option<LlmConfig>,
@@ -250,7 +251,7 @@ impl EpisodeSink {
         let Some((path, file)) = &self.partial else {
             return Ok(());
         };
-        let mut line = serde_json::to_string(episode).expect("serialisable");
+        let mut line = crate::io::to_json(episode);
         line.push('\n');
         let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
         f.write_all(line.as_bytes())
@@ -269,6 +270,39 @@ impl EpisodeSink {
             None => Ok(()),
         }
     }
+}
+
+/// Read persona records (JSONL, as `ppol generate` writes them) in bounded memory (see
+/// [`crate::io::read_jsonl`]), naming file and line on errors.
+pub fn read_personas(path: &Path) -> Result<Vec<Persona>> {
+    let ps: Vec<Persona> =
+        crate::io::read_jsonl(path, "a persona record {\"persona_id\", \"text\", ...}")?;
+    if ps.is_empty() {
+        return Err(Error::parse(path, "file", "no persona records"));
+    }
+    Ok(ps)
+}
+
+/// Refuse a plan of more than [`limits::MAX_EPISODES`] episodes before it is made (every
+/// episode of a request is kept in memory until the output is written).
+pub fn check_plan_size(
+    task_ids: &[String],
+    personas: Option<&[Persona]>,
+    trials: u32,
+) -> Result<()> {
+    let planned = runner::count_jobs(task_ids, personas, trials);
+    if planned > limits::MAX_EPISODES as u128 {
+        let pairs = runner::count_jobs(task_ids, personas, 1);
+        return Err(Error::config(
+            "tasks × personas × trials",
+            format!(
+                "{pairs} (task, persona) pairs × {trials} trials = {planned} episodes, more than \
+                 {} (ppol's limit of one request); play fewer trials, personas or tasks at once",
+                limits::MAX_EPISODES
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Build the episode backend for an optional LLM configuration.
@@ -297,18 +331,16 @@ pub async fn episodes(
 ) -> Result<EpisodesReport> {
     let defaults = RunConfig::default().episodes;
     let max_turns = req.max_turns.unwrap_or(defaults.val_max_turns);
-    if max_turns == 0 {
-        return Err(Error::config("max_turns", "must be at least 1"));
-    }
+    limits::check("max_turns", max_turns, 1, limits::MAX_TURNS)?;
+    let max_tool_rounds = req.max_tool_rounds.unwrap_or(defaults.max_tool_rounds);
+    limits::check("max_tool_rounds", max_tool_rounds, 1, limits::MAX_TURNS)?;
+    limits::check("trials", req.trials, 1, limits::MAX_TRIALS)?;
+    limits::check("concurrency", req.concurrency, 1, limits::MAX_CONCURRENCY)?;
     let client = llm_client(req.llm.as_ref())?;
     let backend = episode_backend(
         client.as_ref(),
         req.user_temperature.unwrap_or(defaults.user_temperature),
     );
-    let max_tool_rounds = req.max_tool_rounds.unwrap_or(defaults.max_tool_rounds);
-    if max_tool_rounds == 0 {
-        return Err(Error::config("max_tool_rounds", "must be at least 1"));
-    }
     let model = client.clone().map(|c| Arc::new(c) as Arc<dyn ChatModel>);
     let world = req
         .world
@@ -333,6 +365,7 @@ async fn play(
             format!("no tasks selected by '{}'", req.tasks),
         ));
     }
+    check_plan_size(&task_ids, req.personas.as_deref(), req.trials)?;
     let jobs = runner::plan_jobs(&task_ids, req.personas.as_deref(), req.trials);
     if jobs.is_empty() {
         return Err(Error::config(

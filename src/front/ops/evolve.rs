@@ -118,6 +118,9 @@ pub async fn evaluate(
     human: &[PathBuf],
     n: Option<usize>,
 ) -> Result<EvalTable> {
+    if let Some(n) = n {
+        crate::limits::check("n", n, 1, crate::limits::MAX_PERSONAS)?;
+    }
     crate::evolve::run::evaluate_run(dir, split, human, n).await
 }
 

@@ -291,10 +291,7 @@ fn records_text(records: &[serde_json::Value], json_array: bool) -> String {
     if !json_array {
         return crate::io::to_jsonl(records);
     }
-    let rows: Vec<String> = records
-        .iter()
-        .map(|r| serde_json::to_string(r).expect("serialisable"))
-        .collect();
+    let rows: Vec<String> = records.iter().map(crate::io::to_json).collect();
     if rows.is_empty() {
         "[]\n".to_string()
     } else {

@@ -9,7 +9,7 @@ use crate::evolve::config::RunConfig;
 use crate::generate::generator::{generate_in, Failure, GenerationOutcome, Program, Sandbox};
 use crate::llm::{Accounting, ChatModel, LlmConfig};
 use crate::persona::Persona;
-use crate::{Error, Result};
+use crate::{limits, Error, Result};
 
 /// What `ppol generate` needs.
 pub struct GenerateRequest {
@@ -17,7 +17,8 @@ pub struct GenerateRequest {
     pub program: Program,
     /// Which tasks.
     pub tasks: Vec<TaskRef>,
-    /// Personas per task (default: `fitness.n_personas`).
+    /// Personas per task, 1 ..= [`limits::MAX_PERSONAS`] (default: `fitness.n_personas`); at
+    /// most [`limits::MAX_EPISODES`] over all tasks.
     pub n: Option<usize>,
     /// The LLM behind `ppol_llm` (None: calls raise `LLMError`).
     pub llm: Option<LlmConfig>,
@@ -69,11 +70,22 @@ impl GenerateReport {
 /// Run a generator program in the sandbox for every task (concurrently, bounded by the
 /// sandbox). A program failure is data (in the report), never an `Err`.
 pub async fn generate(req: GenerateRequest) -> Result<GenerateReport> {
+    req.program.check()?;
     let n = req
         .n
         .unwrap_or_else(|| RunConfig::default().fitness.n_personas);
-    if n == 0 {
-        return Err(Error::config("n", "must be at least 1"));
+    limits::check("n", n, 1, limits::MAX_PERSONAS)?;
+    let total = n.saturating_mul(req.tasks.len());
+    if total > limits::MAX_EPISODES {
+        return Err(Error::config(
+            "tasks × n",
+            format!(
+                "{} tasks × {n} personas = {total}, more than {} (ppol's limit of one \
+                 request); ask for fewer tasks or personas at once",
+                req.tasks.len(),
+                limits::MAX_EPISODES
+            ),
+        ));
     }
     let client = llm_client(req.llm.as_ref())?;
     let model: Option<Arc<dyn ChatModel>> =

@@ -32,7 +32,7 @@ use crate::fitness::discriminator::{Discriminator, ForestParams};
 use crate::fitness::features::FeatureSet;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::score::{Score, ScoreOptions};
-use crate::fitness::traces::{self, DomainStats, LoadOptions};
+use crate::fitness::traces::{self, DomainStats, LoadOptions, Loaded, Skipped};
 use crate::llm::{LlmClient, LlmConfig};
 use crate::simulate::episode::runner::{self, Backend};
 use crate::simulate::tau2::Domain;
@@ -45,8 +45,8 @@ mod generate;
 mod study;
 
 pub use episodes::{
-    episode_backend, episodes, summary_ks, EpisodeSink, EpisodesReport, EpisodesRequest,
-    WorldChoice,
+    check_plan_size, episode_backend, episodes, read_personas, summary_ks, EpisodeSink,
+    EpisodesReport, EpisodesRequest, WorldChoice,
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
 pub use export::{export_sft, ExportReport, ExportRequest, SftFormat, SkippedEpisode};
@@ -223,13 +223,15 @@ impl TraceSource {
     }
 }
 
-/// Load dialogues, optionally only those of `domain`.
-pub fn load_traces(source: &TraceSource, domain: Option<&str>) -> Result<Vec<Dialogue>> {
+/// Load dialogues, optionally only those of `domain`. Dialogues without user text are left
+/// out and returned in [`Loaded::skipped`] for the front to warn about; a dialogue id used
+/// twice is an error (see [`traces::load_many_checked`]).
+pub fn load_traces(source: &TraceSource, domain: Option<&str>) -> Result<Loaded> {
     let opts = LoadOptions {
         domain: domain.map(str::to_string),
     };
     match source {
-        TraceSource::Files(paths) => traces::load_many(paths, &opts),
+        TraceSource::Files(paths) => traces::load_many_checked(paths, &opts),
         TraceSource::Values(values) => {
             for (i, v) in values.iter().enumerate() {
                 if !v.is_object() {
@@ -240,37 +242,51 @@ pub fn load_traces(source: &TraceSource, domain: Option<&str>) -> Result<Vec<Dia
                     ));
                 }
             }
-            traces::parse(&crate::io::to_jsonl(values), Path::new("<python>"), &opts)
+            traces::parse_checked(&crate::io::to_jsonl(values), Path::new("<python>"), &opts)
         }
     }
 }
 
-/// Per-domain counts of dialogues, tasks, turns and words (`ppol traces stats`).
-pub fn traces_stats(source: &TraceSource, domain: Option<&str>) -> Result<Vec<DomainStats>> {
-    Ok(traces::stats(&load_traces(source, domain)?))
+/// Per-domain counts of dialogues, tasks, turns and words (`ppol traces stats`), with the
+/// dialogues left out (see [`load_traces`]).
+pub fn traces_stats(
+    source: &TraceSource,
+    domain: Option<&str>,
+) -> Result<(Vec<DomainStats>, Vec<Skipped>)> {
+    let loaded = load_traces(source, domain)?;
+    Ok((traces::stats(&loaded.dialogues), loaded.skipped))
 }
 
 /// The human reference of `source`: a single saved reference JSON (made with `feature_set`) is
-/// loaded as it is; trace files or dialogues are fingerprinted (`ppol reference`).
+/// loaded as it is; trace files or dialogues are fingerprinted (`ppol reference`). Returned
+/// with the dialogues left out (see [`load_traces`]).
 pub fn build_reference(
     source: &TraceSource,
     feature_set: FeatureSet,
     domain: Option<&str>,
-) -> Result<HumanReference> {
+) -> Result<(HumanReference, Vec<Skipped>)> {
     if let (TraceSource::Files(paths), None) = (source, domain) {
         return crate::fitness::score::load_reference(paths, feature_set);
     }
-    let ds = load_traces(source, domain)?;
-    HumanReference::build(&ds, feature_set, source.describe())
+    let loaded = load_traces(source, domain)?;
+    let r = HumanReference::build(&loaded.dialogues, feature_set, source.describe())?;
+    Ok((r, loaded.skipped))
 }
 
-/// Train the discriminator: `human`'s coverage cloud vs `baseline` dialogues.
+/// Train the discriminator: `human`'s coverage cloud vs `baseline` dialogues. The forest's
+/// sizes are checked against [`crate::limits`] (trees, depth, folds).
 pub fn train_discriminator(
     human: &HumanReference,
     baseline: &[Dialogue],
     forest: &ForestParams,
     folds: usize,
 ) -> Result<Discriminator> {
+    use crate::limits::{check, MAX_DEPTH, MAX_FOLDS, MAX_TREES};
+    check("trees", forest.n_trees, 1, MAX_TREES)?;
+    if let Some(d) = forest.max_depth {
+        check("max_depth", d, 1, MAX_DEPTH)?;
+    }
+    check("folds", folds, 2, MAX_FOLDS)?;
     crate::fitness::score::train_discriminator(human, baseline, forest, folds)
 }
 
@@ -288,7 +304,8 @@ pub struct ScoreRequest<'a> {
     pub lambda_b: Option<f64>,
     /// Raw (unstandardised) coverage space.
     pub raw: bool,
-    /// K-means centroids replacing the human cloud (0 = off).
+    /// K-means centroids replacing the human cloud (0 = off), at most
+    /// [`limits::MAX_CLUSTERS`](crate::limits::MAX_CLUSTERS).
     pub clusters: usize,
 }
 
@@ -309,6 +326,7 @@ pub fn score(req: &ScoreRequest<'_>) -> Result<Score> {
             return Err(Error::config(key, format!("must be in [0, 1], got {v}")));
         }
     }
+    crate::limits::check("clusters", req.clusters, 0, crate::limits::MAX_CLUSTERS)?;
     crate::fitness::score::score(req.human, req.discriminator, req.candidates, &opts)
 }
 

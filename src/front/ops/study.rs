@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::report::study::{
     self, AgentTurns, AnalyzeOptions, Condition, MakeOptions, StudyAnalysis, StudyFiles,
 };
-use crate::{Error, Result};
+use crate::{limits, Error, Result};
 
 /// What `ppol study make` needs.
 #[derive(Debug, Clone)]
@@ -41,6 +41,12 @@ pub fn study_make(req: &StudyMakeRequest) -> Result<StudyFiles> {
             .collect::<Result<Vec<_>>>()?,
     );
     let defaults = MakeOptions::default();
+    if let Some(n) = req.per_condition {
+        limits::check("per_condition", n, 0, limits::MAX_STUDY_ITEMS)?;
+    }
+    if let Some(n) = req.attention_checks {
+        limits::check("attention_checks", n, 0, limits::MAX_ATTENTION_CHECKS)?;
+    }
     let opts = MakeOptions {
         per_condition: req.per_condition.unwrap_or(defaults.per_condition),
         seed: req.seed,

@@ -147,8 +147,23 @@ fn dialogues(
     domain: Option<&str>,
 ) -> PyResult<Vec<Dialogue>> {
     let source = trace_source(traces)?;
-    py.detach(|| ops::load_traces(&source, domain))
-        .map_err(to_py_err)
+    let loaded = py
+        .detach(|| ops::load_traces(&source, domain))
+        .map_err(to_py_err)?;
+    warn_skipped(py, &loaded.skipped)?;
+    Ok(loaded.dialogues)
+}
+
+/// A `UserWarning` for each dialogue a load left out (`FILE: line N: dialogue 'x' has no user
+/// text ...`), as the command line warns on stderr.
+fn warn_skipped(py: Python<'_>, skipped: &[crate::fitness::traces::Skipped]) -> PyResult<()> {
+    let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+    for s in skipped {
+        let text = crate::io::printable(&s.to_string()).into_owned();
+        let message = std::ffi::CString::new(text).unwrap_or_default();
+        PyErr::warn(py, &category, &message, 1)?;
+    }
+    Ok(())
 }
 
 fn matrix<'py>(
@@ -193,9 +208,10 @@ fn traces_stats<'py>(
     domain: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let source = trace_source(traces)?;
-    let stats = py
+    let (stats, skipped) = py
         .detach(|| ops::traces_stats(&source, domain.as_deref()))
         .map_err(to_py_err)?;
+    warn_skipped(py, &skipped)?;
     to_py(py, &stats)
 }
 
@@ -246,9 +262,10 @@ impl PyHumanReference {
     ) -> PyResult<Self> {
         let set = self::feature_set(feature_set)?;
         let source = trace_source(traces)?;
-        let inner = py
+        let (inner, skipped) = py
             .detach(|| ops::build_reference(&source, set, domain.as_deref()))
             .map_err(to_py_err)?;
+        warn_skipped(py, &skipped)?;
         Ok(PyHumanReference { inner })
     }
 
@@ -534,12 +551,9 @@ fn generate<'py>(
     world: Option<String>,
     task_file: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if !program.is_file() {
-        return Err(IoError::new_err(format!(
-            "generator program '{}' does not exist",
-            program.display()
-        )));
-    }
+    crate::generate::generator::Program::Path(program.clone())
+        .check()
+        .map_err(to_py_err)?;
     if split.is_some() && domain.is_none() && world.is_none() && task_file.is_none() {
         return Err(ConfigError::new_err(
             "split= needs domain=, world= or task_file=",
@@ -585,7 +599,8 @@ fn world_overrides(
     Ok(())
 }
 
-/// Play episodes (as `ppol episodes`); returns `{"episodes": [...], "resumed", "backend",
+/// Play episodes (as `ppol episodes`; `personas` is a persona JSONL path or a list of persona
+/// dicts); returns `{"episodes": [...], "resumed", "backend",
 /// "llm", "budget_exhausted"}`.
 #[pyfunction]
 #[pyo3(signature = (domain=None, tasks="all", personas=None, trials=1, llm=None, max_turns=None, seed=0, tau2_data=None, concurrency=256, output=None, config=None, world=None, task_file=None))]
@@ -621,8 +636,15 @@ fn episodes<'py>(
     world_overrides(&mut o, domain, world, task_file, tau2_data).map_err(to_py_err)?;
     let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
     let world = ops::WorldChoice::of_config(&cfg).map_err(to_py_err)?;
-    let personas: Option<Vec<crate::persona::Persona>> =
-        personas.map(|p| from_py(p, "personas")).transpose()?;
+    let personas: Option<Vec<crate::persona::Persona>> = match personas {
+        // a persona file is read by the same bounded reader as `--personas`
+        Some(p) if p.is_instance_of::<PyString>() || p.hasattr("__fspath__")? => {
+            let path: PathBuf = p.extract()?;
+            Some(py.detach(|| ops::read_personas(&path)).map_err(to_py_err)?)
+        }
+        Some(p) => Some(from_py(p, "personas")?),
+        None => None,
+    };
     let request = ops::EpisodesRequest {
         world,
         tasks: tasks.to_string(),

@@ -222,6 +222,59 @@ impl Program {
         }
     }
 
+    /// Check that a program file can hold a program: it exists, is a regular file (not a
+    /// directory, nor a device such as `/dev/null`) and is not empty. The error names the
+    /// program and says which (a program held as source passes).
+    pub fn check(&self) -> Result<()> {
+        use std::os::unix::fs::FileTypeExt;
+        let Program::Path(p) = self else {
+            return Ok(());
+        };
+        let wrong = |kind, why: String| {
+            Error::io(
+                "reading generator program",
+                p,
+                std::io::Error::new(kind, why),
+            )
+        };
+        let meta = match std::fs::metadata(p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(wrong(std::io::ErrorKind::NotFound, "does not exist".into()))
+            }
+            Err(e) => return Err(Error::io("reading generator program", p, e)),
+        };
+        let t = meta.file_type();
+        if !t.is_file() {
+            let what = if t.is_dir() {
+                "a directory"
+            } else if t.is_char_device() {
+                "a character device"
+            } else if t.is_block_device() {
+                "a block device"
+            } else if t.is_fifo() {
+                "a FIFO"
+            } else if t.is_socket() {
+                "a socket"
+            } else {
+                "not a file"
+            };
+            return Err(wrong(
+                std::io::ErrorKind::InvalidInput,
+                format!("not a regular file ({what}); give the path of a Python file"),
+            ));
+        }
+        if meta.len() == 0 {
+            return Err(wrong(
+                std::io::ErrorKind::InvalidData,
+                "the file is empty; a generator program is Python source that defines \
+                 DIVERSITY_AXES and generate_personas_detailed (see seeds/README.md)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The source text (reads the file).
     pub fn source(&self) -> Result<String> {
         match self {

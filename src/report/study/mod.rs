@@ -185,7 +185,9 @@ impl Judgement {
 pub struct ShownTurn {
     /// `user` or `agent`.
     pub who: String,
-    /// The text (for a summarised agent turn, the summary).
+    /// The text (for a summarised agent turn, the summary), with bidi controls shown as
+    /// `\u{202e}` escapes ([`crate::io::neutralize_bidi`]): annotators read it on the page and
+    /// in Label Studio.
     pub text: String,
 }
 
@@ -302,6 +304,16 @@ fn clean_user_text(s: &str) -> String {
 }
 
 fn shown_turns(d: &Dialogue, agent: AgentTurns) -> Vec<ShownTurn> {
+    let mut out = shown_turns_raw(d, agent);
+    for t in &mut out {
+        if let std::borrow::Cow::Owned(shown) = crate::io::neutralize_bidi(&t.text) {
+            t.text = shown;
+        }
+    }
+    out
+}
+
+fn shown_turns_raw(d: &Dialogue, agent: AgentTurns) -> Vec<ShownTurn> {
     let mut out = Vec::new();
     for t in &d.turns {
         match t.role {
@@ -529,9 +541,10 @@ pub fn make(conditions: &[Condition], opts: &MakeOptions) -> Result<Study> {
 }
 
 /// JSON for a `<script type="application/json">` element: `<`, `>` and `&` escaped so that no
-/// text can close the element or open a comment.
+/// text can close the element or open a comment (bidi controls are escaped too, though the
+/// texts shown have none: see `shown_turns`).
 fn script_json(v: &Value) -> String {
-    v.to_string()
+    crate::io::to_json(v)
         .replace('<', "\\u003c")
         .replace('>', "\\u003e")
         .replace('&', "\\u0026")
@@ -598,10 +611,10 @@ pub fn write(study: &Study, dir: &Path) -> Result<StudyFiles> {
         study_id: study.key.study_id.clone(),
     };
     crate::io::write_atomic(&files.page, render_page(study).as_bytes())?;
-    let tasks = serde_json::to_string_pretty(&label_studio_tasks(study)).expect("serialises");
+    let tasks = crate::io::to_json_pretty(&label_studio_tasks(study));
     crate::io::write_atomic(&files.label_studio_tasks, tasks.as_bytes())?;
     crate::io::write_atomic(&files.label_studio_config, label_studio_config().as_bytes())?;
-    let key = serde_json::to_string_pretty(&study.key).expect("serialises");
+    let key = crate::io::to_json_pretty(&study.key);
     crate::io::write_atomic(&files.key, key.as_bytes())?;
     Ok(files)
 }

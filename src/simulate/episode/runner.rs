@@ -95,7 +95,7 @@ pub fn user_guidelines(domain: &Domain) -> String {
             dir.join("../user_simulator/simulation_guidelines.md"),
         ];
         for c in candidates {
-            if let Ok(text) = std::fs::read_to_string(&c) {
+            if let Ok(text) = crate::io::read_to_string(&c) {
                 return text;
             }
         }
@@ -294,7 +294,8 @@ pub(crate) fn usage_json(
 
 /// The (task id, persona, trial) jobs of an episodes run, in order: every task with each of the
 /// personas meant for it (a persona without `task_id` fits every task; no personas: the plain
-/// simulator), `trials` times (at least once).
+/// simulator), `trials` times. Callers check the bounds first (`trials` at least 1, the size
+/// with [`count_jobs`]).
 pub fn plan_jobs(
     task_ids: &[String],
     personas: Option<&[Persona]>,
@@ -311,12 +312,27 @@ pub fn plan_jobs(
                 .collect(),
         };
         for p in ps {
-            for k in 0..trials.max(1) {
+            for k in 0..trials {
                 jobs.push((t.clone(), p.cloned(), k));
             }
         }
     }
     jobs
+}
+
+/// How many jobs [`plan_jobs`] would plan, counted without making them.
+pub fn count_jobs(task_ids: &[String], personas: Option<&[Persona]>, trials: u32) -> u128 {
+    let pairs: u128 = task_ids
+        .iter()
+        .map(|t| match personas {
+            None => 1,
+            Some(all) => all
+                .iter()
+                .filter(|p| p.task_id.as_deref().is_none_or(|id| id == t))
+                .count() as u128,
+        })
+        .sum();
+    pairs * u128::from(trials)
 }
 
 /// `<task>:<persona>:<trial>`.

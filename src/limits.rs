@@ -1,0 +1,171 @@
+//! Upper bounds on every count and size ppol accepts, in one place. A value beyond one is one
+//! clear error naming the flag or configuration key (exit 2 on the command line, `ConfigError`
+//! or `ParseError` in Python), never a run that grows until the machine stops it. The command
+//! line checks its flags against these constants as it parses them; the operations layer and
+//! [`RunConfig::validate`](crate::evolve::config::RunConfig::validate) check them again, so a
+//! Python call meets the same bounds.
+//!
+//! | what | flags and keys | bound |
+//! |---|---|---|
+//! | one input file (traces, personas, tasks, answers, configurations) | — | [`MAX_INPUT_BYTES`] (1 GiB) |
+//! | one line of a line-based input (JSONL, text traces) | — | [`MAX_LINE_BYTES`] (64 MiB) |
+//! | trials per (task, persona) | `episodes --trials`, `episodes.baseline_trials` | 1 ..= [`MAX_TRIALS`] (1,000) |
+//! | episodes of one request (tasks × personas × trials) | `ppol episodes` | [`MAX_EPISODES`] (100,000) |
+//! | personas per task | `generate -n`, `eval --n`, `fitness.n_personas`, `fitness.n_personas_schedule` | 1 ..= [`MAX_PERSONAS`] (1,000) |
+//! | personas of one request (tasks × personas per task) | `ppol generate` | [`MAX_EPISODES`] (100,000) |
+//! | k-means centroids | `score --clusters`, `fitness.n_clusters` | 0 ..= [`MAX_CLUSTERS`] (1,000) |
+//! | user turns per episode; tool-call rounds per agent turn | `--max-turns`, `--max-tool-rounds`, `episodes.max_turns`, `episodes.val_max_turns`, `episodes.max_tool_rounds` | 1 ..= [`MAX_TURNS`] (1,000) |
+//! | episodes, programs or requests in flight | `episodes --concurrency`, `generate --concurrency`, `sandbox.concurrency`, `llm.max_concurrency` | ..= [`MAX_CONCURRENCY`] (4,096) |
+//! | candidates in flight; children per generation | `--parallel-candidates`, `--generation-size`, `search.*` | 1 ..= [`MAX_PARALLEL_CANDIDATES`] (64); ..= [`MAX_GENERATION`] (1,024) |
+//! | LLM calls per generation | `--max-llm-calls`, `sandbox.max_llm_calls` | ..= [`MAX_LLM_CALLS`] (100,000) |
+//! | a generator program's memory | `sandbox.memory_mb` | 64 ..= [`MAX_MEMORY_MB`] (1 TiB) |
+//! | iterations; evaluations or failures before a stop | `--iterations`, `search.iterations`, `search.early_stop_evaluations`, `search.max_requeues`, `mutation.rewrite_after_failures` | ..= [`MAX_ITERATIONS`] (1,000,000) |
+//! | train tasks per evaluation | `fitness.batch_size` | 1 ..= [`MAX_BATCH`] (10,000) |
+//! | the discriminator: trees, depth, folds | `--trees`, `--max-depth`, `--folds`, `fitness.discriminator.n_trees`, `.max_depth`, `fitness.folds` | 1 ..= [`MAX_TREES`] (10,000); ..= [`MAX_DEPTH`] (1,000); 2 ..= [`MAX_FOLDS`] (100) |
+//! | the archive: islands; programs per island and elites; inspirations | `archive.num_islands`; `archive.population_size`, `archive.archive_size`; `archive.num_top_programs`, `archive.num_diverse_programs` | 1 ..= [`MAX_ISLANDS`] (1,000); 1 ..= [`MAX_POPULATION`] (100,000); ..= [`MAX_INSPIRATIONS`] (100) |
+//! | a study: dialogues per condition; attention checks | `study make --per-condition`, `--attention-checks` | ..= [`MAX_STUDY_ITEMS`] (100,000); ..= [`MAX_ATTENTION_CHECKS`] (100) |
+//! | an LLM answer | `llm.max_response_bytes` | 1 KiB ..= [`MAX_INPUT_BYTES`] (1 GiB) |
+//! | a benchmark | `bench ... --repeat`, `--end-to-end-dialogues`, `--seeds`, ... | ..= [`MAX_BENCH`] (1,000,000) |
+//!
+//! Bounds of what a generator program returns (output bytes, personas, text) live with the
+//! sandbox and the validation of its result (`generate`).
+
+use crate::{Error, Result};
+
+/// The most ppol reads of one input file: trace files (a whole JSON document included),
+/// persona and task files, answer files, configurations. A larger file is refused before it is
+/// read.
+pub const MAX_INPUT_BYTES: u64 = 1 << 30;
+
+/// The most ppol reads of one line of a line-based input (JSON Lines, `USER:`/`ASSISTANT:`
+/// text). A longer line is an error naming the file and the line, found while reading: a stream
+/// without line breaks is read no further than this.
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// Trials per (task, persona) of one episodes request.
+pub const MAX_TRIALS: u32 = 1_000;
+
+/// Episodes one request may plan (tasks × personas × trials), and personas one generate
+/// request may ask for (tasks × personas per task): every record is kept in memory until the
+/// output is written.
+pub const MAX_EPISODES: usize = 100_000;
+
+/// Personas per task a generator program is asked for.
+pub const MAX_PERSONAS: usize = 1_000;
+
+/// K-means centroids replacing the human cloud.
+pub const MAX_CLUSTERS: usize = 1_000;
+
+/// User turns per episode, and tool-call rounds per agent turn.
+pub const MAX_TURNS: usize = 1_000;
+
+/// Episodes in flight at once, generator programs at once, requests in flight per endpoint.
+pub const MAX_CONCURRENCY: usize = 4_096;
+
+/// Candidates evaluated at once.
+pub const MAX_PARALLEL_CANDIDATES: usize = 64;
+
+/// Children proposed from one state of the archive.
+pub const MAX_GENERATION: usize = 1_024;
+
+/// LLM calls one generation may make.
+pub const MAX_LLM_CALLS: usize = 100_000;
+
+/// A generator program's address-space limit, MiB (1 TiB).
+pub const MAX_MEMORY_MB: u64 = 1 << 20;
+
+/// Iterations of a run; evaluations without a new elite, re-queues and failed children
+/// before the run (or the parent) changes course.
+pub const MAX_ITERATIONS: u64 = 1_000_000;
+
+/// Train tasks per evaluation.
+pub const MAX_BATCH: usize = 10_000;
+
+/// Trees of the discriminator's forest.
+pub const MAX_TREES: usize = 10_000;
+
+/// Depth of a discriminator tree.
+pub const MAX_DEPTH: usize = 1_000;
+
+/// Folds of the grouped held-out AUC.
+pub const MAX_FOLDS: usize = 100;
+
+/// Islands of the archive.
+pub const MAX_ISLANDS: usize = 1_000;
+
+/// Programs per island, and elites of the archive.
+pub const MAX_POPULATION: usize = 100_000;
+
+/// Programs shown to the mutator as inspirations, of each kind.
+pub const MAX_INSPIRATIONS: usize = 100;
+
+/// Dialogues per condition of a study.
+pub const MAX_STUDY_ITEMS: usize = 100_000;
+
+/// Attention-check items of a study.
+pub const MAX_ATTENTION_CHECKS: usize = 100;
+
+/// Repetitions, dialogues, runs and tasks of a benchmark.
+pub const MAX_BENCH: usize = 1_000_000;
+
+/// Check that a count is in `min..=max`; the error names `key` (a flag, an argument or a
+/// configuration key).
+pub fn check<T>(key: &str, value: T, min: T, max: T) -> Result<()>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    match in_range(&value, &min, &max) {
+        Ok(()) => Ok(()),
+        Err(why) => Err(Error::config(key, format!("{why}, got {value}"))),
+    }
+}
+
+/// Why `value` is not in `min..=max` (the message of [`check`] and of the command line's
+/// parsers).
+pub fn in_range<T>(value: &T, min: &T, max: &T) -> std::result::Result<(), String>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    if value < min {
+        Err(format!("must be at least {min}"))
+    } else if value > max {
+        Err(format!("must be at most {max} (ppol's limit)"))
+    } else {
+        Ok(())
+    }
+}
+
+/// A byte count for messages: `64 MiB`, `1 GiB`, `1500 bytes`.
+pub fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{} GiB", n >> 30),
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} bytes"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_name_the_key_and_the_bound() {
+        assert!(check("trials", 3u32, 1, 1000).is_ok());
+        let e = check("trials", 0u32, 1, 1000).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "invalid configuration 'trials': must be at least 1, got 0"
+        );
+        let e = check("fitness.n_personas", 1_000_000_000usize, 1, 1000)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "invalid configuration 'fitness.n_personas': must be at most 1000 (ppol's limit), got 1000000000"
+        );
+        assert_eq!(bytes(MAX_LINE_BYTES as u64), "64 MiB");
+        assert_eq!(bytes(MAX_INPUT_BYTES), "1 GiB");
+        assert_eq!(bytes(1500), "1500 bytes");
+    }
+}
