@@ -150,3 +150,48 @@ fn ctrl_c_stops_the_baseline_within_seconds_and_resume_pays_for_nothing_twice() 
     assert!(server.requests() > requests_before);
     drop(rt);
 }
+
+/// A process killed after it opened the cost ledger but before it wrote its log paid nothing:
+/// the resume starts the run (found by .ci/hostile.sh's priced kill at 1.5 s under load); a
+/// ledger that records calls without a log is still refused.
+#[test]
+fn a_run_killed_before_its_log_resumes_unless_it_paid_for_something() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let out = ppol()
+        .args(["evolve", "--iterations", "1", "--quiet", "--out"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    for f in ["log.jsonl", "checkpoint.json", "discriminator.json"] {
+        std::fs::remove_file(run.join(f)).unwrap();
+    }
+    for d in ["baseline", "best"] {
+        let _ = std::fs::remove_dir_all(run.join(d));
+    }
+    let start = r#"{"process":1,"pid":1,"time":"2026-01-01T00:00:00Z","at":"start","roles":{}}"#;
+    std::fs::write(run.join("costs.jsonl"), format!("{start}\n")).unwrap();
+    let out = ppol()
+        .args(["resume", "--quiet"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_file(run.join("log.jsonl")).unwrap();
+    let call = r#"{"process":1,"pid":1,"time":"2026-01-01T00:00:01Z","at":"call","roles":{"agent":{"calls":1,"attempts":1,"failures":0,"cache_hits":0,"prompt_tokens":10,"completion_tokens":2,"usd":0.0}}}"#;
+    std::fs::write(run.join("costs.jsonl"), format!("{start}\n{call}\n")).unwrap();
+    let out = ppol()
+        .args(["resume", "--quiet"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("log.jsonl is missing"), "{err}");
+}

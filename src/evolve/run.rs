@@ -78,6 +78,15 @@ pub async fn resume(
 /// history: a missing `log.jsonl` once the run has produced anything, a missing
 /// `checkpoint.json` when the log records committed iterations, or a log that does not hold
 /// the checkpoint's commit.
+/// Whether the run's cost ledger records any LLM call (an unreadable one counts as yes).
+fn ledger_records_calls(dir: &RunDir) -> bool {
+    crate::evolve::ledger::read(&crate::evolve::ledger::path(dir)).map_or(true, |lines| {
+        lines
+            .iter()
+            .any(|l| l.at != "start" || l.roles.values().any(|r| r.calls > 0))
+    })
+}
+
 fn check_history(dir: &RunDir, checkpoint: Option<&State>) -> Result<()> {
     let refuse = |message: String| {
         Err(Error::Run {
@@ -95,6 +104,9 @@ fn check_history(dir: &RunDir, checkpoint: Option<&State>) -> Result<()> {
         ]
         .into_iter()
         .filter(|f| dir.join(f).exists())
+        // a ledger that records no call is only a process that started (killed before it
+        // wrote its log): nothing was paid, nothing would be lost
+        .filter(|f| *f != "costs.jsonl" || ledger_records_calls(dir))
         .collect();
         if produced.is_empty() {
             return Ok(()); // the run never started: it starts now
