@@ -294,34 +294,33 @@ impl RunContext {
                 (i, self.runner.run(t, None, *k, mix(seed, i as u64)).await)
             })
             .collect();
-        let stopped = async {
-            loop {
-                if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    return "interrupted";
-                }
-                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                    return "search.max_wall_clock_s reached";
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // why to stop now, if the run must (checked before each wait, and every 100 ms)
+        let why_stop = || {
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                Some("interrupted")
+            } else if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                Some("search.max_wall_clock_s reached")
+            } else {
+                None
             }
         };
-        tokio::pin!(stopped);
         loop {
+            if let Some(why) = why_stop().filter(|_| !running.is_empty()) {
+                return Err(Error::Cancelled(format!(
+                    "{why} during the baseline: {} of {} baseline episodes are kept in {} \
+                     and `ppol resume {}` plays only the rest",
+                    done.len(),
+                    jobs.len(),
+                    partial.display(),
+                    self.dir.path().display()
+                )));
+            }
             let (job, episode) = tokio::select! {
                 next = running.next() => match next {
                     Some(x) => x,
                     None => break,
                 },
-                why = &mut stopped => {
-                    return Err(Error::Cancelled(format!(
-                        "{why} during the baseline: {} of {} baseline episodes are kept in {} \
-                         and `ppol resume {}` plays only the rest",
-                        done.len(),
-                        jobs.len(),
-                        partial.display(),
-                        self.dir.path().display()
-                    )));
-                }
+                _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => continue,
             };
             let row = PartialBaseline {
                 job,
