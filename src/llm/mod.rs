@@ -120,6 +120,27 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+impl ToolSpec {
+    /// A tool from its OpenAI form (`{"type": "function", "function": {"name", "description",
+    /// "parameters"}}`) or the flat one (`{"name", ...}`); `None` without a name. Parameters
+    /// default to an empty object schema.
+    pub fn from_openai(v: &Value) -> Option<ToolSpec> {
+        let f = v.get("function").unwrap_or(v);
+        Some(ToolSpec {
+            name: f.get("name")?.as_str()?.to_string(),
+            description: f
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            parameters: f
+                .get("parameters")
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+        })
+    }
+}
+
 /// A canned tool call in a scripted answer: a line of a [`ScriptedModel`] script or a
 /// mock-server reply (`crate::testing::mock_server`). The id defaults to `call_<request>_<index>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -301,23 +301,10 @@ pub fn chat_request(v: &Value) -> std::result::Result<ChatRequest, String> {
     let mut tools = Vec::new();
     if let Some(ts) = obj.get("tools").and_then(Value::as_array) {
         for (i, t) in ts.iter().enumerate() {
-            let f = t.get("function").unwrap_or(t);
-            let name = f
-                .get("name")
-                .and_then(Value::as_str)
-                .ok_or(format!("tools[{i}]: a function tool needs a name"))?;
-            tools.push(ToolSpec {
-                name: name.to_string(),
-                description: f
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                parameters: f
-                    .get("parameters")
-                    .cloned()
-                    .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-            });
+            tools.push(
+                ToolSpec::from_openai(t)
+                    .ok_or(format!("tools[{i}]: a function tool needs a name"))?,
+            );
         }
     }
     let num = |k: &str| obj.get(k).and_then(Value::as_f64);

@@ -798,7 +798,11 @@ fn apply_answer(e: &mut Episode, v: &Value) -> std::result::Result<(), String> {
         let tools = a
             .get("tools")
             .and_then(Value::as_array)
-            .map(|ts| ts.iter().filter_map(tool_spec_of).collect())
+            .map(|ts| {
+                ts.iter()
+                    .filter_map(crate::llm::ToolSpec::from_openai)
+                    .collect()
+            })
             .unwrap_or_default();
         e.agent = Some(AgentView {
             system_prompt,
@@ -817,23 +821,6 @@ fn apply_answer(e: &mut Episode, v: &Value) -> std::result::Result<(), String> {
     };
     e.status = EpisodeStatus::Ok;
     Ok(())
-}
-
-/// An OpenAI function tool (`{"type": "function", "function": {...}}`) or a flat spec.
-fn tool_spec_of(v: &Value) -> Option<crate::llm::ToolSpec> {
-    let f = v.get("function").unwrap_or(v);
-    Some(crate::llm::ToolSpec {
-        name: f.get("name")?.as_str()?.to_string(),
-        description: f
-            .get("description")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        parameters: f
-            .get("parameters")
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-    })
 }
 
 /// The termination of a v1 answer, read off its last user turn's stop token.
