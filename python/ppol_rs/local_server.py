@@ -181,8 +181,8 @@ def laptop_run_toml(llm_section: str, iterations: int = LAPTOP_ITERATIONS) -> st
     (a short policy: an agent turn takes seconds, not tens of them), one train, one validation
     and one test task, two personas per candidate, one user turn per episode, short answers,
     the LLM as mutator and reflection, then ``llm_section`` (:func:`llm_toml`) with each role's
-    completion capped. ``ppol evolve --config FILE`` finishes it in about 10 minutes here (4
-    iterations: the seed and three LLM mutations); ``ppol eval RUN --n 1`` then takes ~2.
+    completion capped: 4 iterations (the seed and three LLM mutations). CI's real-model step
+    runs it cut to 2 iterations (418 s on 2 busy cores).
 
     >>> text = laptop_run_toml(llm_toml("http://127.0.0.1:8000/v1"))
     >>> "iterations = 4" in text and "[llm.roles.user-sim]" in text
@@ -197,8 +197,8 @@ def laptop_run_toml(llm_section: str, iterations: int = LAPTOP_ITERATIONS) -> st
         "[llm.roles.agent]           # the agent calls tools through the function-calling format\n"
         "max_tokens = 96\n",
     )
-    return """# A small evolution with the local model: about 10 minutes on 2 cores (ppol evolve --config
-# this file). Raise iterations, n_personas and max_turns for runs that mean something.
+    return """# A small evolution with the local model, sized to finish in minutes (ppol evolve --config
+# this file; cut to 2 iterations it took 418 s on 2 busy cores). Raise iterations, n_personas and max_turns for runs that mean something.
 [run]
 domain = "demo"             # the built-in demo domain: its short policy keeps agent turns fast
 train_split = "0,1"         # one train and one validation task (the validation is carved out)
@@ -477,7 +477,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--run-toml", default=None, metavar="FILE",
                    help="also write a whole laptop-sized run configuration to FILE (the [llm] "
                         "section plus small [run]/[search]/[episodes]/[fitness] settings): "
-                        "ppol evolve --config FILE finishes in about 10 minutes on 2 cores")
+                        "ppol evolve --config FILE finishes a small evolution in minutes")
     p.add_argument("--log", default=None, metavar="FILE", help="server log (default: a temporary file)")
     p.add_argument("--startup-timeout", type=float, default=180.0)
     p.add_argument("--bound-tool-calls", action="store_true",
