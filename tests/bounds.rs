@@ -497,6 +497,25 @@ fn r24_dialogues_without_user_text_are_skipped_with_a_warning_naming_file_and_li
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["counts"]["n_dialogues"], n_real, "{v}");
     assert_eq!(v["counts"]["n_without_user_turns"], 0, "{v}");
+    // `ppol fingerprint` keeps one row per dialogue: the silent ones get the reference's
+    // all-zero vector, each with a warning
+    let (code, out, err, _) = ppol_within(&["fingerprint", &s(&cands)], 60);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), n_real + 3, "{err}");
+    for (row, id) in rows[n_real..].iter().zip(["empty", "agent_only", "nulls"]) {
+        assert_eq!(row["id"], id);
+        let values = row["features"].as_object().unwrap();
+        assert!(values.values().all(|v| v.as_f64() == Some(0.0)), "{row}");
+        assert!(
+            err.contains(&format!("dialogue '{id}' has no user text")),
+            "{id}: {err}"
+        );
+    }
+    assert!(err.contains("its fingerprint is all zeros"), "{err}");
     // a file of nothing but such dialogues is refused
     let human = dir.path().join("human.jsonl");
     std::fs::write(

@@ -150,7 +150,9 @@ pub fn parse_checked(text: &str, path: &Path, opts: &LoadOptions) -> Result<Load
 /// [`load_many_checked`] for fingerprinting: the same files accepted, the same errors, the
 /// same ids, task ids and domains, but each dialogue keeps only what fingerprints read, its
 /// user turns ([`Dialogue::meta`] is empty). Other turns and the metadata are still checked,
-/// not kept, which makes JSON Lines files much cheaper to load.
+/// not kept, which makes JSON Lines files much cheaper to load. Unlike the other loads, a
+/// dialogue without user text is kept (its fingerprint is all zeros, as the reference's) and
+/// also listed in [`Loaded::skipped`] for the caller to warn about.
 pub fn load_many_user_turns(paths: &[PathBuf], opts: &LoadOptions) -> Result<Loaded> {
     load_many_keeping(paths, opts, Keep::UserTurns)
 }
@@ -313,6 +315,23 @@ fn parse_keeping(text: &str, path: &Path, opts: &LoadOptions, keep: Keep) -> Res
     let mut located = parse_located(text, path, keep)?;
     if let Some(d) = &opts.domain {
         located.retain(|(_, x)| x.domain.as_deref() == Some(d.as_str()));
+    }
+    if keep == Keep::UserTurns {
+        // Fingerprinting keeps every dialogue (one row per input, the reference's all-zero
+        // vector for a silent one) and reports the silent ones.
+        let skipped = located
+            .iter()
+            .filter(|(_, d)| !has_user_text(d))
+            .map(|(location, d)| Skipped {
+                path: path.to_path_buf(),
+                location: location.clone(),
+                id: d.id.clone(),
+            })
+            .collect();
+        return Ok(Kept {
+            dialogues: located,
+            skipped,
+        });
     }
     let (dialogues, without): (Vec<_>, Vec<_>) =
         located.into_iter().partition(|(_, d)| has_user_text(d));

@@ -13,9 +13,9 @@ use crate::fitness::traces::{self, LoadOptions};
 /// Arguments of `ppol fingerprint`.
 #[derive(Debug, Args)]
 pub struct FingerprintArgs {
-    /// Trace files. Dialogues without user text (no turns, only agent turns, or user turns
-    /// without content) are left out with a warning naming file and line; a dialogue id used
-    /// twice is an error.
+    /// Trace files. Every dialogue gets one line; one without user text (no turns, only agent
+    /// turns, or user turns without content) gets the all-zero fingerprint the reference gives
+    /// it, with a warning naming file and line. A dialogue id used twice is an error.
     #[arg(required = true)]
     pub traces: Vec<PathBuf>,
     /// Feature set: ppol-0.1.1 (default, the reference's) or v2 (fixed).
@@ -62,7 +62,15 @@ pub fn run(args: FingerprintArgs) -> anyhow::Result<()> {
         || args.feature_set.compile(),
     );
     let loaded = ds?;
-    super::warn_skipped(&loaded.skipped);
+    for s in &loaded.skipped {
+        eprintln!(
+            "warning: {}: {}: dialogue '{}' has no user text (no turns, only agent turns, or \
+             user turns without content); its fingerprint is all zeros",
+            crate::io::printable(&s.path.display().to_string()),
+            s.location,
+            crate::io::printable(&s.id)
+        );
+    }
     let ds = loaded.dialogues;
     let fps = fingerprint_many(&ds, args.feature_set);
     let pieces = ds
