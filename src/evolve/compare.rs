@@ -314,6 +314,9 @@ pub fn spread_line(t: &EvalTable) -> Option<String> {
     if diffs.len() < 2 {
         return None;
     }
+    // numeric ids in numeric order (5, 6, 12 rather than 12, 5, 6)
+    let mut diffs = diffs;
+    diffs.sort_by_cached_key(|(t, _)| (t.parse::<u64>().map_err(|_| t.clone()), t.clone()));
     let n = diffs.len() as f64;
     let mean = diffs.iter().map(|(_, d)| d).sum::<f64>() / n;
     let sd = (diffs.iter().map(|(_, d)| (d - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
