@@ -7,6 +7,12 @@ JSON request on stdin and writes one JSON answer on stdout:
      "vocabulary": [{"name": "typos", "definition": "...", "on": "...", "off": "..."}]}
     {"op": "crossover", "code": "...", "code_b": "...", "seed": 7}
     {"op": "mutate", "code": "...", "vocabulary": [...], "seeds": [1, 2, 3]}   (batch)
+    {"op": "targets", "code": "...", "max_targets": 64}
+        -> {"ok": true, "targets": [{"id": "MECHANICS['terse'][1]", "kind": "text", "value": "..."}, ...]}
+    {"op": "apply", "code": "...", "max_targets": 64,
+     "edits": [{"op": "set", "target": ID, "text": "..."}, {"op": "add", "target": ID, "text": "..."},
+               {"op": "number", "target": ID, "value": 0.7}]}
+        -> {"ok": true, "code": "...", "summary": "...", "edits": [...], "skipped": ["why", ...]}
     optional in "mutate": "op_weights": {"perturb": 2.0, ...},
                           "mechanics": [{"id": "word_limit", "phrases": ["...", ...]}, ...]
 
@@ -768,6 +774,142 @@ def cross_axes(patch, src_a, src_b, na, nb, rng):
     return done
 
 
+# ---------------------------------------------------------------------------------------------
+# Data-level edits given by a caller (the LLM's structured mutations): "targets" lists what may
+# be edited, "apply" applies edits to those targets. Only literal data is touched, so an edit
+# can change what the program says, never whether it runs.
+
+TEXT_MAX = 400  # longer strings (whole prompts) are not offered as targets
+
+
+def literal_targets(code, max_targets=64):
+    """Editable targets of a program's literal data, most behaviour-relevant first:
+    [{"id", "kind": "text"|"list"|"number", "value", "prob"?}], and id -> (kind, node)."""
+    tree = ast.parse(code)
+    literals = literal_assignments(tree)
+    found = []  # (rank, order, entry, node)
+
+    def rank_of(name, value=None):
+        if name == AXES_NAME:
+            return 0
+        if name.startswith("MECHANICS") or (isinstance(value, str) and is_instruction(value)):
+            return 1
+        return 2
+
+    def text_ok(v):
+        return isinstance(v, str) and v.strip() and len(v) <= TEXT_MAX and "{" not in v and "}" not in v
+
+    def walk(name, path, node, key=None):
+        if key == "behavior":
+            return  # an axis's name: placements refer to it
+        if is_str(node):
+            if text_ok(node.value):
+                found.append((rank_of(name, node.value), len(found),
+                              {"id": path, "kind": "text", "value": node.value}, node))
+            return
+        if is_number(node):
+            v = ast.literal_eval(node)
+            found.append((1, len(found), {"id": path, "kind": "number", "value": v}, node))
+            return
+        if isinstance(node, (ast.List, ast.Tuple)):
+            strs = node.elts and all(is_str(e) for e in node.elts)
+            if strs and all(text_ok(e.value) for e in node.elts):
+                found.append((min(1, rank_of(name, node.elts[0].value)), len(found),
+                              {"id": path, "kind": "list", "value": f"{len(node.elts)} sentences"}, node))
+            for i, e in enumerate(node.elts):
+                walk(name, f"{path}[{i}]", e)
+        elif isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                if isinstance(k, ast.Constant) and isinstance(k.value, (str, int)) and not isinstance(k.value, bool):
+                    walk(name, f"{path}[{k.value!r}]", v, k.value)
+
+    for name, node in literals.items():
+        # private names and resource budgets (token caps, excerpt sizes, key lists) are not
+        # behaviour
+        if name.startswith("_") or any(w in name for w in ("TOKENS", "CHARS", "KEYS")):
+            continue
+        walk(name, name, node)
+    found.sort(key=lambda x: (x[0], x[1]))
+    chosen = found[:max_targets]
+    chosen.sort(key=lambda x: x[1])
+    targets, nodes = [], {}
+    for _, _, entry, node in chosen:
+        if entry["kind"] == "number":
+            v = entry["value"]
+            entry["prob"] = isinstance(v, float) and 0.0 <= v <= 1.0
+        targets.append(entry)
+        nodes[entry["id"]] = (entry["kind"], node, entry.get("prob", False))
+    return targets, nodes
+
+
+def apply_edits(code, edits, max_targets=64):
+    """Apply [{"op": "set", "target", "text"} | {"op": "add", "target", "text"} |
+    {"op": "number", "target", "value"}] to the program's literal data."""
+    _, nodes = literal_targets(code, max_targets)
+    src = Source(code)
+    patch = Patch(src)
+    done, skipped = [], []
+    for i, e in enumerate(edits if isinstance(edits, list) else []):
+        if not isinstance(e, dict):
+            skipped.append(f"edit {i + 1}: not an object")
+            continue
+        op, target = e.get("op"), e.get("target")
+        if target not in nodes:
+            skipped.append(f"edit {i + 1}: unknown target {str(target)[:80]!r}")
+            continue
+        kind, node, prob = nodes[target]
+        want = {"set": "text", "add": "list", "number": "number"}.get(op)
+        if want is None or want != kind:
+            skipped.append(f"edit {i + 1}: '{op}' does not apply to {kind} target {target}")
+            continue
+        if op in ("set", "add"):
+            text = e.get("text")
+            if not isinstance(text, str) or not text.strip():
+                skipped.append(f"edit {i + 1}: empty text")
+                continue
+            text = " ".join(text.split())
+            if op == "set":
+                if text == node.value:
+                    skipped.append(f"edit {i + 1}: {target} unchanged")
+                    continue
+                ok = patch.add(*src.span(node), py_str(text, quote_style(src, node)))
+                label = f"set {target}"
+            else:
+                if any(is_str(x) and x.value == text for x in node.elts):
+                    skipped.append(f"edit {i + 1}: {target} already holds that sentence")
+                    continue
+                q = quote_style(src, node.elts[0]) if node.elts else '"'
+                ok = insert_after_last(patch, src, node, py_str(text, q))
+                label = f"added to {target}"
+        else:
+            v = e.get("value")
+            if isinstance(v, str):
+                try:
+                    v = float(v)
+                except ValueError:
+                    v = None
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                skipped.append(f"edit {i + 1}: value of {target} is not a number")
+                continue
+            old = ast.literal_eval(node)
+            if prob:
+                v = min(1.0, max(0.0, float(v)))
+            if isinstance(old, int):
+                v = int(round(v))
+            if v == old:
+                skipped.append(f"edit {i + 1}: {target} unchanged")
+                continue
+            ok = patch.add(*src.span(node), fmt_number(round(v, 4) if isinstance(v, float) else v))
+            label = f"{target} {fmt_number(old)}→{fmt_number(v)}"
+        if ok:
+            done.append(label)
+        else:
+            skipped.append(f"edit {i + 1}: overlaps an earlier edit")
+    if not done:
+        raise NoEdit("no edit applied: " + ("; ".join(skipped) if skipped else "no edits given"))
+    return patch.apply(), done, skipped
+
+
 def verify(code, original):
     tree = ast.parse(code)
     compile(code, "<mutant>", "exec", dont_inherit=True)
@@ -792,6 +934,13 @@ def answer(req, seed):
             ast.parse(code)
         except SyntaxError as e:
             raise NoEdit(f"the program does not parse: line {e.lineno}: {e.msg}")
+        if req.get("op") == "targets":
+            targets, _ = literal_targets(code, int(req.get("max_targets", 64)))
+            return {"ok": True, "targets": targets}
+        if req.get("op") == "apply":
+            new, edits, skipped = apply_edits(code, req.get("edits"), int(req.get("max_targets", 64)))
+            verify(new, code)
+            return {"ok": True, "code": new, "summary": "; ".join(edits), "edits": edits, "skipped": skipped}
         if req.get("op") == "crossover":
             try:
                 ast.parse(req["code_b"])

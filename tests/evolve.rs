@@ -235,7 +235,7 @@ fn llm_config(dir: &Path, base_url: &str) -> PathBuf {
     let seed = root().join("seeds/offline_templates.py");
     let text = format!(
         "[run]\nname = \"llm-test\"\n[search]\niterations = 3\nseed = 2\nseed_program = \"{}\"\n[episodes]\nbackend = \"scripted\"\n\
-         [llm]\nmax_retries = 1\nbackoff_base_ms = 1\nbackoff_max_ms = 5\n[llm.default]\nprovider = \"openai\"\nmodel = \"mock-model\"\nbase_url = \"{}\"\n",
+         [mutation]\nedit_format = \"diff\"\n[llm]\nmax_retries = 1\nbackoff_base_ms = 1\nbackoff_max_ms = 5\n[llm.default]\nprovider = \"openai\"\nmodel = \"mock-model\"\nbase_url = \"{}\"\n",
         seed.display(),
         base_url
     );
@@ -833,7 +833,7 @@ async fn a_weak_mutator_falls_back_to_rewrite_then_structural() {
     let text = std::fs::read_to_string(&cfg)
         .unwrap()
         .replace("iterations = 3", "iterations = 4")
-        .replace("[llm]\n", "[mutation]\nrewrite_after_failures = 1\n[llm]\n");
+        .replace("[mutation]\n", "[mutation]\nrewrite_after_failures = 1\n");
     std::fs::write(&cfg, text).unwrap();
     let out = tmp.path().join("run");
     let (cfg_s, out_s) = (
@@ -929,7 +929,8 @@ fn eval_scores_what_was_generated_and_reports_failed_tasks() {
     let n = evolved["personas_generated"][1].as_u64().unwrap();
     assert_eq!(
         evolved["personas_generated"][0].as_u64().unwrap(),
-        n * 2 / 3
+        n * 6 / 7,
+        "6 of the 7 held-out tasks generate"
     );
     let failures = evolved["failures"].as_array().unwrap();
     assert_eq!(failures.len(), 1, "{failures:?}");

@@ -922,7 +922,7 @@ async fn mutator_prompts_are_cut_to_the_models_context_window() {
         &cfg,
         format!(
             "[run]\nname = \"window\"\n[search]\niterations = 6\nseed = 3\nseed_program = \"{}\"\n\
-             [episodes]\nbackend = \"scripted\"\n[mutation]\nmode = \"llm\"\nrewrite_after_failures = 99\n\
+             [episodes]\nbackend = \"scripted\"\n[mutation]\nmode = \"llm\"\nedit_format = \"diff\"\nrewrite_after_failures = 99\n\
              [llm]\nmax_retries = 1\nbackoff_base_ms = 1\nbackoff_max_ms = 5\n\
              [llm.default]\nprovider = \"openai\"\nmodel = \"mock-model\"\nbase_url = \"{}\"\ncontext_window = {WINDOW}\n",
             root().join("seeds/offline_templates.py").display(),
@@ -1015,7 +1015,7 @@ async fn the_mutator_role_caps_mutation_answers_unless_the_mutation_section_does
             &cfg,
             format!(
                 "[run]\nname = \"{name}\"\n[search]\niterations = 2\nseed = 3\nseed_program = \"{}\"\n\
-                 [episodes]\nbackend = \"scripted\"\n[mutation]\nmode = \"llm\"\nreflection = false\n{mutation}\
+                 [episodes]\nbackend = \"scripted\"\n[mutation]\nmode = \"llm\"\nedit_format = \"diff\"\nreflection = false\n{mutation}\
                  [llm]\nmax_retries = 1\nbackoff_base_ms = 1\nbackoff_max_ms = 5\n\
                  [llm.default]\nprovider = \"openai\"\nmodel = \"mock-model\"\nbase_url = \"{}\"\nmax_tokens = 64\n{role}",
                 root().join("seeds/offline_templates.py").display(),

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use ppol::dialogue::Role;
 use ppol::evolve::archive::{Inspiration, InspirationKind};
 use ppol::evolve::mutation::prompt::{
-    fill_template, DIFF_TEMPLATE, PLACEHOLDERS, REWRITE_TEMPLATE, SYSTEM_TEMPLATE,
+    fill_template, DIFF_TEMPLATE, EDITS_TEMPLATE, PLACEHOLDERS, REWRITE_TEMPLATE, SYSTEM_TEMPLATE,
 };
 use ppol::evolve::mutation::{
     apply_diff, check_python_syntax, crossover, crossover_batch, extract_full_program, parse_diff,
@@ -333,18 +333,34 @@ fn templates_fill_every_placeholder() {
         .iter()
         .map(|k| (*k, format!("<{k}>")))
         .collect();
-    for (name, t) in [
-        ("diff_user.md", DIFF_TEMPLATE),
-        ("rewrite_user.md", REWRITE_TEMPLATE),
-        ("system.md", SYSTEM_TEMPLATE),
+    // what a template does not show: the code-level templates have no target list; the
+    // structured-edit template shows the targets instead of the program and its history
+    let code_level: &[&str] = &["targets"];
+    let edits: &[&str] = &["program", "history", "inspirations", "feature_names"];
+    for (name, t, unused) in [
+        ("diff_user.md", DIFF_TEMPLATE, code_level),
+        ("rewrite_user.md", REWRITE_TEMPLATE, code_level),
+        ("edits_user.md", EDITS_TEMPLATE, edits),
+        ("system.md", SYSTEM_TEMPLATE, code_level),
     ] {
         let out = fill_template(name, t, &values).unwrap();
-        assert!(
-            !out.contains('{') && !out.contains('}'),
-            "{name} has brace leftovers"
-        );
+        if name == "edits_user.md" {
+            // its only braces are the answer's example, which is JSON
+            let example = out.lines().find(|l| l.starts_with('{')).unwrap();
+            let v: serde_json::Value = serde_json::from_str(example).unwrap();
+            assert_eq!(v["edits"].as_array().unwrap().len(), 3);
+            assert_eq!(
+                out.matches(['{', '}']).count(),
+                example.matches(['{', '}']).count()
+            );
+        } else {
+            assert!(
+                !out.contains('{') && !out.contains('}'),
+                "{name} has brace leftovers"
+            );
+        }
         if name != "system.md" {
-            for k in PLACEHOLDERS {
+            for k in PLACEHOLDERS.iter().filter(|k| !unused.contains(k)) {
                 assert!(
                     out.contains(&format!("<{k}>")),
                     "{name} does not use {{{k}}}"
@@ -447,6 +463,7 @@ fn template_hashes_cover_every_embedded_text() {
         keys,
         [
             "diff_user.md",
+            "edits_user.md",
             "mutate_ast.py",
             "mutation_angles",
             "rewrite_user.md",

@@ -403,6 +403,7 @@ pub fn write_fixture_run(dir: &Path) {
         best_validation: None,
         cost: cost(12 * ITERATIONS, 0.55),
         mutations: BTreeMap::new(),
+        new_bests: BTreeMap::new(),
     })
     .unwrap();
     drop(log);

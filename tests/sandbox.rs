@@ -71,6 +71,7 @@ impl ChatModel for FakeLlm {
             cached: false,
             finish_reason: Some("stop".into()),
             notes: Vec::new(),
+            schema_mode: None,
         })
     }
 }

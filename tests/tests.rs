@@ -21,6 +21,7 @@ mod restart;
 mod sandbox;
 mod scripted;
 mod stop;
+mod structured;
 mod study;
 mod tau2;
 mod throughput;

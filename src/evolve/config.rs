@@ -164,12 +164,31 @@ pub enum MutationMode {
     Structural,
 }
 
+/// How an LLM mutator writes its edits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EditFormat {
+    /// Structured edits of the program's literal data, as JSON constrained to a schema, where
+    /// the mutator's endpoint constrains output (learned from its answers); else text diffs.
+    #[default]
+    Auto,
+    /// Always structured edits (the answer is parsed even where nothing constrains it).
+    Structured,
+    /// Always SEARCH/REPLACE text diffs.
+    Diff,
+}
+
 /// Mutation settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MutationSection {
     /// auto | llm | structural.
     pub mode: MutationMode,
+    /// How the LLM writes an edit: `auto` (structured JSON edits of the program's literal
+    /// data where the mutator's endpoint constrains answers to a schema, text diffs where it
+    /// does not), `structured` or `diff`. Rewrites and offline edits take over as before when
+    /// a parent's children keep failing.
+    pub edit_format: EditFormat,
     /// Probability of crossover with an inspiration instead of a structural edit (offline).
     pub crossover_rate: f64,
     /// Consecutive failed children of a parent after which a full rewrite is asked for.
@@ -209,6 +228,7 @@ impl Default for MutationSection {
     fn default() -> Self {
         MutationSection {
             mode: MutationMode::Auto,
+            edit_format: EditFormat::Auto,
             crossover_rate: 0.2,
             rewrite_after_failures: 3,
             reflection: true,

@@ -127,6 +127,9 @@ pub struct RunSummary {
     /// What became of every attempted child, over the whole run
     /// ([`runlog::mutation_outcomes`]).
     pub mutations: BTreeMap<String, u64>,
+    /// Which operator made each program that became the run's best ([`runlog::new_bests`]).
+    #[serde(default)]
+    pub new_bests: BTreeMap<String, u64>,
     /// LLM usage and cost over every process of the run (None offline).
     #[serde(default)]
     pub cost: Option<RoleAccounting>,
@@ -1068,6 +1071,7 @@ impl Evolution {
                         best_validation: None,
                         cost,
                         mutations: BTreeMap::new(),
+                        new_bests: BTreeMap::new(),
                     })?;
                     return Err(Error::Run {
                         path: self.ctx.dir.path().to_path_buf(),
@@ -1334,6 +1338,7 @@ impl Evolution {
             best_validation: None,
             offline: self.ctx.cfg.offline(),
             mutations: BTreeMap::new(),
+            new_bests: BTreeMap::new(),
             cost: None,
             processes: Vec::new(),
         }
@@ -1345,6 +1350,7 @@ impl Evolution {
         let records = runlog::read(&self.ctx.dir.log_path()).unwrap_or_default();
         let best = self.state.best.take();
         let mutations = runlog::mutation_outcomes(&records);
+        let new_bests = runlog::new_bests(&records);
         let mut cost = self.cost();
         let processes = match &self.ctx.ledger {
             Some(_) => {
@@ -1364,6 +1370,7 @@ impl Evolution {
             best_validation: best.as_ref().and_then(|b| b.validation.clone()),
             cost,
             mutations: mutations.clone(),
+            new_bests: new_bests.clone(),
         })?;
         Ok(RunSummary {
             run_dir: self.ctx.dir.path().to_path_buf(),
@@ -1374,6 +1381,7 @@ impl Evolution {
             best_validation: best.and_then(|b| b.validation),
             offline: self.ctx.cfg.offline(),
             mutations,
+            new_bests,
             cost: total,
             processes,
         })

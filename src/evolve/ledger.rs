@@ -312,6 +312,10 @@ impl ChatModel for Metered {
         self.client.context_budget(role)
     }
 
+    fn schema_support(&self, role: CallRole) -> Option<bool> {
+        self.client.schema_support(role)
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse> {
         let out = self.client.chat(request).await;
         if let Err(e) = self.ledger.append("call") {
@@ -401,6 +405,7 @@ mod tests {
             best_validation: None,
             cost,
             mutations: BTreeMap::new(),
+            new_bests: BTreeMap::new(),
         })
         .unwrap();
         std::fs::write(

@@ -67,6 +67,9 @@ pub enum MutationKind {
     Diff,
     /// An LLM full rewrite of the parent.
     Rewrite,
+    /// LLM edits of the parent's literal data, answered as JSON constrained to a schema of
+    /// the parent's own editable targets (see [`crate::evolve::mutation::edits`]).
+    Structured,
     /// An offline structural (AST literal) mutation of the parent.
     Structural,
     /// An offline crossover of the parent with a second parent.
@@ -80,6 +83,7 @@ impl MutationKind {
             MutationKind::Seed => "seed",
             MutationKind::Diff => "diff",
             MutationKind::Rewrite => "rewrite",
+            MutationKind::Structured => "structured",
             MutationKind::Structural => "structural",
             MutationKind::Crossover => "crossover",
         }

@@ -1115,6 +1115,17 @@ impl ChatModel for LlmClient {
             .join(", ")
     }
 
+    fn schema_support(&self, role: CallRole) -> Option<bool> {
+        let route = self.inner.routes.get(&role)?;
+        let learned: Vec<bool> = route
+            .replicas
+            .iter()
+            .filter_map(|r| r.provider.schema_support())
+            .collect();
+        // replicas serve one model: any that learned speaks for all
+        learned.first().copied()
+    }
+
     fn context_budget(&self, role: CallRole) -> Option<ContextBudget> {
         let window = self.context_window(role)?;
         let key = &self.inner.routes[&role].window_key;

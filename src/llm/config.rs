@@ -86,6 +86,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::schema::StructuredOutput;
 use super::CallRole;
 use crate::{Error, Result};
 
@@ -206,6 +207,10 @@ impl ProviderKind {
     }
 }
 
+fn is_auto(m: &StructuredOutput) -> bool {
+    *m == StructuredOutput::Auto
+}
+
 fn default_api_key_env() -> String {
     ENV_API_KEY.to_string()
 }
@@ -267,6 +272,12 @@ pub struct ModelSpec {
     /// them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_argument_max_chars: Option<u32>,
+    /// How requests with a JSON schema for the answer (structured mutations, persona JSON) are
+    /// sent: `auto` (try OpenAI's `json_schema`, then llama-cpp-python's `json_object` with a
+    /// schema, then none, and remember what the endpoint took), `json_schema`, `json_object` or
+    /// `off` (free-text answers). See [`super::schema`].
+    #[serde(default, skip_serializing_if = "is_auto")]
+    pub structured_output: StructuredOutput,
     /// Extra HTTP headers sent with every request (`openai` only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -291,6 +302,7 @@ impl Default for ModelSpec {
             max_concurrency: None,
             stop: Vec::new(),
             tool_argument_max_chars: None,
+            structured_output: StructuredOutput::Auto,
             headers: BTreeMap::new(),
             script: None,
         }
@@ -588,6 +600,9 @@ pub struct ModelPatch {
     /// See [`ModelSpec::tool_argument_max_chars`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_argument_max_chars: Option<u32>,
+    /// See [`ModelSpec::structured_output`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<StructuredOutput>,
     /// Extra headers, merged over the default's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
@@ -612,6 +627,7 @@ impl ModelPatch {
             max_concurrency: spec.max_concurrency,
             stop: Some(spec.stop.clone()),
             tool_argument_max_chars: spec.tool_argument_max_chars,
+            structured_output: Some(spec.structured_output),
             headers: Some(spec.headers.clone()),
             script: spec.script.clone(),
         }
@@ -659,6 +675,9 @@ impl ModelPatch {
         }
         if let Some(n) = self.tool_argument_max_chars {
             s.tool_argument_max_chars = Some(n);
+        }
+        if let Some(m) = self.structured_output {
+            s.structured_output = m;
         }
         if let Some(h) = &self.headers {
             s.headers
@@ -807,6 +826,7 @@ const SPEC_KEYS: &[&str] = &[
     "max_concurrency",
     "stop",
     "tool_argument_max_chars",
+    "structured_output",
     "headers",
     "script",
 ];

@@ -10,6 +10,8 @@
 //! * [`cache`] — [`ResponseCache`], the content-addressed response cache.
 //! * [`context`] — fitting a request into a model's context window (history trimming, the
 //!   context-length errors of OpenAI, vLLM, llama.cpp and llama-cpp-python).
+//! * [`schema`] — answers constrained to a JSON schema ([`ResponseSchema`]): the request
+//!   styles endpoints take, and how a provider learns which one its endpoint takes.
 //! * [`recover`] — tool calls that a model wrote into its text instead of the `tool_calls`
 //!   field, recovered for the agent loop.
 //! * [`endpoint`] — per-endpoint state shared by every role on one base URL: the adaptive
@@ -46,6 +48,7 @@ pub mod context;
 pub mod endpoint;
 pub mod openai;
 pub mod recover;
+pub mod schema;
 pub mod scripted;
 pub mod serve;
 
@@ -54,6 +57,7 @@ pub use client::{Accounting, LlmClient, RoleAccounting};
 pub use config::{BaseUrl, Budget, LlmConfig, ModelPatch, ModelSpec, Price, ProviderKind};
 pub use endpoint::EndpointStats;
 pub use openai::OpenAiProvider;
+pub use schema::{ResponseSchema, SchemaMode, StructuredOutput};
 pub use scripted::ScriptedModel;
 
 /// Which part of ppol makes a call; costs and budgets are accounted per role.
@@ -185,6 +189,11 @@ pub struct ChatRequest {
     /// again without tools).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accept_empty: bool,
+    /// A JSON schema the answer's text must follow. The endpoint is asked to constrain its
+    /// output to it where it can (see [`schema`]); [`ChatResponse::schema_mode`] says whether
+    /// it did. The caller still parses and checks the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_schema: Option<ResponseSchema>,
 }
 
 impl ChatRequest {
@@ -198,6 +207,7 @@ impl ChatRequest {
             max_tokens: None,
             seed: None,
             accept_empty: false,
+            response_schema: None,
         }
     }
 }
@@ -231,6 +241,11 @@ pub struct ChatResponse {
     /// lowered, a retry that changed the seed. Empty for a plain answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// For a request with a [`ChatRequest::response_schema`]: how the endpoint was asked to
+    /// constrain the answer ([`SchemaMode::Unconstrained`]: it takes no schema, the answer is
+    /// free text). `None` for requests without a schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_mode: Option<SchemaMode>,
 }
 
 /// What a router knows of one role's context window, for callers that size their own prompts
@@ -259,6 +274,14 @@ pub trait ChatModel: Send + Sync {
     /// The context window of the model answering `role`, when it is known. `None` (the
     /// default) means unknown: the caller keeps its own limits.
     fn context_budget(&self, role: CallRole) -> Option<ContextBudget> {
+        let _ = role;
+        None
+    }
+    /// Whether the model answering `role` constrains its output to a
+    /// [`ChatRequest::response_schema`]: `Some(true)` known to (configured, or learned from an
+    /// answer), `Some(false)` known not to (configured off, learned from a refusal, or a model
+    /// that cannot), `None` (the default) not known yet.
+    fn schema_support(&self, role: CallRole) -> Option<bool> {
         let _ = role;
         None
     }
@@ -386,6 +409,10 @@ pub trait Provider: Send + Sync {
     fn cacheable(&self) -> bool {
         true
     }
+    /// See [`ChatModel::schema_support`] (default: not known).
+    fn schema_support(&self) -> Option<bool> {
+        None
+    }
     /// One attempt. Implementations reject answers with neither text nor tool calls
     /// ([`FailureKind::Empty`] / [`FailureKind::Truncated`], see [`check_answer`]).
     async fn attempt(
@@ -470,6 +497,11 @@ impl Provider for ChatModelProvider {
 
     fn endpoint(&self) -> String {
         self.describe.clone()
+    }
+
+    fn schema_support(&self) -> Option<bool> {
+        // a wrapped model answers every role alike
+        self.inner.schema_support(CallRole::Mutator)
     }
 
     fn model(&self) -> &str {

@@ -41,6 +41,7 @@ use async_openai::middleware::HttpRequestFactory;
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
+use super::schema::{is_format_refusal, SchemaLearner, SchemaMode};
 use super::{
     check_answer_for, llm_error, AttemptError, ChatModel, ChatRequest, ChatResponse, FailureKind,
     ModelSpec, Provider, Usage,
@@ -328,6 +329,8 @@ pub struct OpenAiProvider {
     use_max_completion_tokens: AtomicBool,
     /// Do not send `temperature` (learned from a 400).
     omit_temperature: AtomicBool,
+    /// How this endpoint takes a schema for the answer (learned, see [`super::schema`]).
+    schema: SchemaLearner,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -386,6 +389,7 @@ impl OpenAiProvider {
             tool_argument_max_chars: spec.tool_argument_max_chars,
             use_max_completion_tokens: AtomicBool::new(false),
             omit_temperature: AtomicBool::new(false),
+            schema: SchemaLearner::new(spec.structured_output),
         })
     }
 
@@ -485,6 +489,11 @@ impl OpenAiProvider {
         }
         if !self.stop.is_empty() {
             body.insert("stop".into(), json!(self.stop));
+        }
+        if let Some(schema) = &request.response_schema {
+            if let Some(format) = self.schema.mode().response_format(schema) {
+                body.insert("response_format".into(), format);
+            }
         }
         body.insert("stream".into(), json!(false));
         Ok(Value::Object(body))
@@ -667,6 +676,7 @@ pub fn parse_response(
         cached: false,
         finish_reason,
         notes: Vec::new(),
+        schema_mode: None,
     })
 }
 
@@ -796,22 +806,51 @@ impl Provider for OpenAiProvider {
         &self.model
     }
 
+    fn schema_support(&self) -> Option<bool> {
+        self.schema.support()
+    }
+
     async fn attempt(
         &self,
         request: &ChatRequest,
     ) -> std::result::Result<ChatResponse, AttemptError> {
         let mut body = self.request_body(request)?;
-        let finish = |answer: Value| {
+        let schema = request.response_schema.as_ref();
+        let mut mode = schema.map(|_| self.schema.mode());
+        let finish = |answer: Value, mode: Option<SchemaMode>| {
             let mut response = parse_response(&answer, &self.model)?;
             recover_tool_calls(&mut response, &request.tools);
+            if let Some(m) = mode {
+                self.schema.answered(m);
+                response.schema_mode = Some(m);
+            }
             check_answer_for(request, response)
         };
-        // At most two parameter adaptations, then the answer stands.
-        for _ in 0..2 {
+        // At most two parameter adaptations and two refused schema shapes, then the answer
+        // stands.
+        for _ in 0..4 {
             match self.client.chat().create_byot(body.clone()).await {
-                Ok(answer) => return finish(answer),
+                Ok(answer) => return finish(answer, mode),
                 Err(e) => {
                     let e = classify(e);
+                    if let (Some(s), Some(m)) = (schema, mode) {
+                        if m != SchemaMode::Unconstrained && is_format_refusal(&e) {
+                            let next = self.schema.refused(m);
+                            tracing::info!(
+                                endpoint = %self.base_url,
+                                model = %self.model,
+                                "endpoint refuses response_format {m:?} ({}); asking in {next:?} from now on",
+                                e.message.chars().take(160).collect::<String>()
+                            );
+                            let obj = body.as_object_mut().expect("an object body");
+                            match next.response_format(s) {
+                                Some(f) => obj.insert("response_format".into(), f),
+                                None => obj.remove("response_format"),
+                            };
+                            mode = Some(next);
+                            continue;
+                        }
+                    }
                     if !self.adapt_to_rejection(&e, &mut body) {
                         return Err(e);
                     }
@@ -824,7 +863,7 @@ impl Provider for OpenAiProvider {
             .create_byot(body)
             .await
             .map_err(classify)?;
-        finish(answer)
+        finish(answer, mode)
     }
 }
 
@@ -835,6 +874,10 @@ impl ChatModel for OpenAiProvider {
     }
 
     /// One attempt, no retries (use [`super::LlmClient`] for those).
+    fn schema_support(&self, _role: super::CallRole) -> Option<bool> {
+        self.schema.support()
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse> {
         self.attempt(request)
             .await

@@ -346,6 +346,7 @@ impl ScriptedModel {
                 cached: false,
                 finish_reason: Some(finish),
                 notes: Vec::new(),
+                schema_mode: None,
             },
         )
     }
@@ -362,6 +363,10 @@ impl Provider for ScriptedModel {
             Some(p) => format!("scripted:{}", p.display()),
             None => "scripted".to_string(),
         }
+    }
+
+    fn schema_support(&self) -> Option<bool> {
+        Some(false)
     }
 
     fn model(&self) -> &str {
@@ -384,6 +389,11 @@ impl Provider for ScriptedModel {
 impl ChatModel for ScriptedModel {
     fn describe(&self) -> String {
         self.endpoint()
+    }
+
+    /// A script replays answers; it constrains nothing (callers keep to free-text protocols).
+    fn schema_support(&self, _role: CallRole) -> Option<bool> {
+        Some(false)
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse> {

@@ -765,6 +765,14 @@ fn section_summary(out: &mut String, files: &RunFiles, view: &LogView) {
                     &esc(&runlog::mutation_outcomes_line(&outcomes)),
                 );
             }
+            let bests = runlog::new_bests(&files.log);
+            if !bests.is_empty() {
+                fact(
+                    &mut facts,
+                    "new bests made by",
+                    &esc(&runlog::new_bests_line(&bests)),
+                );
+            }
         }
         _ => {
             fact(

@@ -4,7 +4,10 @@
 //! [`Mutator::propose`] first [chooses](Mutator::choose) an [`Operator`] for the parent, then
 //! applies it:
 //!
-//! - with an LLM: a SEARCH/REPLACE **diff** of the parent; a full **rewrite** once the parent's
+//! - with an LLM: a **structured** edit of the parent's literal data, answered as JSON
+//!   constrained to a schema of the parent's own targets ([`super::edits`]), where the
+//!   mutator's endpoint constrains answers (`[mutation] edit_format`, learned per endpoint),
+//!   else a SEARCH/REPLACE **diff** of the parent; a full **rewrite** once the parent's
 //!   children failed `mutation.rewrite_after_failures` (K) times in a row; and a **structural**
 //!   edit (as offline) once K more failed, so a weak mutator never stalls a run — a child that
 //!   is evaluated resets the chain to diffs;
@@ -22,14 +25,16 @@
 use std::sync::Arc;
 
 use crate::evolve::archive::{Archive, ArchiveConfig, Inspiration};
-use crate::evolve::config::{MutationMode, MutationSection};
+use crate::evolve::config::{EditFormat, MutationMode, MutationSection};
 use crate::evolve::mutation::diff::{apply_diff, check_python_syntax, extract_full_program};
 use crate::evolve::mutation::prompt::{MutationContext, PromptBuilder, PromptConfig};
 use crate::evolve::mutation::structural::{
     crossover, structural_mutate_with, AxisVocab, MechanicPhrases, StructuralOptions,
     AXIS_EFFECT_PREFIX,
 };
-use crate::evolve::mutation::{failure_from_diff_error, ChildFailure, FailureKind};
+use crate::evolve::mutation::{
+    edits, failure_from_diff_error, head, ChildFailure, FailureKind, PYTHON,
+};
 use crate::evolve::program::{
     code_hash, raw_reply, MutationInfo, MutationKind, Program, ProgramId,
 };
@@ -57,6 +62,8 @@ pub struct Child {
 /// A mutation operator, as chosen for one parent.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Operator {
+    /// LLM edits of the parent's literal data, as schema-constrained JSON.
+    Structured,
     /// An LLM SEARCH/REPLACE diff of the parent.
     Diff,
     /// An LLM full rewrite of the parent.
@@ -79,7 +86,15 @@ pub struct Mutator {
     structural: StructuralOptions,
     crossover_rate: f64,
     rewrite_after_failures: usize,
+    edit_format: EditFormat,
+    /// Structured answers that were not JSON although the endpoint was asked to constrain
+    /// them: from [`UNFOLLOWED_SCHEMA_LIMIT`] on, `auto` goes back to text diffs.
+    unfollowed_schema: std::sync::atomic::AtomicU32,
 }
+
+/// Structured answers that ignored their schema after which `edit_format = "auto"` stops
+/// asking for structured edits (an endpoint that accepts `response_format` and ignores it).
+pub const UNFOLLOWED_SCHEMA_LIMIT: u32 = 2;
 
 impl Mutator {
     /// The mutator of a run: `mode` resolved against the LLM (`auto` is LLM diffs with a model,
@@ -102,7 +117,30 @@ impl Mutator {
             structural: offline_ops(),
             crossover_rate: cfg.crossover_rate,
             rewrite_after_failures: cfg.rewrite_after_failures,
+            edit_format: cfg.edit_format,
+            unfollowed_schema: std::sync::atomic::AtomicU32::new(0),
         })
+    }
+
+    /// Whether the next LLM edit is structured: `structured` always, `diff` never, `auto`
+    /// unless the mutator's endpoint is known not to constrain answers (configured, or
+    /// learned from a refusal) or its answers ignored the schema
+    /// [`UNFOLLOWED_SCHEMA_LIMIT`] times.
+    pub fn structured_edits(&self) -> bool {
+        match self.edit_format {
+            EditFormat::Structured => true,
+            EditFormat::Diff => false,
+            EditFormat::Auto => {
+                let Some(model) = &self.model else {
+                    return false;
+                };
+                model.schema_support(CallRole::Mutator) != Some(false)
+                    && self
+                        .unfollowed_schema
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                        < UNFOLLOWED_SCHEMA_LIMIT
+            }
+        }
     }
 
     /// The checks of [`Mutator::new`] without building it, for a run that will have a model
@@ -117,12 +155,15 @@ impl Mutator {
         self.model.is_some()
     }
 
-    /// The name a failed mutation is logged under: `diff` with an LLM, else `structural`.
+    /// The name a failed mutation is logged under: `structured` or `diff` with an LLM, else
+    /// `structural`.
     pub fn mode_name(&self) -> &'static str {
-        if self.uses_llm() {
-            "diff"
-        } else {
+        if !self.uses_llm() {
             "structural"
+        } else if self.structured_edits() {
+            "structured"
+        } else {
+            "diff"
         }
     }
 
@@ -138,7 +179,11 @@ impl Mutator {
             let failed = archive.consecutive_failures(&parent.id);
             let k = self.rewrite_after_failures;
             return if failed < k {
-                Operator::Diff
+                if self.structured_edits() {
+                    Operator::Structured
+                } else {
+                    Operator::Diff
+                }
             } else if failed < k + k.max(1) {
                 Operator::Rewrite
             } else {
@@ -165,9 +210,17 @@ impl Mutator {
         seed: u64,
     ) -> Result<std::result::Result<Child, ChildFailure>> {
         match self.choose(archive, parent, inspirations, seed) {
+            Operator::Structured => {
+                self.structured_child(archive, parent, inspirations, stagnation, seed)
+                    .await
+            }
             op @ (Operator::Diff | Operator::Rewrite) => Ok(self
                 .llm_child(
-                    op == Operator::Rewrite,
+                    if op == Operator::Rewrite {
+                        LlmOp::Rewrite
+                    } else {
+                        LlmOp::Diff
+                    },
                     archive,
                     parent,
                     inspirations,
@@ -232,9 +285,48 @@ impl Mutator {
         Ok(last.expect("at least one attempt"))
     }
 
+    /// A structured edit of `parent`, or a diff when the parent has no editable literal data.
+    async fn structured_child(
+        &self,
+        archive: &Archive,
+        parent: &Program,
+        inspirations: &[Inspiration],
+        stagnation: u64,
+        seed: u64,
+    ) -> Result<std::result::Result<Child, ChildFailure>> {
+        let code = parent.code.clone();
+        let targets = tokio::task::spawn_blocking(move || {
+            edits::edit_targets(PYTHON, &code, EDIT_SCRIPT_TIMEOUT)
+        })
+        .await
+        .map_err(|e| Error::Sandbox(format!("mutation task failed: {e}")))?;
+        let targets = match targets {
+            Ok(t) if !t.is_empty() => t,
+            other => {
+                if let Err(e) = other {
+                    tracing::warn!(parent = %parent.id, "no editable data found ({e}); a text diff instead");
+                }
+                let op = LlmOp::Diff;
+                return Ok(self
+                    .llm_child(op, archive, parent, inspirations, stagnation, seed)
+                    .await);
+            }
+        };
+        Ok(self
+            .llm_child(
+                LlmOp::Structured(targets),
+                archive,
+                parent,
+                inspirations,
+                stagnation,
+                seed,
+            )
+            .await)
+    }
+
     async fn llm_child(
         &self,
-        rewrite: bool,
+        op: LlmOp,
         archive: &Archive,
         parent: &Program,
         inspirations: &[Inspiration],
@@ -264,10 +356,15 @@ impl Mutator {
             .builder
             .for_context(model.context_budget(CallRole::Mutator))
             .map_err(prompt_failed)?;
-        let prompt = if rewrite {
-            builder.rewrite_request(&ctx, seed)
-        } else {
-            builder.diff_request(&ctx, seed)
+        let prompt = match &op {
+            LlmOp::Rewrite => builder.rewrite_request(&ctx, seed),
+            LlmOp::Diff => builder.diff_request(&ctx, seed),
+            LlmOp::Structured(targets) => match edits::edit_schema(targets) {
+                Some(schema) => {
+                    builder.edit_request(&ctx, seed, &edits::targets_text(targets), schema)
+                }
+                None => builder.diff_request(&ctx, seed),
+            },
         }
         .map_err(prompt_failed)?;
         let prompt_fit = window_note.map(|note| {
@@ -280,51 +377,105 @@ impl Mutator {
         if let Some(fit) = &prompt_fit {
             tracing::info!(parent = %parent.id, "mutator prompt: {fit}");
         }
+        let structured = prompt.request.response_schema.is_some();
         let angle = prompt.angle.id.to_string();
-        let operator = if rewrite { "rewrite" } else { "diff" };
+        let (operator, kind) = match (&op, structured) {
+            (LlmOp::Rewrite, _) => ("rewrite", MutationKind::Rewrite),
+            (_, true) => ("structured", MutationKind::Structured),
+            (_, false) => ("diff", MutationKind::Diff),
+        };
         let with_angle = |mut f: ChildFailure| {
             f.angle = Some(angle.clone());
             f.operator = Some(operator.into());
             f.prompt_fit = prompt_fit.clone();
             f
         };
-        let answer = model
-            .chat(&prompt.request)
-            .await
-            .map_err(|e| {
-                with_angle(ChildFailure::new(
-                    FailureKind::MutatorCall,
-                    format!("mutator call failed: {e}"),
-                ))
-            })?
-            .message
-            .content;
+        let response = model.chat(&prompt.request).await.map_err(|e| {
+            with_angle(ChildFailure::new(
+                FailureKind::MutatorCall,
+                format!("mutator call failed: {e}"),
+            ))
+        })?;
+        let answer = response.message.content;
         let with_reply = |f: ChildFailure| ChildFailure {
             raw_reply: Some(raw_reply(&answer)),
             ..with_angle(f)
         };
-        let code = if rewrite {
-            extract_full_program(&answer)
-        } else {
-            apply_diff(&parent.code, &answer).map(|a| a.code)
-        }
-        .map_err(|e| with_reply(failure_from_diff_error(&e)))?;
-        match check_python_syntax(&code) {
-            Ok(Ok(())) => {}
-            Ok(Err(msg)) => return Err(with_reply(ChildFailure::new(FailureKind::Syntax, msg))),
-            Err(e) => {
-                return Err(with_reply(ChildFailure::new(
-                    FailureKind::Syntax,
-                    format!("could not check syntax: {e}"),
-                )))
+        let (code, summary) = if structured {
+            let constrained = !matches!(
+                response.schema_mode,
+                None | Some(crate::llm::SchemaMode::Unconstrained)
+            );
+            let value = match edits::parse_answer(&answer) {
+                Ok(v) => v,
+                Err(why) => {
+                    if constrained {
+                        let n = self
+                            .unfollowed_schema
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                            + 1;
+                        if n == UNFOLLOWED_SCHEMA_LIMIT && self.edit_format == EditFormat::Auto {
+                            tracing::warn!(
+                                "the mutator's endpoint took the answer schema but answered {n} \
+                                 times outside it; text diffs from now on"
+                            );
+                        }
+                    }
+                    let how = if constrained {
+                        "although the endpoint was asked to constrain it"
+                    } else {
+                        "(the endpoint does not constrain answers)"
+                    };
+                    return Err(with_reply(ChildFailure::new(
+                        FailureKind::Unparsable,
+                        format!("the structured answer is unusable {how}: {why}"),
+                    )));
+                }
+            };
+            let (parent_code, edits_value) = (parent.code.clone(), value["edits"].clone());
+            let applied = tokio::task::spawn_blocking(move || {
+                edits::apply_edits(PYTHON, &parent_code, &edits_value, EDIT_SCRIPT_TIMEOUT)
+            })
+            .await
+            .map_err(|e| {
+                with_reply(ChildFailure::new(
+                    FailureKind::DiffNotApplied,
+                    format!("mutation task failed: {e}"),
+                ))
+            })?
+            .map_err(|why| with_reply(ChildFailure::new(FailureKind::DiffNotApplied, why)))?;
+            let idea = value["idea"].as_str().unwrap_or("").trim();
+            let mut summary = if idea.is_empty() {
+                applied.done.join("; ")
+            } else {
+                format!("{}: {}", head(idea, 160), applied.done.join("; "))
+            };
+            if !applied.skipped.is_empty() {
+                summary.push_str(&format!(" (skipped: {})", applied.skipped.join("; ")));
             }
-        }
-        let kind = if rewrite {
-            MutationKind::Rewrite
+            (applied.code, summary.chars().take(400).collect())
         } else {
-            MutationKind::Diff
+            let code = if op == LlmOp::Rewrite {
+                extract_full_program(&answer)
+            } else {
+                apply_diff(&parent.code, &answer).map(|a| a.code)
+            }
+            .map_err(|e| with_reply(failure_from_diff_error(&e)))?;
+            match check_python_syntax(&code) {
+                Ok(Ok(())) => {}
+                Ok(Err(msg)) => {
+                    return Err(with_reply(ChildFailure::new(FailureKind::Syntax, msg)))
+                }
+                Err(e) => {
+                    return Err(with_reply(ChildFailure::new(
+                        FailureKind::Syntax,
+                        format!("could not check syntax: {e}"),
+                    )))
+                }
+            }
+            (code, summary_line(&answer))
         };
-        let mut mutation = MutationInfo::new(kind, summary_line(&answer));
+        let mut mutation = MutationInfo::new(kind, summary);
         mutation.angle = Some(angle);
         mutation.prompt_fit = prompt_fit;
         Ok(Child {
@@ -334,6 +485,18 @@ impl Mutator {
         })
     }
 }
+
+/// Which LLM operator makes a child.
+#[derive(Debug, Clone, PartialEq)]
+enum LlmOp {
+    /// Structured edits of these targets.
+    Structured(Vec<edits::EditTarget>),
+    Diff,
+    Rewrite,
+}
+
+/// Wall-clock limit of the edit script (listing targets, applying edits).
+const EDIT_SCRIPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Whether `mode` makes children with the LLM, given whether there is one.
 fn uses_llm(mode: MutationMode, has_model: bool) -> Result<bool> {

@@ -3,6 +3,9 @@
 //! - [`dispatch`]: the [`Mutator`] of a run — chooses the operator for a parent (LLM diff,
 //!   LLM rewrite, offline structural edit or crossover) and makes the child, or a recorded
 //!   [`ChildFailure`].
+//! - [`edits`]: structured LLM edits — JSON constrained to a schema of the parent's own
+//!   editable literal data, applied through Python's `ast` (the default where the mutator's
+//!   endpoint constrains answers).
 //! - [`diff`]: the LLM SEARCH/REPLACE protocol (parse, apply, errors as data), full-rewrite
 //!   extraction and the Python syntax check.
 //! - [`prompt`]: the mutator's system message and the diff / rewrite prompts, built from
@@ -70,6 +73,7 @@ use std::time::{Duration, Instant};
 
 pub mod diff;
 pub mod dispatch;
+pub mod edits;
 pub mod prompt;
 pub mod structural;
 

@@ -35,9 +35,13 @@ pub const SYSTEM_TEMPLATE: &str = include_str!("templates/system.md");
 pub const DIFF_TEMPLATE: &str = include_str!("templates/diff_user.md");
 /// The full-rewrite user prompt template.
 pub const REWRITE_TEMPLATE: &str = include_str!("templates/rewrite_user.md");
+/// The structured-edit user prompt template (answers constrained to a JSON schema, see
+/// [`super::edits`]).
+pub const EDITS_TEMPLATE: &str = include_str!("templates/edits_user.md");
 
-/// Placeholders the user templates may use.
-pub const PLACEHOLDERS: [&str; 12] = [
+/// Placeholders the user templates may use (`targets`: the structured-edit template only).
+pub const PLACEHOLDERS: [&str; 13] = [
+    "targets",
     "fitness_metric",
     "fitness",
     "feature_coords",
@@ -103,6 +107,7 @@ pub(crate) fn template_hashes() -> BTreeMap<&'static str, String> {
         ("system.md", hash(SYSTEM_TEMPLATE)),
         ("diff_user.md", hash(DIFF_TEMPLATE)),
         ("rewrite_user.md", hash(REWRITE_TEMPLATE)),
+        ("edits_user.md", hash(EDITS_TEMPLATE)),
         ("mutation_angles", hash(&angles)),
     ])
 }
@@ -409,6 +414,28 @@ impl PromptBuilder {
         self.build("rewrite_user.md", REWRITE_TEMPLATE, ctx, seed)
     }
 
+    /// A structured-edit request for `ctx`: the parent's editable `targets`
+    /// ([`super::edits::targets_text`]) and the answer's JSON `schema`
+    /// ([`super::edits::edit_schema`]), set as the request's response schema. The angle is
+    /// drawn from `seed` among those a data edit can follow (axes, population, roleplay).
+    pub fn edit_request(
+        &self,
+        ctx: &MutationContext<'_>,
+        seed: u64,
+        targets: &str,
+        schema: serde_json::Value,
+    ) -> Result<MutationPrompt> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let angle = &MUTATION_ANGLES[rng.random_range(0..3)];
+        let mut prompt =
+            self.build_with("edits_user.md", EDITS_TEMPLATE, ctx, angle, Some(targets))?;
+        prompt.request.response_schema = Some(crate::llm::ResponseSchema {
+            name: "program_edits".into(),
+            schema,
+        });
+        Ok(prompt)
+    }
+
     fn build(
         &self,
         name: &str,
@@ -416,12 +443,26 @@ impl PromptBuilder {
         ctx: &MutationContext<'_>,
         seed: u64,
     ) -> Result<MutationPrompt> {
-        let angle = sample_angle(seed);
+        self.build_with(name, template, ctx, sample_angle(seed), None)
+    }
+
+    fn build_with(
+        &self,
+        name: &str,
+        template: &str,
+        ctx: &MutationContext<'_>,
+        angle: &'static MutationAngle,
+        targets: Option<&str>,
+    ) -> Result<MutationPrompt> {
         let system = self.system_message()?;
         let mut reductions = Vec::new();
         let mut user = String::new();
         for (level, what) in LEVELS {
-            user = fill_template(name, template, &self.values(ctx, angle, level))?;
+            let mut values = self.values(ctx, angle, level);
+            if let Some(t) = targets {
+                values.insert("targets", t.to_string());
+            }
+            user = fill_template(name, template, &values)?;
             if !what.is_empty() {
                 reductions.push(what.to_string());
             }

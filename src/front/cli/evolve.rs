@@ -239,6 +239,12 @@ fn print_summary(s: &RunSummary) {
             crate::evolve::runlog::mutation_outcomes_line(&s.mutations)
         );
     }
+    if !s.new_bests.is_empty() {
+        println!(
+            "new bests made by: {}",
+            crate::evolve::runlog::new_bests_line(&s.new_bests)
+        );
+    }
     println!(
         "next: ppol eval {0}   then   ppol report {0}",
         s.run_dir.display()

@@ -245,6 +245,10 @@ impl ChatModel for Metered {
         self.inner.context_budget(role)
     }
 
+    fn schema_support(&self, role: CallRole) -> Option<bool> {
+        self.inner.schema_support(role)
+    }
+
     async fn chat(
         &self,
         request: &crate::llm::ChatRequest,

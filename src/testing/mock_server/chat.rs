@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::options::MockOptions;
+use super::options::{MockOptions, MockResponseFormat};
 use super::script::{MockReply, MockUsage};
 
 /// Filler text of a completion that runs until the context window is full.
@@ -38,6 +38,8 @@ pub(super) struct RequestInfo {
     pub tools: usize,
     pub tools_ignored: bool,
     pub prompt_tokens: u64,
+    /// `response_format.type` as sent (`json_object+schema` with a schema).
+    pub response_format: Option<String>,
 }
 
 impl RequestInfo {
@@ -63,6 +65,14 @@ impl RequestInfo {
             tools,
             tools_ignored,
             prompt_tokens: prompt_tokens(body, tools > 0 && !tools_ignored),
+            response_format: body.get("response_format").map(|f| {
+                let t = f.get("type").and_then(Value::as_str).unwrap_or("?");
+                if f.get("schema").is_some() {
+                    format!("{t}+schema")
+                } else {
+                    t.to_string()
+                }
+            }),
         }
     }
 
@@ -137,6 +147,33 @@ pub(super) fn check_null_content(body: &Value) -> Option<Rejection> {
         });
     }
     None
+}
+
+/// A `response_format` the server does not take (see [`MockResponseFormat`]).
+pub(super) fn check_response_format(body: &Value, options: &MockOptions) -> Option<Rejection> {
+    let kind = body
+        .get("response_format")?
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let (status, message) = match (options.strict.response_format, kind) {
+        (_, "text") | (MockResponseFormat::Any, _) => return None,
+        (MockResponseFormat::LlamaCppPython, "json_object") => return None,
+        (MockResponseFormat::LlamaCppPython, _) => (
+            500,
+            "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be 'text' or 'json_object'".to_string(),
+        ),
+        (MockResponseFormat::None, k) => (400, format!("response_format '{k}' is not supported")),
+    };
+    let kind = if status == 500 {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
+    Some(Rejection {
+        status,
+        body: json!({"error": {"code": status, "message": message, "type": kind}}),
+    })
 }
 
 /// A prompt longer than the context window: 400, worded both as OpenAI and llama.cpp do.

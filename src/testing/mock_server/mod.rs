@@ -72,7 +72,8 @@
 //! | `fill_context` / `--fill-context`, needs `n_ctx` | a text reply to a request without `max_tokens` / `max_completion_tokens` grows (filler text) until the window is full, `finish_reason: "length"`: unbounded agent replies, slow with `tokens_per_s` |
 //! | `strict.reject_null_content` / `--reject-null-content` | HTTP 500 `Invalid 'content' type ... got null` (or `Missing 'content'`) when an assistant message has no content string, as llama.cpp |
 //! | `strict.tools_need_tool_choice` / `--tools-need-tool-choice` | `tools` are ignored unless `tool_choice` is present: the answer is plain text (scripted tool calls are written into it as JSON); the record says `tools_ignored` |
-//! | `strict` = both / `--strict` | [`MockStrictness::llama_cpp`] |
+//! | `strict.response_format` / `--response-format any\|llama-cpp-python\|none` | which `response_format` shapes are taken ([`MockResponseFormat`]): all (default), llama-cpp-python's (`json_object` with a `schema`; `json_schema` gets its HTTP 500 "Input should be 'text' or 'json_object'"), or none (400); the record says what was sent (`response_format`). Answers are the script's either way |
+//! | `strict` = all three / `--strict` | [`MockStrictness::llama_cpp`] |
 //! | `cancel_abandoned` / `--cancel-abandoned` | a request whose client went away stops being computed and frees its slot; by default it is computed to the end (`abandoned_computed`) |
 //! | `outage` / `--down-after-requests N --down-for-s S` | see *Outages* |
 //! | `max_lifetime` / `--lifetime-s` | stop by itself |
@@ -118,7 +119,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-pub use options::{MockOptions, MockOutage, MockStrictness};
+pub use options::{MockOptions, MockOutage, MockResponseFormat, MockStrictness};
 pub use script::{MockReply, MockRule, MockScript, MockUsage};
 pub use stats::{MockOutcome, MockRequestRecord, MockStats, MockTokenCounts};
 

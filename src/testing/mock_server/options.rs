@@ -15,14 +15,44 @@ pub struct MockStrictness {
     /// Offered `tools` are ignored unless the request has a `tool_choice`: the model answers
     /// in plain text (scripted tool calls are written into the text as JSON).
     pub tools_need_tool_choice: bool,
+    /// Which `response_format` shapes the server takes (the answers are the script's either
+    /// way: a mock cannot constrain them).
+    pub response_format: MockResponseFormat,
+}
+
+/// The `response_format` shapes a mock server takes; a refused one gets the error the
+/// imitated server sends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MockResponseFormat {
+    /// Every shape is taken (OpenAI, vLLM).
+    #[default]
+    Any,
+    /// llama-cpp-python 0.3: `{"type": "json_object", "schema": ...}` is taken;
+    /// `{"type": "json_schema", ...}` gets HTTP 500 "Input should be 'text' or 'json_object'".
+    LlamaCppPython,
+    /// No `response_format` other than `text`: HTTP 400 "response_format is not supported".
+    None,
+}
+
+impl std::str::FromStr for MockResponseFormat {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "any" => Ok(MockResponseFormat::Any),
+            "llama-cpp-python" => Ok(MockResponseFormat::LlamaCppPython),
+            "none" => Ok(MockResponseFormat::None),
+            o => Err(format!("'{o}' is not one of any, llama-cpp-python, none")),
+        }
+    }
 }
 
 impl MockStrictness {
-    /// Both checks on.
+    /// Every check on, response formats as llama-cpp-python takes them.
     pub fn llama_cpp() -> Self {
         MockStrictness {
             reject_null_content: true,
             tools_need_tool_choice: true,
+            response_format: MockResponseFormat::LlamaCppPython,
         }
     }
 }

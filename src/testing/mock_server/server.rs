@@ -636,6 +636,7 @@ async fn chat(
                 status: None,
                 completion_tokens: None,
                 queue_wait_ms: 0,
+                response_format: None,
             });
             records.len() - 1
         })
@@ -681,6 +682,7 @@ async fn chat(
         r.tools = info.tools;
         r.tools_ignored = info.tools_ignored;
         r.prompt_tokens = info.prompt_tokens;
+        r.response_format = info.response_format.clone();
     });
     let model = info.model.clone().unwrap_or_else(|| "mock".to_string());
     {
@@ -711,6 +713,7 @@ async fn chat(
             .then(|| chat::check_null_content(&body))
             .flatten(),
         chat::check_context(&info, options),
+        chat::check_response_format(&body, options),
     ];
     if let Some(Rejection { status, body }) = checks.into_iter().flatten().next() {
         return reject(status, body, keep);

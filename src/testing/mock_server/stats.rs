@@ -136,4 +136,7 @@ pub struct MockRequestRecord {
     pub completion_tokens: Option<u64>,
     /// Milliseconds spent waiting for a slot.
     pub queue_wait_ms: u64,
+    /// `response_format.type` as sent (`json_object+schema` when it carried a schema).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<String>,
 }
