@@ -18,6 +18,7 @@ import sys
 import pytest
 
 import ppol_rs
+from ppol_rs.training import strip_nulls
 
 OPENAI_TOP = {"messages", "tools", "parallel_tool_calls"}
 OPENAI_KEYS = {
@@ -227,7 +228,9 @@ def test_hf_rows_load_with_datasets_and_keep_arguments(episodes_file, tmp_path):
                 by_id.setdefault(c["name"], []).append(c["arguments"])
     n_calls = 0
     for row in ds:
-        tools = json.loads(row["tools"])  # a JSON string: Arrow would pad merged schemas with nulls
+        # datasets 4 pads the merged structs with nulls (TRL strips them); 5 reads rows exactly
+        row = strip_nulls(row)
+        tools = row["tools"]  # schema objects, as apply_chat_template takes them
         names = {t["function"]["name"] for t in tools}
         assert all(t["type"] == "function" and "parameters" in t["function"] for t in tools)
         pending = {}
@@ -239,8 +242,6 @@ def test_hf_rows_load_with_datasets_and_keep_arguments(episodes_file, tmp_path):
                 assert c["type"] == "function" and c["function"]["name"] in names
                 args = c["function"]["arguments"]
                 assert isinstance(args, dict)  # an object, as chat templates expect
-                # Arrow merges the argument keys of all tools; TRL drops the None padding.
-                args = {k: v for k, v in args.items() if v is not None}
                 assert args in by_id[c["function"]["name"]]
                 pending[c["id"]] = c["function"]["name"]
             if m["role"] == "tool":
