@@ -28,7 +28,7 @@ def _require(module):
     except ImportError:
         if os.environ.get("PPOL_REQUIRE_TOOLKITS") == "1":
             pytest.fail(f"PPOL_REQUIRE_TOOLKITS=1 but {module} is not installed")
-        pytest.skip(f"{module} is not installed (see .ci/toolkits)")
+        pytest.skip(f"{module} is not installed (see .ci/toolkits)", allow_module_level=True)
 
 
 datasets = _require("datasets")
