@@ -334,3 +334,24 @@ def test_default_format_is_unchanged_and_unknown_formats_are_refused(episodes_fi
     assert set(rec) == {"messages", "tools", "metadata"}
     with pytest.raises(ppol_rs.ConfigError, match="unknown export format 'jsonl'; use ppol, openai, hf or llamafactory"):
         ppol_rs.export_sft([path], format="jsonl")
+
+
+def test_token_lengths_warnings_and_layouts_reach_python(episodes_file, tmp_path):
+    path, eps = episodes_file
+    r = ppol_rs.export_sft([path], all=True, format="openai")
+    t = r["tokens"]
+    assert r["format_version"] == 2 and len(t["rows"]) == len(r["train"])
+    assert t["median_total"] <= t["max_total"] < t["suggested_cutoff"]
+    assert all(row["system"] + row["tools"] <= t["max_start"] for row in t["rows"])
+    assert any("at 1024" in w for w in r["warnings"]), r["warnings"]
+    policy = tmp_path / "policy.txt"
+    policy.write_text("Help the customer within the shop's policy.\n")
+    short = ppol_rs.export_sft([path], all=True, format="hf", system_prompt=policy)
+    assert short["train"][0]["messages"][0]["content"] == "Help the customer within the shop's policy."
+    assert short["tokens"]["median_start"] < t["median_start"]
+    old = ppol_rs.export_sft([path], all=True, format="hf", format_version=1)
+    assert isinstance(old["train"][0]["tools"], str) and old["format_version"] == 1
+    capped = ppol_rs.export_sft([path], all=True, format="hf", max_tokens=t["median_total"])
+    assert capped["skipped"] and len(capped["train"]) + len(capped["skipped"]) == len(eps)
+    with pytest.raises(ppol_rs.ConfigError, match="unknown layout version 7"):
+        ppol_rs.export_sft([path], format="hf", format_version=7)
