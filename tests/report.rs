@@ -99,6 +99,7 @@ fn episode(d: &Dialogue, persona: &str, trial: u32) -> Episode {
         notes: Vec::new(),
         agent: None,
         meta: None,
+        tau2_data: None,
     }
 }
 

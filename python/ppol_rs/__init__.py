@@ -370,14 +370,18 @@ def export_sft(
     output: Optional[Union[str, "os.PathLike[str]"]] = None,
     heldout_output: Optional[Union[str, "os.PathLike[str]"]] = None,
     dataset_name: Optional[str] = None,
+    format_version: Optional[int] = None,
+    system_prompt: Optional[Union[str, "os.PathLike[str]"]] = None,
+    max_tokens: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Agent-hardening training records from episode files (as ``ppol export sft``):
     ``{"train": [...], "heldout": [...], "heldout_personas", "n_episodes", "clusters",
-    "skipped", "dropped_texts", "written", "datasets", "notes"}``.
+    "skipped", "dropped_texts", "written", "datasets", "notes", "format_version", "tokens",
+    "warnings"}``.
 
     ``format`` is ``"ppol"`` (messages + tools + metadata), ``"openai"`` (OpenAI chat
     fine-tuning records), ``"hf"`` (TRL ``SFTTrainer`` / transformers chat-template rows:
-    ``messages`` with tool-call arguments as dicts, ``tools`` a JSON string) or
+    ``messages`` with tool-call arguments as dicts, ``tools`` the schema objects) or
     ``"llamafactory"`` (LLaMA-Factory ShareGPT rows: ``conversations`` of human / gpt /
     function_call / observation turns, ``system``, ``tools``). Held-out personas go to
     ``heldout`` in every format. Episodes the format cannot hold (LLaMA-Factory's turn
@@ -390,6 +394,13 @@ def export_sft(
     ``dataset_name`` (default: the file's stem; the held-out file as ``NAME.heldout``).
     An ``output`` that is not a regular file (a device, a FIFO) is written in place and nothing
     is made beside it (no default held-out file, no ``dataset_info.json``); ``notes`` says so.
+
+    ``format_version`` picks the layout (default 2; 1 is the layout before it, see the README).
+    ``tokens`` holds each training record's estimated token lengths (``rows``: system, tools,
+    dialogue), their median and max, and ``suggested_cutoff``; ``warnings`` says what common
+    trainer cutoffs would cut, and when an ``openai`` export has fewer than OpenAI's 10
+    examples. ``system_prompt`` (a file) replaces the agent's system prompt in every record;
+    records estimated longer than ``max_tokens`` are left out and listed in ``skipped``.
 
     >>> import ppol_rs, tempfile, os, json
     >>> out = os.path.join(tempfile.mkdtemp(), "eps.jsonl")
@@ -409,6 +420,9 @@ def export_sft(
         output,
         heldout_output,
         dataset_name,
+        format_version,
+        None if system_prompt is None else os.fspath(system_prompt),
+        max_tokens,
     )
 
 

@@ -86,6 +86,9 @@ def export_sft(
     output: Optional[_Path] = None,
     heldout_output: Optional[_Path] = None,
     dataset_name: Optional[str] = None,
+    format_version: Optional[int] = None,
+    system_prompt: Optional[_Path] = None,
+    max_tokens: Optional[int] = None,
 ) -> Dict[str, Any]: ...
 def evolve_start(
     config: Optional[_Path] = None,

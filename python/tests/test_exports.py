@@ -18,6 +18,7 @@ import sys
 import pytest
 
 import ppol_rs
+from ppol_rs.training import strip_nulls
 
 OPENAI_TOP = {"messages", "tools", "parallel_tool_calls"}
 OPENAI_KEYS = {
@@ -227,7 +228,9 @@ def test_hf_rows_load_with_datasets_and_keep_arguments(episodes_file, tmp_path):
                 by_id.setdefault(c["name"], []).append(c["arguments"])
     n_calls = 0
     for row in ds:
-        tools = json.loads(row["tools"])  # a JSON string: Arrow would pad merged schemas with nulls
+        # datasets 4 pads the merged structs with nulls (TRL strips them); 5 reads rows exactly
+        row = strip_nulls(row)
+        tools = row["tools"]  # schema objects, as apply_chat_template takes them
         names = {t["function"]["name"] for t in tools}
         assert all(t["type"] == "function" and "parameters" in t["function"] for t in tools)
         pending = {}
@@ -239,8 +242,6 @@ def test_hf_rows_load_with_datasets_and_keep_arguments(episodes_file, tmp_path):
                 assert c["type"] == "function" and c["function"]["name"] in names
                 args = c["function"]["arguments"]
                 assert isinstance(args, dict)  # an object, as chat templates expect
-                # Arrow merges the argument keys of all tools; TRL drops the None padding.
-                args = {k: v for k, v in args.items() if v is not None}
                 assert args in by_id[c["function"]["name"]]
                 pending[c["id"]] = c["function"]["name"]
             if m["role"] == "tool":
@@ -333,3 +334,24 @@ def test_default_format_is_unchanged_and_unknown_formats_are_refused(episodes_fi
     assert set(rec) == {"messages", "tools", "metadata"}
     with pytest.raises(ppol_rs.ConfigError, match="unknown export format 'jsonl'; use ppol, openai, hf or llamafactory"):
         ppol_rs.export_sft([path], format="jsonl")
+
+
+def test_token_lengths_warnings_and_layouts_reach_python(episodes_file, tmp_path):
+    path, eps = episodes_file
+    r = ppol_rs.export_sft([path], all=True, format="openai")
+    t = r["tokens"]
+    assert r["format_version"] == 2 and len(t["rows"]) == len(r["train"])
+    assert t["median_total"] <= t["max_total"] < t["suggested_cutoff"]
+    assert all(row["system"] + row["tools"] <= t["max_start"] for row in t["rows"])
+    assert any("at 1024" in w for w in r["warnings"]), r["warnings"]
+    policy = tmp_path / "policy.txt"
+    policy.write_text("Help the customer within the shop's policy.\n")
+    short = ppol_rs.export_sft([path], all=True, format="hf", system_prompt=policy)
+    assert short["train"][0]["messages"][0]["content"] == "Help the customer within the shop's policy."
+    assert short["tokens"]["median_start"] < t["median_start"]
+    old = ppol_rs.export_sft([path], all=True, format="hf", format_version=1)
+    assert isinstance(old["train"][0]["tools"], str) and old["format_version"] == 1
+    capped = ppol_rs.export_sft([path], all=True, format="hf", max_tokens=t["median_total"])
+    assert capped["skipped"] and len(capped["train"]) + len(capped["skipped"]) == len(eps)
+    with pytest.raises(ppol_rs.ConfigError, match="unknown layout version 7"):
+        ppol_rs.export_sft([path], format="hf", format_version=7)

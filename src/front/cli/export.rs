@@ -57,6 +57,18 @@ pub enum ExportCommand {
         /// stem); the held-out file is registered as NAME.heldout (default: its file stem).
         #[arg(long)]
         dataset_name: Option<String>,
+        /// Layout version of the format: 2 (the default) writes `content: ""` beside an
+        /// `openai` agent turn's tool calls; 1 leaves it out, as exports did before. `ppol`,
+        /// `hf` and `llamafactory` read the same in both.
+        #[arg(long)]
+        format_version: Option<u32>,
+        /// A text file that replaces the agent's system prompt in every record (a compact
+        /// policy: τ² retail's full one is ~1,600 tokens in every row).
+        #[arg(long, value_name = "FILE")]
+        system_prompt: Option<PathBuf>,
+        /// Leave out records estimated longer than N tokens (listed as skipped).
+        #[arg(long, value_name = "N")]
+        max_tokens: Option<usize>,
     },
 }
 
@@ -72,6 +84,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
         heldout_output,
         seed,
         dataset_name,
+        format_version,
+        system_prompt,
+        max_tokens,
     } = args.command;
     let report = ops::export_sft(&ExportRequest {
         episodes,
@@ -83,11 +98,15 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
         output: Some(output.clone()),
         heldout_output,
         dataset_name,
+        format_version,
+        system_prompt,
+        max_tokens,
     })?;
     let mut line = format!(
-        "wrote {} of {} episodes as {format} records to {} ({})",
+        "wrote {} of {} episodes as {format} records (layout {}) to {} ({})",
         report.train.len(),
         report.n_episodes,
+        report.format_version,
         output.display(),
         if all {
             "all that ran"
@@ -118,6 +137,16 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
     }
     for note in &report.notes {
         eprintln!("{note}");
+    }
+    let t = &report.tokens;
+    if !t.rows.is_empty() {
+        eprintln!(
+            "tokens per training record, {}: median {}, max {}; the dialogue starts after median {}, max {} (system prompt and tool schemas); a cutoff of {} holds every record",
+            t.method, t.median_total, t.max_total, t.median_start, t.max_start, t.suggested_cutoff
+        );
+    }
+    for warning in &report.warnings {
+        eprintln!("{warning}");
     }
     let mut by_info: std::collections::BTreeMap<&std::path::Path, Vec<&str>> = Default::default();
     for (name, info) in &report.datasets {

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::load_domain;
 use crate::llm::ToolSpec;
-pub use crate::simulate::export::SftFormat;
-use crate::simulate::export::Unexported;
+pub use crate::simulate::export::{RowTokens, SftFormat, FORMAT_VERSION, FORMAT_VERSIONS};
+use crate::simulate::export::{Unexported, ESTIMATE_TOLERANCE};
 use crate::{Error, Result};
 
 /// What `ppol export sft` needs.
@@ -36,6 +36,121 @@ pub struct ExportRequest {
     /// `llamafactory`: the name of the training file's entry in `dataset_info.json` (default:
     /// the file's stem); the held-out file's entry is then `NAME.heldout` (default: its stem).
     pub dataset_name: Option<String>,
+    /// The layout version of the format (default [`FORMAT_VERSION`]; 1 is the layout before
+    /// it, for pipelines that read it).
+    pub format_version: Option<u32>,
+    /// A file whose text replaces the agent's system prompt in every record (a compact policy:
+    /// τ² retail's full policy is about 1,600 tokens in every row).
+    pub system_prompt: Option<PathBuf>,
+    /// Leave out records whose estimated length exceeds this many tokens (they are listed in
+    /// `skipped`).
+    pub max_tokens: Option<usize>,
+}
+
+/// Cutoffs trainers commonly use (TRL's `max_length` default is 1,024, LLaMA-Factory's
+/// `cutoff_len` 2,048): the export warns when rows start their dialogue beyond them.
+pub const COMMON_CUTOFFS: [usize; 4] = [1024, 2048, 4096, 8192];
+
+/// OpenAI's minimum number of training examples for a fine-tuning job.
+pub const OPENAI_MIN_EXAMPLES: usize = 10;
+
+/// Token lengths of the training records (estimated; see
+/// [`crate::simulate::export::estimate_tokens`]).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TokenSummary {
+    /// How the lengths were counted.
+    pub method: String,
+    /// Each training record's lengths, in file order.
+    pub rows: Vec<RowTokens>,
+    /// Median and maximum of the whole row.
+    pub median_total: usize,
+    /// See `median_total`.
+    pub max_total: usize,
+    /// Median and maximum of where the dialogue starts (system prompt + tool schemas).
+    pub median_start: usize,
+    /// See `median_start`.
+    pub max_start: usize,
+    /// The smallest cutoff, a multiple of 1,024, that holds every row with the estimate's
+    /// margin: what to give TRL's `max_length` or LLaMA-Factory's `cutoff_len`.
+    pub suggested_cutoff: usize,
+}
+
+impl TokenSummary {
+    fn of(rows: Vec<RowTokens>) -> TokenSummary {
+        let median = |mut v: Vec<usize>| {
+            v.sort_unstable();
+            match v.len() {
+                0 => 0,
+                n if n % 2 == 1 => v[n / 2],
+                n => (v[n / 2 - 1] + v[n / 2]).div_ceil(2),
+            }
+        };
+        let totals: Vec<usize> = rows.iter().map(RowTokens::total).collect();
+        let starts: Vec<usize> = rows.iter().map(RowTokens::start).collect();
+        let max_total = totals.iter().copied().max().unwrap_or(0);
+        let with_margin = (max_total as f64 * (1.0 + ESTIMATE_TOLERANCE)).ceil() as usize;
+        TokenSummary {
+            method: format!(
+                "estimated (byte-level BPE pieces, within ±{:.0}% of SmolLM2's tokenizer on τ² retail)",
+                ESTIMATE_TOLERANCE * 100.0
+            ),
+            median_total: median(totals),
+            max_total,
+            median_start: median(starts.clone()),
+            max_start: starts.iter().copied().max().unwrap_or(0),
+            suggested_cutoff: with_margin.div_ceil(1024).max(1) * 1024,
+            rows,
+        }
+    }
+
+    /// What a trainer cut at a common cutoff would lose, and what to do about it; empty when
+    /// every row fits the smallest common cutoff.
+    fn warnings(&self) -> Vec<String> {
+        let n = self.rows.len();
+        if n == 0 || self.max_total <= COMMON_CUTOFFS[0] {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let prompt_only: Vec<String> = COMMON_CUTOFFS
+            .iter()
+            .filter_map(|&c| {
+                let k = self.rows.iter().filter(|r| r.start() >= c).count();
+                (k > 0).then(|| format!("{k} of {n} at {c}"))
+            })
+            .collect();
+        if !prompt_only.is_empty() {
+            let med = |f: fn(&RowTokens) -> usize| {
+                let mut v: Vec<usize> = self.rows.iter().map(f).collect();
+                v.sort_unstable();
+                v[v.len() / 2]
+            };
+            out.push(format!(
+                "warning: the dialogue starts after ~{} tokens (median: system prompt ~{}, tool \
+                 schemas ~{}): a trainer that cuts rows there trains on the prompt only ({}; TRL's \
+                 max_length defaults to 1024, LLaMA-Factory's cutoff_len to 2048)",
+                self.median_start,
+                med(|r| r.system),
+                med(|r| r.tools),
+                prompt_only.join(", ")
+            ));
+        }
+        let cut: Vec<String> = COMMON_CUTOFFS
+            .iter()
+            .filter_map(|&c| {
+                let k = self.rows.iter().filter(|r| r.total() > c).count();
+                (k > 0).then(|| format!("{k} of {n} at {c}"))
+            })
+            .collect();
+        out.push(format!(
+            "warning: rows are longer than common cutoffs and would be truncated ({}); set the \
+             trainer's cutoff to at least {} (TRL SFTConfig(max_length=...), LLaMA-Factory \
+             cutoff_len), replace the policy with a compact one (--system-prompt FILE), or \
+             leave long rows out (--max-tokens N)",
+            cut.join(", "),
+            self.suggested_cutoff
+        ));
+        out
+    }
 }
 
 /// A selected episode the format cannot hold.
@@ -76,6 +191,13 @@ pub struct ExportReport {
     /// What was not written, and why (an output that is not a regular file gets no held-out
     /// file and no `dataset_info.json` beside it).
     pub notes: Vec<String>,
+    /// The layout version written.
+    pub format_version: u32,
+    /// Token lengths of the training records.
+    pub tokens: TokenSummary,
+    /// What a trainer would hit with these records: rows longer than common cutoffs, fewer
+    /// examples than OpenAI's minimum.
+    pub warnings: Vec<String>,
 }
 
 impl ExportReport {
@@ -305,13 +427,45 @@ fn records_text(records: &[serde_json::Value], json_array: bool) -> String {
 /// records are written (nothing is, when no record is left for training), and for
 /// `llamafactory` their entries are merged into the `dataset_info.json` next to each file.
 pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
-    use crate::simulate::export::{held_out, selected, sft_record_as, Selection};
+    use crate::simulate::export::{
+        held_out, row_tokens, selected, sft_record_versioned, Selection,
+    };
     if !(req.heldout_fraction.is_finite() && (0.0..1.0).contains(&req.heldout_fraction)) {
         return Err(Error::config(
             "--heldout-fraction",
             format!("must be in [0, 1), got {}", req.heldout_fraction),
         ));
     }
+    let version = req.format_version.unwrap_or(FORMAT_VERSION);
+    if !FORMAT_VERSIONS.contains(&version) {
+        return Err(Error::config(
+            "--format-version",
+            format!(
+                "unknown layout version {version}; use {}",
+                FORMAT_VERSIONS
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ),
+        ));
+    }
+    if req.max_tokens == Some(0) {
+        return Err(Error::config("--max-tokens", "must be at least 1"));
+    }
+    let own_prompt = match &req.system_prompt {
+        Some(path) => {
+            let text = crate::io::read_to_string(path)?;
+            if text.trim().is_empty() {
+                return Err(Error::config(
+                    "--system-prompt",
+                    format!("'{}' is empty", path.display()),
+                ));
+            }
+            Some(text.trim_end().to_string())
+        }
+        None => None,
+    };
     let plan = plan(req)?;
     let sel = if req.all {
         Selection::All
@@ -335,7 +489,7 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
                 .join(", ")
         )));
     }
-    let mut domains: std::collections::HashMap<String, (String, Vec<ToolSpec>)> =
+    let mut domains: std::collections::HashMap<(String, Option<PathBuf>), (String, Vec<ToolSpec>)> =
         Default::default();
     let mut report = ExportReport {
         train: Vec::new(),
@@ -348,7 +502,11 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
         written: Vec::new(),
         datasets: BTreeMap::new(),
         notes: plan.as_ref().map(|p| p.notes.clone()).unwrap_or_default(),
+        format_version: version,
+        tokens: TokenSummary::default(),
+        warnings: Vec::new(),
     };
+    let mut train_tokens = Vec::new();
     let mut held_ids = BTreeSet::new();
     for (e, &file) in loaded.iter().zip(&origin).filter(|(e, _)| selected(e, sel)) {
         // What the agent saw: the episode's own record (external worlds), else the built-in
@@ -361,9 +519,31 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
                 (&own.0, &own.1)
             }
             None => {
-                if !domains.contains_key(&e.domain) {
+                // the data the episode was played from, unless --tau2-data says otherwise
+                let recorded = req
+                    .tau2_data
+                    .is_none()
+                    .then_some(e.tau2_data.as_ref())
+                    .flatten();
+                let key = (e.domain.clone(), recorded.cloned());
+                if !domains.contains_key(&key) {
                     let view = if crate::simulate::tau2::Domain::known(&e.domain).is_some() {
-                        let d = load_domain(&e.domain, req.tau2_data.as_deref())?;
+                        let d = match recorded {
+                            Some(dir) if dir.is_dir() => load_domain(&e.domain, Some(dir))?,
+                            Some(dir) => load_domain(&e.domain, None).map_err(|err| {
+                                Error::config(
+                                    "--tau2-data",
+                                    format!(
+                                        "episode '{}' of {} was played from τ² data at '{}', \
+                                         which is gone, and no other was found ({err})",
+                                        e.id,
+                                        req.episodes[file].display(),
+                                        dir.display()
+                                    ),
+                                )
+                            })?,
+                            None => load_domain(&e.domain, req.tau2_data.as_deref())?,
+                        };
                         (
                             crate::simulate::episode::llm::agent_system_prompt(&d.policy),
                             d.env().tools(),
@@ -371,13 +551,14 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
                     } else {
                         (String::new(), Vec::new())
                     };
-                    domains.insert(e.domain.clone(), view);
+                    domains.insert(key.clone(), view);
                 }
-                let (system, tools) = &domains[&e.domain];
+                let (system, tools) = &domains[&key];
                 (system, tools)
             }
         };
-        let record = match sft_record_as(req.format, e, system, tools) {
+        let system = own_prompt.as_ref().unwrap_or(system);
+        let record = match sft_record_versioned(req.format, version, e, system, tools) {
             Ok(r) => r,
             Err(Unexported::Unfit(reason)) => {
                 report.skipped.push(SkippedEpisode {
@@ -395,15 +576,37 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
                 ))
             }
         };
+        let tokens = row_tokens(req.format, &record.record);
+        if let Some(max) = req.max_tokens.filter(|&m| tokens.total() > m) {
+            report.skipped.push(SkippedEpisode {
+                episode_id: e.id.clone(),
+                file: req.episodes[file].clone(),
+                reason: format!("estimated longer than --max-tokens {max}"),
+            });
+            continue;
+        }
         report.dropped_texts += record.dropped_texts;
         if held_out(&e.persona_id, req.heldout_fraction, req.seed) {
             held_ids.insert(e.persona_id.clone());
             report.heldout.push(record.record);
         } else {
             report.train.push(record.record);
+            train_tokens.push(tokens);
         }
     }
     report.heldout_personas = held_ids.into_iter().collect();
+    report.tokens = TokenSummary::of(train_tokens);
+    report.warnings = report.tokens.warnings();
+    if req.format == SftFormat::Openai
+        && !report.train.is_empty()
+        && report.train.len() < OPENAI_MIN_EXAMPLES
+    {
+        report.warnings.push(format!(
+            "warning: OpenAI fine-tuning needs at least {OPENAI_MIN_EXAMPLES} training examples; \
+             this export has {} (play more tasks or trials, or export with --all)",
+            report.train.len()
+        ));
+    }
     if let Some(plan) = plan {
         write(req, &plan, &mut report)?;
     }

@@ -664,12 +664,14 @@ fn episodes<'py>(
 
 /// Export episodes as chat fine-tuning records (as `ppol export sft`) in `format` (`ppol`,
 /// `openai`, `hf` or `llamafactory`); returns `{"train", "heldout", "heldout_personas",
-/// "n_episodes", "clusters", "skipped", "dropped_texts", "written", "datasets", "notes"}`. With
+/// "n_episodes", "clusters", "skipped", "dropped_texts", "written", "datasets", "notes",
+/// "format_version", "tokens", "warnings"}` (`tokens`: the estimated lengths of the training
+/// records, per row and their median and max, and a cutoff that holds them all). With
 /// `output` the records are written too (and, for `llamafactory`, registered in the
 /// `dataset_info.json` next to each file; `notes` says what an output that is not a regular
 /// file did not get beside it).
 #[pyfunction]
-#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0, format="ppol", output=None, heldout_output=None, dataset_name=None))]
+#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0, format="ppol", output=None, heldout_output=None, dataset_name=None, format_version=None, system_prompt=None, max_tokens=None))]
 #[allow(clippy::too_many_arguments)]
 fn export_sft<'py>(
     py: Python<'py>,
@@ -682,6 +684,9 @@ fn export_sft<'py>(
     output: Option<PathBuf>,
     heldout_output: Option<PathBuf>,
     dataset_name: Option<String>,
+    format_version: Option<u32>,
+    system_prompt: Option<PathBuf>,
+    max_tokens: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let req = ops::ExportRequest {
         episodes,
@@ -693,6 +698,9 @@ fn export_sft<'py>(
         output,
         heldout_output,
         dataset_name,
+        format_version,
+        system_prompt,
+        max_tokens,
     };
     let report = py.detach(|| ops::export_sft(&req)).map_err(to_py_err)?;
     to_py(py, &report)

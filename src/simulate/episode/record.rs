@@ -85,6 +85,10 @@ pub struct Episode {
     /// The simulator's own metadata of the episode (external worlds), kept as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
+    /// The τ² domain directory the episode was played from (built-in retail/airline), so that
+    /// `ppol export sft` finds the policy and tools the agent saw without `--tau2-data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tau2_data: Option<std::path::PathBuf>,
 }
 
 impl Episode {
@@ -122,6 +126,7 @@ impl Episode {
             notes: Vec::new(),
             agent: None,
             meta: None,
+            tau2_data: None,
         }
     }
 }
@@ -280,6 +285,7 @@ mod tests {
             notes: Vec::new(),
             agent: None,
             meta: None,
+            tau2_data: None,
         }
     }
 

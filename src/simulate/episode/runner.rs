@@ -485,6 +485,11 @@ impl Tau2Runner {
             notes,
             agent: None,
             meta: None,
+            tau2_data: self
+                .domain
+                .data_dir
+                .as_deref()
+                .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.to_path_buf())),
         }
     }
 }

@@ -193,6 +193,7 @@ impl ChatRunner {
             notes: Vec::new(),
             agent: None,
             meta: None,
+            tau2_data: None,
         };
         let Some(task) = self.tasks.get(task_id) else {
             e.error = Some(format!("no task with id '{task_id}' in the task file"));
