@@ -842,7 +842,7 @@ def literal_targets(code, max_targets=64):
     return targets, nodes
 
 
-def apply_edits(code, edits, max_targets=64):
+def apply_edits(code, edits, max_targets=64, text_max=TEXT_MAX):
     """Apply [{"op": "set", "target", "text"} | {"op": "add", "target", "text"} |
     {"op": "number", "target", "value"}] to the program's literal data."""
     _, nodes = literal_targets(code, max_targets)
@@ -868,6 +868,9 @@ def apply_edits(code, edits, max_targets=64):
                 skipped.append(f"edit {i + 1}: empty text")
                 continue
             text = " ".join(text.split())
+            if len(text) > text_max:
+                skipped.append(f"edit {i + 1}: text longer than {text_max} characters")
+                continue
             if op == "set":
                 if text == node.value:
                     skipped.append(f"edit {i + 1}: {target} unchanged")
@@ -938,7 +941,9 @@ def answer(req, seed):
             targets, _ = literal_targets(code, int(req.get("max_targets", 64)))
             return {"ok": True, "targets": targets}
         if req.get("op") == "apply":
-            new, edits, skipped = apply_edits(code, req.get("edits"), int(req.get("max_targets", 64)))
+            new, edits, skipped = apply_edits(
+                code, req.get("edits"), int(req.get("max_targets", 64)), int(req.get("text_max", TEXT_MAX))
+            )
             verify(new, code)
             return {"ok": True, "code": new, "summary": "; ".join(edits), "edits": edits, "skipped": skipped}
         if req.get("op") == "crossover":

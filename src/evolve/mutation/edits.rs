@@ -28,9 +28,11 @@ use serde_json::{json, Value};
 
 use super::structural::SCRIPT;
 
-/// Longest text an edit may write (characters; a `maxLength` in the schema — llama-cpp-python
-/// turns it into nested grammar rules, and crashed on 1,024).
-pub const EDIT_TEXT_MAX_CHARS: u32 = 240;
+/// Longest text an edit may write, in characters: longer ones are skipped with the reason when
+/// applied. Not a `maxLength` in the schema: llama.cpp turns one into as many nested optional
+/// grammar rules, which made SmolLM2's constrained answers crawl (one mutation took minutes
+/// at 240); the request's `max_tokens` bounds the answer instead.
+pub const EDIT_TEXT_MAX_CHARS: usize = 400;
 
 /// Most edits one answer may make.
 pub const MAX_EDITS: u32 = 3;
@@ -117,7 +119,13 @@ pub fn apply_edits(
 ) -> Result<AppliedEdits, String> {
     let answer = call(
         python,
-        &json!({"op": "apply", "code": code, "edits": edits, "max_targets": MAX_TARGETS}),
+        &json!({
+            "op": "apply",
+            "code": code,
+            "edits": edits,
+            "max_targets": MAX_TARGETS,
+            "text_max": EDIT_TEXT_MAX_CHARS,
+        }),
         timeout,
     )?;
     let strings = |v: &Value| -> Vec<String> {
@@ -146,7 +154,7 @@ pub fn edit_schema(targets: &[EditTarget]) -> Option<Value> {
             .map(|t| t.id.as_str())
             .collect()
     };
-    let text = json!({"type": "string", "maxLength": EDIT_TEXT_MAX_CHARS});
+    let text = json!({"type": "string"});
     let mut variants = Vec::new();
     for (kind, op, field, value) in [
         (TargetKind::Text, "set", "text", text.clone()),
@@ -181,7 +189,7 @@ pub fn edit_schema(targets: &[EditTarget]) -> Option<Value> {
         "additionalProperties": false,
         "required": ["idea", "edits"],
         "properties": {
-            "idea": {"type": "string", "maxLength": EDIT_TEXT_MAX_CHARS},
+            "idea": {"type": "string"},
             "edits": {
                 "type": "array",
                 "minItems": 1,
