@@ -403,6 +403,7 @@ pub fn write_fixture_run(dir: &Path) {
         best_validation: None,
         cost: cost(12 * ITERATIONS, 0.55),
         mutations: BTreeMap::new(),
+        episodes: None,
     })
     .unwrap();
     drop(log);

@@ -125,6 +125,22 @@ pub struct SearchSection {
     /// proposals see the validations up to the generation before the previous one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation_size: Option<usize>,
+    /// Cascade evaluation: a child first plays `cascade_personas` personas of each task of
+    /// its batch (stage 1), and plays the rest (stage 2) only when its stage-1 score reaches
+    /// the bar its batch sets (`cascade_quantile`, `cascade_margin`). A child stopped at stage
+    /// 1 is logged (`candidate_stopped`, with its partial metrics) and never enters the
+    /// archive, the curriculum's batch bests or validation. The seed, and a child whose batch
+    /// has no stage-1 score yet, play in full.
+    pub cascade: bool,
+    /// Personas per task in the cascade's first stage (the first ones the program writes; a
+    /// batch of fewer personas per task plays in full).
+    pub cascade_personas: usize,
+    /// The bar of the cascade: this quantile (0 = the lowest, 1 = the highest) of the stage-1
+    /// scores (the archive's `fitness_metric`, fixed weights) of the candidates evaluated on
+    /// the same train tasks before the child's generation was proposed.
+    pub cascade_quantile: f64,
+    /// Subtracted from the cascade's bar (a child within this margin of it plays in full).
+    pub cascade_margin: f64,
 }
 
 impl SearchSection {
@@ -147,9 +163,20 @@ impl Default for SearchSection {
             max_requeues: 3,
             parallel_candidates: 1,
             generation_size: None,
+            cascade: true,
+            cascade_personas: CASCADE_PERSONAS,
+            cascade_quantile: CASCADE_QUANTILE,
+            cascade_margin: CASCADE_MARGIN,
         }
     }
 }
+
+/// Default of `[search] cascade_personas` (measured: see README, "Cascade evaluation").
+pub const CASCADE_PERSONAS: usize = 2;
+/// Default of `[search] cascade_quantile` (measured: see README, "Cascade evaluation").
+pub const CASCADE_QUANTILE: f64 = 0.5;
+/// Default of `[search] cascade_margin` (measured: see README, "Cascade evaluation").
+pub const CASCADE_MARGIN: f64 = 0.0;
 
 /// How candidates are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -507,6 +534,19 @@ impl RunConfig {
                     ),
                 ));
             }
+        }
+        check(
+            "search.cascade_personas",
+            s.cascade_personas,
+            1,
+            limits::MAX_PERSONAS,
+        )?;
+        fraction("search.cascade_quantile", s.cascade_quantile, true)?;
+        if !(s.cascade_margin.is_finite() && s.cascade_margin >= 0.0) {
+            return Err(Error::config(
+                "search.cascade_margin",
+                format!("must be a number at least 0, got {}", s.cascade_margin),
+            ));
         }
         let m = &self.mutation;
         fraction("mutation.crossover_rate", m.crossover_rate, true)?;

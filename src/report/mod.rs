@@ -432,6 +432,9 @@ impl<'a> LogView<'a> {
                         requeued: false,
                     })
                 }
+                // counted in the facts (episodes played, mutation outcomes); never a score
+                // of the curves, which are those of full evaluations
+                Event::CandidateStopped { .. } => {}
             }
         }
         v
@@ -782,6 +785,10 @@ fn section_summary(out: &mut String, files: &RunFiles, view: &LogView) {
                 .iter()
                 .map(|e| e.iteration)
                 .chain(view.failed.iter().map(|f| f.iteration))
+                .chain(files.log.iter().filter_map(|r| match r.event {
+                    Event::CandidateStopped { iteration, .. } => Some(iteration),
+                    _ => None,
+                }))
                 .max();
             fact(
                 &mut facts,
@@ -790,6 +797,16 @@ fn section_summary(out: &mut String, files: &RunFiles, view: &LogView) {
             );
         }
     }
+    let episodes = match view.stopped {
+        Some(Record {
+            event: Event::RunStopped {
+                episodes: Some(e), ..
+            },
+            ..
+        }) => *e,
+        _ => runlog::episode_counts(&files.log, None),
+    };
+    fact(&mut facts, "episodes played", &esc(&episodes.line()));
     if !view.resumed.is_empty() {
         let list = view
             .resumed

@@ -233,6 +233,9 @@ fn print_summary(s: &RunSummary) {
             }
         );
     }
+    if let Some(e) = &s.episodes {
+        println!("{}", e.line());
+    }
     if !s.mutations.is_empty() {
         println!(
             "mutations: {}",
