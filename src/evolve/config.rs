@@ -174,7 +174,7 @@ impl Default for SearchSection {
 /// Default of `[search] cascade_personas` (measured: see README, "Cascade evaluation").
 pub const CASCADE_PERSONAS: usize = 2;
 /// Default of `[search] cascade_quantile` (measured: see README, "Cascade evaluation").
-pub const CASCADE_QUANTILE: f64 = 0.5;
+pub const CASCADE_QUANTILE: f64 = 1.0;
 /// Default of `[search] cascade_margin` (measured: see README, "Cascade evaluation").
 pub const CASCADE_MARGIN: f64 = 0.0;
 
@@ -833,5 +833,33 @@ mod tests {
         let e = RunConfig::from_toml_str("[fitness]\nn_personas = 0\n", Path::new("c.toml"))
             .unwrap_err();
         assert!(e.to_string().contains("fitness.n_personas"), "{e}");
+    }
+
+    #[test]
+    fn bad_cascade_settings_are_named() {
+        assert!(RunConfig::default().search.cascade);
+        for (text, key) in [
+            ("cascade_quantile = 1.5", "search.cascade_quantile"),
+            ("cascade_quantile = -0.1", "search.cascade_quantile"),
+            ("cascade_quantile = nan", "search.cascade_quantile"),
+            ("cascade_personas = 0", "search.cascade_personas"),
+            ("cascade_margin = -0.01", "search.cascade_margin"),
+            ("cascade_margin = inf", "search.cascade_margin"),
+        ] {
+            let e = RunConfig::from_toml_str(&format!("[search]\n{text}\n"), Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+        let ok = "[search]\ncascade = false\ncascade_personas = 3\ncascade_quantile = 1\ncascade_margin = 0.05\n";
+        let c = RunConfig::from_toml_str(ok, Path::new("c.toml")).unwrap();
+        assert_eq!(
+            (
+                c.search.cascade,
+                c.search.cascade_personas,
+                c.search.cascade_margin
+            ),
+            (false, 3, 0.05)
+        );
     }
 }

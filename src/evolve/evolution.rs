@@ -65,7 +65,7 @@ use crate::evolve::config::{MutationSection, RunConfig};
 use crate::evolve::context::{pause_for_kill, RunContext};
 use crate::evolve::evaluate::{
     evaluate_candidate, evaluate_in_stages, program_metric_names, program_metrics, rank,
-    CandidateOutcome, StageOne, TaskContext,
+    CandidateOutcome, StageOne, Staged, TaskContext,
 };
 use crate::evolve::mutation::dispatch::Mutator;
 use crate::evolve::mutation::structural::axis_evidence;
@@ -211,6 +211,10 @@ pub struct State {
     /// in full or stopped), by train batch (its task ids joined by `,`), in iteration order.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub stage_scores: BTreeMap<String, Vec<f64>>,
+    /// The first-stage score of the validation of the run's best ([`State::best`]): the bar
+    /// of the cascade's validations (None: validations play in full).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_stage_score: Option<f64>,
 }
 
 impl State {
@@ -234,6 +238,7 @@ impl State {
             elapsed_s: 0.0,
             cost: None,
             stage_scores: BTreeMap::new(),
+            best_stage_score: None,
         })
     }
 
@@ -350,6 +355,9 @@ pub struct QueuedValidation {
     pub program: Program,
     /// Its train metrics.
     pub train: EvalMetrics,
+    /// The cascade's bar for its first stage, set when it was queued (None: it plays in full).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bar: Option<f64>,
 }
 
 /// What a generation's proposal needs before its mutation runs.
@@ -435,7 +443,7 @@ pub struct Evolution {
     /// Iterations completed by this process (for the `halt_after` hook).
     iterations_here: u64,
     /// The queued validations running in the background, by iteration.
-    validating: BTreeMap<u64, tokio::task::JoinHandle<CandidateOutcome>>,
+    validating: BTreeMap<u64, tokio::task::JoinHandle<Staged>>,
 }
 
 impl Evolution {
@@ -1242,17 +1250,19 @@ impl Evolution {
                     beats
                 };
                 if added.new_best || batch_best {
+                    let bar = self.validation_bar();
                     if self.ctx.cfg.search.generation_size() > 1 {
                         self.state.validations.push_back(QueuedValidation {
                             iteration: k,
                             generation: self.state.generations,
                             program: program.clone(),
                             train: s.metrics.clone(),
+                            bar,
                         });
                         self.spawn_validations();
                     } else {
-                        let outcome = self.bench.validate(&program.code).await;
-                        self.apply_validation(k, &program, &s.metrics, outcome)?;
+                        let outcome = self.bench.validate_in_stages(&program.code, bar).await;
+                        self.apply_validation(k, &program, &s.metrics, outcome, bar)?;
                     }
                 }
                 self.state.iteration = k;
@@ -1279,8 +1289,8 @@ impl Evolution {
     fn spawn_validations(&mut self) {
         for q in &self.state.validations {
             if !self.validating.contains_key(&q.iteration) {
-                let (bench, code) = (self.bench.clone(), q.program.code.clone());
-                let task = tokio::spawn(async move { bench.validate(&code).await });
+                let (bench, code, bar) = (self.bench.clone(), q.program.code.clone(), q.bar);
+                let task = tokio::spawn(async move { bench.validate_in_stages(&code, bar).await });
                 self.validating.insert(q.iteration, task);
             }
         }
@@ -1303,15 +1313,19 @@ impl Evolution {
                 self.validating.insert(k, task);
                 return Ok(false);
             };
-            let outcome = joined.unwrap_or_else(|e| {
-                CandidateOutcome::Infrastructure(format!("the validation task failed: {e}"))
+            let outcome = joined.unwrap_or_else(|e| Staged {
+                outcome: CandidateOutcome::Infrastructure(format!(
+                    "the validation task failed: {e}"
+                )),
+                stage_score: None,
+                stopped: false,
             });
             let q = self
                 .state
                 .validations
                 .pop_front()
                 .expect("the queue has this head");
-            self.apply_validation(q.iteration, &q.program, &q.train, outcome)?;
+            self.apply_validation(q.iteration, &q.program, &q.train, outcome, q.bar)?;
         }
         Ok(true)
     }
@@ -1332,9 +1346,27 @@ impl Evolution {
         k: u64,
         program: &Program,
         train: &EvalMetrics,
-        outcome: CandidateOutcome,
+        staged: Staged,
+        bar: Option<f64>,
     ) -> Result<()> {
+        let Staged {
+            outcome,
+            stage_score,
+            stopped,
+        } = staged;
         match outcome {
+            CandidateOutcome::Scored { metrics, .. } if stopped => {
+                // below the run's best after the first stage: it cannot displace it
+                self.log.append(Event::ValidationStopped {
+                    iteration: k,
+                    program_id: program.id.0.clone(),
+                    stage: 1,
+                    stage_score: stage_score.unwrap_or_default(),
+                    bar: bar.unwrap_or_default(),
+                    metrics,
+                })?;
+                Ok(())
+            }
             CandidateOutcome::Scored {
                 metrics,
                 persona_records,
@@ -1346,12 +1378,16 @@ impl Evolution {
                     program_id: program.id.0.clone(),
                     metrics: metrics.clone(),
                 })?;
-                self.offer_best(
+                let displaced = self.offer_best(
                     program,
                     train,
                     Ok(&metrics),
                     Some((&persona_records, &episodes)),
-                )
+                )?;
+                if displaced {
+                    self.state.best_stage_score = stage_score;
+                }
+                Ok(())
             }
             CandidateOutcome::Failed(failure) => self.validation_failed(k, program, train, failure),
             CandidateOutcome::Infrastructure(why) => self.validation_failed(
@@ -1389,7 +1425,10 @@ impl Evolution {
             program_id: program.id.0.clone(),
             failure,
         })?;
-        self.offer_best(program, train, Err(&why), None)
+        if self.offer_best(program, train, Err(&why), None)? {
+            self.state.best_stage_score = None;
+        }
+        Ok(())
     }
 
     /// The one place the run's best changes: when `program` (validated as `validation`)
@@ -1401,10 +1440,10 @@ impl Evolution {
         train: &EvalMetrics,
         validation: std::result::Result<&EvalMetrics, &str>,
         records: Option<(&[Persona], &[Episode])>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let held = self.state.best.as_ref().and_then(|b| b.validation.as_ref());
         if !RunBest::displaces(held, validation.ok()) {
-            return Ok(());
+            return Ok(false);
         }
         let best = RunBest::of(
             program,
@@ -1414,7 +1453,18 @@ impl Evolution {
         );
         self.ctx.dir.write_best(&best, records)?;
         self.state.best = Some(best);
-        Ok(())
+        Ok(true)
+    }
+
+    /// The cascade's bar for a validation queued now: the first-stage validation score of the
+    /// run's best, less the margin (None: it plays in full — the cascade is off, or the run's
+    /// best has no such score).
+    fn validation_bar(&self) -> Option<f64> {
+        let s = &self.ctx.cfg.search;
+        s.cascade
+            .then_some(self.state.best_stage_score)
+            .flatten()
+            .map(|b| b - s.cascade_margin)
     }
 
     /// The LLM cost so far (a note offline).
@@ -1619,6 +1669,32 @@ impl Bench {
 }
 
 impl Bench {
+    /// The validation of `code` in the cascade's two stages when it is on: below `bar` after
+    /// the first (the first personas of every validation task), it stops there.
+    async fn validate_in_stages(&self, code: &str, bar: Option<f64>) -> Staged {
+        let cfg = &self.ctx.cfg;
+        let combined = |m: &EvalMetrics| m.combined;
+        let weights = Weights::new(self.schedule.lambda_h, self.schedule.lambda_b);
+        let stage = StageOne {
+            personas: cfg.search.cascade_personas,
+            weights,
+            score: &combined,
+            bar,
+        };
+        evaluate_in_stages(
+            code,
+            &self.val,
+            self.schedule.n_personas,
+            weights,
+            &self.ctx.generator,
+            self.ctx.val_runner.as_ref(),
+            &self.scorer,
+            derive_seed(cfg.search.seed, "validation"),
+            cfg.search.cascade.then_some(&stage),
+        )
+        .await
+    }
+
     /// The validation of `code`: final N, fixed weights, the validation tasks.
     async fn validate(&self, code: &str) -> CandidateOutcome {
         evaluate_candidate(
@@ -1826,6 +1902,17 @@ mod tests {
             e.contains("archive.feature_dimensions") && e.contains("'dice'"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_cascade_bar_is_a_quantile_of_the_batch_scores() {
+        assert_eq!(quantile(&[], 0.5), None);
+        assert_eq!(quantile(&[0.3], 0.9), Some(0.3));
+        let xs = [0.4, 0.1, 0.3, 0.2, f64::NAN];
+        assert_eq!(quantile(&xs, 0.0), Some(0.1));
+        assert_eq!(quantile(&xs, 1.0), Some(0.4));
+        assert!((quantile(&xs, 0.5).unwrap() - 0.25).abs() < 1e-12);
+        assert!((quantile(&xs, 0.9).unwrap() - 0.37).abs() < 1e-12);
     }
 
     #[test]

@@ -277,6 +277,22 @@ pub enum Event {
         /// Metrics with the final N and fixed weights.
         metrics: EvalMetrics,
     },
+    /// The cascade stopped a validation after its first stage: its score there was below the
+    /// first-stage validation score of the run's best, so it does not displace it.
+    ValidationStopped {
+        /// Iteration at which it ran.
+        iteration: u64,
+        /// Program id.
+        program_id: String,
+        /// The last stage it played (1).
+        stage: u32,
+        /// Its score there (fixed weights).
+        stage_score: f64,
+        /// The bar it did not reach.
+        bar: f64,
+        /// Metrics of the episodes it played.
+        metrics: EvalMetrics,
+    },
     /// The new best program's validation could not score it (its generation failed, or the
     /// LLM was unavailable): `best/program.json` says so and holds no validation metrics.
     ValidationFailed {
@@ -335,6 +351,7 @@ impl Event {
             Event::CandidateStopped { .. } => "candidate_stopped",
             Event::CandidateFailed { .. } => "candidate_failed",
             Event::Validation { .. } => "validation",
+            Event::ValidationStopped { .. } => "validation_stopped",
             Event::ValidationFailed { .. } => "validation_failed",
             Event::Checkpoint { .. } => "checkpoint",
             Event::Resumed { .. } => "resumed",
@@ -522,7 +539,7 @@ pub struct EpisodeCounts {
     pub baseline: u64,
     /// Candidates' train batches, played in full (the seed's included).
     pub candidates: u64,
-    /// Candidates' first stages that the cascade stopped there.
+    /// First stages that the cascade stopped there (candidates' and validations').
     pub stopped_early: u64,
     /// Validations of new bests.
     pub validations: u64,
@@ -532,6 +549,12 @@ pub struct EpisodeCounts {
     pub n_candidates: u64,
     /// Candidates the cascade stopped after their first stage.
     pub n_stopped: u64,
+    /// Validations played in full.
+    #[serde(default)]
+    pub n_validations: u64,
+    /// Validations the cascade stopped after their first stage.
+    #[serde(default)]
+    pub n_validations_stopped: u64,
 }
 
 /// Count the episodes a run's log records (so the counts cover every process of a resumed
@@ -552,7 +575,14 @@ pub fn episode_counts(records: &[Record], baseline: Option<u64>) -> EpisodeCount
                 c.stopped_early += played(metrics);
                 c.n_stopped += 1;
             }
-            Event::Validation { metrics, .. } => c.validations += played(metrics),
+            Event::Validation { metrics, .. } => {
+                c.validations += played(metrics);
+                c.n_validations += 1;
+            }
+            Event::ValidationStopped { metrics, .. } => {
+                c.stopped_early += played(metrics);
+                c.n_validations_stopped += 1;
+            }
             _ => {}
         }
     }
@@ -566,15 +596,17 @@ impl EpisodeCounts {
     /// validations 600`.
     pub fn line(&self) -> String {
         format!(
-            "{} episodes: baseline {}, candidates in full {} ({} candidates), stopped early {} ({} \
-             candidates), validations {}",
+            "{} episodes: baseline {}, candidates in full {} ({}), validations in full {} ({}), \
+             stopped early {} ({} candidates, {} validations)",
             self.total,
             self.baseline,
             self.candidates,
             self.n_candidates,
+            self.validations,
+            self.n_validations,
             self.stopped_early,
             self.n_stopped,
-            self.validations
+            self.n_validations_stopped
         )
     }
 }

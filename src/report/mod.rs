@@ -434,7 +434,7 @@ impl<'a> LogView<'a> {
                 }
                 // counted in the facts (episodes played, mutation outcomes); never a score
                 // of the curves, which are those of full evaluations
-                Event::CandidateStopped { .. } => {}
+                Event::CandidateStopped { .. } | Event::ValidationStopped { .. } => {}
             }
         }
         v
