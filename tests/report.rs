@@ -365,6 +365,8 @@ pub fn write_fixture_run(dir: &Path) {
                 metrics: m,
                 new_elite: LINEAGE.contains(&id.as_str()),
                 new_best: LINEAGE.contains(&id.as_str()),
+                stage_score: None,
+                bar: None,
                 personas: vec![PersonaOutcome {
                     task_id: "demo_return".into(),
                     persona_id: "terse".into(),

@@ -10,8 +10,8 @@
 //!
 //! | section | source |
 //! | --- | --- |
-//! | summary | `run_started`, `run_stopped`, `discriminator_trained` events; `config.toml`; `human_ref.json` |
-//! | score curves | `candidate_evaluated` (points, running best), `candidate_failed` (× on the axis), `validation` (◆), `discriminator_trained.baseline` (dashed line) |
+//! | summary | `run_started`, `run_stopped` (with the episodes played: `run_stopped.episodes`, else counted from `candidate_evaluated`, `candidate_stopped`, `validation`, `validation_stopped`), `discriminator_trained` events; `config.toml`; `human_ref.json` |
+//! | score curves | `candidate_evaluated` (points, running best), `candidate_failed` (× on the axis), `validation` (◆), `discriminator_trained.baseline` (dashed line); candidates the cascade stopped (`candidate_stopped`) have no full score and are not drawn |
 //! | fingerprint map | [`pca::Projection`] fitted on `human_ref.json`; `baseline/episodes.jsonl` and `best/episodes.jsonl` fingerprinted with the reference's feature set |
 //! | D1–D4 bars | the rows of every `eval-<split>.json`, else `discriminator_trained.baseline.dice` vs the best train metrics |
 //! | evaluation table | every `eval-<split>.json` |
