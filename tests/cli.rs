@@ -322,6 +322,15 @@ fn bench_evolve_reports_gains_on_held_out_humans() {
         assert_eq!(r["iterations"], 2);
         assert!(r["wall_s"].as_f64().unwrap() > 0.0 && r["cpu_s"].as_f64().unwrap() > 0.0);
         assert!(r["n_heldout"].as_u64().unwrap() > 0);
+        // the episodes it played, as its run_stopped counts them
+        let e = &r["episodes"];
+        let n = |k: &str| e[k].as_u64().unwrap();
+        assert!(n("baseline") > 0 && n("candidates") > 0, "{e}");
+        assert_eq!(
+            n("total"),
+            n("baseline") + n("candidates") + n("stopped_early") + n("validations")
+        );
+        assert_eq!(r["cascade"], true);
         let score = |name: &str| {
             r["table"]["rows"]
                 .as_array()
@@ -343,4 +352,53 @@ fn bench_evolve_reports_gains_on_held_out_humans() {
     let (code, _, err) = run_ppol(&args);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("seed-1") && err.contains("exists"), "{err}");
+}
+
+/// `--compare-cascade` plays every seed with the cascade on and off, keeps both runs, and says
+/// what each played.
+#[test]
+fn bench_evolve_compares_the_cascade_on_and_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bench");
+    let base = [
+        "bench",
+        "evolve",
+        "--seeds",
+        "1",
+        "--iterations",
+        "3",
+        "--compare-cascade",
+        "--out",
+    ];
+    let mut args = base.to_vec();
+    args.extend([out.to_str().unwrap(), "--json"]);
+    let (code, stdout, err) = run_ppol(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let off = &v["cascade_off"];
+    assert_eq!(v["runs"][0]["cascade"], true);
+    assert_eq!(off["runs"][0]["cascade"], false);
+    assert_eq!(off["runs"][0]["episodes"]["stopped_early"], 0);
+    assert_eq!(off["evolved_minus_seed"].as_array().unwrap().len(), 1);
+    for arm in ["cascade-on", "cascade-off"] {
+        assert!(
+            out.join(arm).join("seed-1/eval-test.json").is_file(),
+            "{arm}"
+        );
+    }
+    // the text form: both arms, then their comparison
+    let text_out = tmp.path().join("text");
+    let mut args = base.to_vec();
+    args.push(text_out.to_str().unwrap());
+    let (code, stdout, err) = run_ppol(&args);
+    assert_eq!(code, 0, "{err}");
+    for needle in [
+        "== cascade on",
+        "== cascade off",
+        "== cascade on vs off",
+        "episodes played: on ",
+        "standard error",
+    ] {
+        assert!(stdout.contains(needle), "{needle}: {stdout}");
+    }
 }

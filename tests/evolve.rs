@@ -18,9 +18,158 @@ fn evaluated(dir: &Path) -> Vec<(u64, String)> {
                 program_id,
                 ..
             } => Some((iteration, program_id)),
+            // a candidate the cascade stopped, with the score it stopped at
+            Event::CandidateStopped {
+                iteration,
+                program_id,
+                stage_score,
+                ..
+            } => Some((
+                iteration,
+                format!("stopped {program_id} at {stage_score:.12}"),
+            )),
             _ => None,
         })
         .collect()
+}
+
+/// The episodes `run_stopped` counts.
+fn stopped_episodes(dir: &Path) -> Option<ppol::evolve::runlog::EpisodeCounts> {
+    read(&dir.join("log.jsonl"))
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find_map(|r| match r.event {
+            Event::RunStopped { episodes, .. } => episodes,
+            _ => None,
+        })
+}
+
+/// The cascade (on by default) stops a child whose first stage (2 personas per task) scores
+/// below its batch's bar: it is logged as `candidate_stopped` with the metrics of what it
+/// played, and is in neither the archive nor a validation; a child that reaches the bar ends
+/// with the metrics of a one-stage evaluation; `run_stopped` and the summary count the
+/// episodes, fewer than the same run plays with `--no-cascade`.
+#[test]
+fn the_cascade_stops_weak_children_and_nothing_takes_them_for_evaluated_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let out = tmp.path().join(name);
+        let mut args = vec!["evolve", "--iterations", "8", "--seed", "5", "--out"];
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run_ppol(&args);
+        assert_eq!(code, 0, "{stderr}");
+        (out, stdout)
+    };
+    let (on, stdout) = run("on", &[]);
+    let (off, _) = run("off", &["--no-cascade"]);
+    let log = read(&on.join("log.jsonl")).unwrap();
+    let checkpoint = std::fs::read_to_string(on.join("checkpoint.json")).unwrap();
+    let mut stopped = Vec::new();
+    let mut played = 0;
+    for r in &log {
+        match &r.event {
+            Event::CandidateStopped {
+                program_id,
+                stage,
+                stage_score,
+                bar,
+                metrics,
+                personas,
+                ..
+            } => {
+                assert_eq!(*stage, 1);
+                assert!(stage_score < bar, "{stage_score} >= {bar}");
+                assert_eq!(metrics.n_personas, 2);
+                assert_eq!(personas.len(), 2 * metrics.n_tasks);
+                assert_eq!(
+                    metrics.n_episodes + metrics.n_failed_episodes,
+                    personas.len()
+                );
+                assert!(
+                    !checkpoint.contains(program_id.as_str()),
+                    "{program_id} is in the archive"
+                );
+                stopped.push(program_id.clone());
+                played += personas.len() as u64;
+            }
+            Event::CandidateEvaluated {
+                stage_score, bar, ..
+            } => {
+                assert!(
+                    stage_score.is_some(),
+                    "every candidate has a first stage here"
+                );
+                if let (Some(s), Some(b)) = (stage_score, bar) {
+                    assert!(s >= b, "{s} < {b} yet played in full");
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(!stopped.is_empty(), "the cascade stopped nothing");
+    for r in &log {
+        if let Event::Validation { program_id, .. } | Event::ValidationFailed { program_id, .. } =
+            &r.event
+        {
+            assert!(!stopped.contains(program_id), "{program_id} was validated");
+        }
+    }
+    assert!(!stopped.contains(&stopped_best(&on).unwrap()));
+    let e = stopped_episodes(&on).unwrap();
+    assert_eq!(
+        (e.n_stopped, e.stopped_early),
+        (stopped.len() as u64, played)
+    );
+    assert_eq!(
+        e.total,
+        e.baseline + e.candidates + e.stopped_early + e.validations
+    );
+    assert!(
+        stdout.contains(&format!("stopped early {played} ")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("stopped-early"), "{stdout}");
+    let f = stopped_episodes(&off).unwrap();
+    assert_eq!((f.n_stopped, f.stopped_early), (0, 0));
+    assert_eq!(f.baseline, e.baseline);
+    assert!(e.total < f.total, "{e:?} vs {f:?}");
+    assert!(
+        stopped_early(&off) == 0
+            && !read(&off.join("log.jsonl"))
+                .unwrap()
+                .iter()
+                .any(|r| matches!(
+                    &r.event,
+                    Event::CandidateEvaluated {
+                        stage_score: Some(_),
+                        ..
+                    }
+                ))
+    );
+    // the seed plays in two stages with the cascade on, in one with it off: the same metrics
+    let first = |dir: &Path| {
+        read(&dir.join("log.jsonl"))
+            .unwrap()
+            .into_iter()
+            .find_map(|r| match r.event {
+                Event::CandidateEvaluated {
+                    metrics, personas, ..
+                } => Some((metrics, personas)),
+                _ => None,
+            })
+    };
+    assert_eq!(first(&on), first(&off));
+}
+
+/// How many candidates the cascade stopped in a run.
+fn stopped_early(dir: &Path) -> usize {
+    read(&dir.join("log.jsonl"))
+        .unwrap()
+        .iter()
+        .filter(|r| matches!(r.event, Event::CandidateStopped { .. }))
+        .count()
 }
 
 /// The validations a run logged: (iteration, program, combined), in log order.
@@ -93,7 +242,12 @@ fn offline_evolve_eval_report() {
     assert!(kinds.contains(&"discriminator_trained"));
     let n_done = log
         .iter()
-        .filter(|r| matches!(r.event.kind(), "candidate_evaluated" | "candidate_failed"))
+        .filter(|r| {
+            matches!(
+                r.event.kind(),
+                "candidate_evaluated" | "candidate_failed" | "candidate_stopped"
+            )
+        })
         .count();
     assert_eq!(n_done, 4);
     // sequence numbers strictly increase
@@ -165,6 +319,9 @@ fn kill_9_then_resume_matches_an_uninterrupted_run() {
         "--quiet",
     ]);
     assert_eq!(code, 0, "{stderr}");
+    // the cascade stops candidates of this run (iterations 2 and 5): the kill falls before,
+    // between or after them, and the resumed run stops the same ones
+    assert!(stopped_early(&full) >= 2, "{:?}", evaluated(&full));
 
     let killed = tmp.path().join("killed");
     // kill after 2..=5 checkpoints, chosen from the clock so repeated runs probe other points
@@ -223,6 +380,7 @@ fn kill_9_then_resume_matches_an_uninterrupted_run() {
         "killed at {target} checkpoints ({before} evaluations logged before the kill)"
     );
     assert_eq!(stopped_best(&full), stopped_best(&killed));
+    assert_eq!(stopped_episodes(&full), stopped_episodes(&killed));
     let kinds: Vec<String> = read(&killed.join("log.jsonl"))
         .unwrap()
         .iter()
@@ -358,7 +516,7 @@ fn early_stop_and_wall_clock_stop_the_run() {
         .into_iter()
         .filter_map(|r| match r.event {
             Event::CandidateEvaluated { new_elite, .. } => Some(new_elite),
-            Event::CandidateFailed { .. } => Some(false),
+            Event::CandidateFailed { .. } | Event::CandidateStopped { .. } => Some(false),
             _ => None,
         })
         .collect();
@@ -598,7 +756,9 @@ fn run_settings_are_refused_before_anything_is_created() {
 }
 
 /// A new train best is the best of its own batch; `best/` keeps the program that validates
-/// best (seed 6 on the demo finds a train best that validates worse than an earlier one).
+/// best (seed 6 on the demo finds a train best that validates worse than an earlier one). The
+/// cascade is off: with it, a validation below the best's stops after its first stage and is no
+/// `validation` event, so the case would not show in the log.
 #[test]
 fn best_is_the_program_that_validates_best() {
     let tmp = tempfile::tempdir().unwrap();
@@ -609,6 +769,7 @@ fn best_is_the_program_that_validates_best() {
         "20",
         "--seed",
         "6",
+        "--no-cascade",
         "--out",
         out.to_str().unwrap(),
         "--quiet",
@@ -654,7 +815,8 @@ fn report_fact(html: &str, name: &str) -> Option<String> {
 /// it, each with that program's own train score (its `candidate_evaluated`) and validation
 /// score (its `validation`). Before, `run_stopped` and the CLI named the train best (it00010)
 /// with the validated program's validation, `best/` held it00003, and the report labelled
-/// it00003 with it00010's train score.
+/// it00003 with it00010's train score. (The cascade is off: with it, validations below the
+/// best's stop after their first stage, and this run no longer shows the case.)
 #[test]
 fn the_run_names_one_best_program_with_its_own_numbers() {
     let tmp = tempfile::tempdir().unwrap();
@@ -665,6 +827,7 @@ fn the_run_names_one_best_program_with_its_own_numbers() {
         "10",
         "--seed",
         "1",
+        "--no-cascade",
         "--out",
         out.to_str().unwrap(),
         "--quiet",
@@ -802,7 +965,8 @@ fn offline_children_are_not_evaluated_twice() {
         .unwrap()
         .into_iter()
         .filter_map(|r| match r.event {
-            Event::CandidateEvaluated { code_hash, .. } => Some(code_hash),
+            Event::CandidateEvaluated { code_hash, .. }
+            | Event::CandidateStopped { code_hash, .. } => Some(code_hash),
             _ => None,
         })
         .collect();
@@ -1086,10 +1250,17 @@ fn evolve_with_patched_seed(dir: &Path, body: &str, search: &str) -> (PathBuf, i
 #[test]
 fn parallel_candidates_give_the_same_run_as_one_at_a_time() {
     let tmp = tempfile::tempdir().unwrap();
+    // a high cascade bar, so that some children of the run are stopped after their first
+    // stage: their bars are set when their generation is proposed, whatever is in flight
+    let cfg = tmp.path().join("cascade.toml");
+    std::fs::write(&cfg, "[search]\ncascade_quantile = 0.9\n").unwrap();
+    let cfg = cfg.to_str().unwrap().to_string();
     let run = |name: &str, parallel: &str, extra: &[&str]| {
         let out = tmp.path().join(name);
         let mut args = vec![
             "evolve",
+            "--config",
+            &cfg,
             "--iterations",
             "9",
             "--seed",
@@ -1112,6 +1283,7 @@ fn parallel_candidates_give_the_same_run_as_one_at_a_time() {
     assert_eq!(code, 0, "{stderr}");
     let a = evaluated(&one);
     assert!(a.len() >= 6, "{a:?}");
+    assert!(stopped_early(&one) >= 1, "{a:?}");
     assert_eq!(a, evaluated(&four));
     assert_eq!(stopped_best(&one), stopped_best(&four));
     // validations run in the background and are applied a generation later, in order

@@ -366,6 +366,8 @@ pub fn write_fixture_run(dir: &Path) {
                 metrics: m,
                 new_elite: LINEAGE.contains(&id.as_str()),
                 new_best: LINEAGE.contains(&id.as_str()),
+                stage_score: None,
+                bar: None,
                 personas: vec![PersonaOutcome {
                     task_id: "demo_return".into(),
                     persona_id: "terse".into(),
@@ -405,6 +407,7 @@ pub fn write_fixture_run(dir: &Path) {
         cost: cost(12 * ITERATIONS, 0.55),
         mutations: BTreeMap::new(),
         new_bests: BTreeMap::new(),
+        episodes: None,
     })
     .unwrap();
     drop(log);

@@ -125,6 +125,23 @@ pub struct SearchSection {
     /// proposals see the validations up to the generation before the previous one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation_size: Option<usize>,
+    /// Cascade evaluation: a child first plays `cascade_personas` personas of each task of
+    /// its batch (stage 1), and plays the rest (stage 2) only when its stage-1 score reaches
+    /// the bar its batch sets (`cascade_quantile`, `cascade_margin`). A child stopped at stage
+    /// 1 is logged (`candidate_stopped`, with its partial metrics) and never enters the
+    /// archive, the curriculum's batch bests or validation. The seed, and a child whose batch
+    /// has no stage-1 score yet, play in full. A new best's validation cascades too: below the
+    /// first-stage validation score of the run's best, it stops there (`validation_stopped`).
+    pub cascade: bool,
+    /// Personas per task in the cascade's first stage (the first ones the program writes; a
+    /// batch of no more personas per task than this plays in full).
+    pub cascade_personas: usize,
+    /// The bar of the cascade: this quantile (0 = the lowest, 1 = the highest) of the stage-1
+    /// scores (the archive's `fitness_metric`, fixed weights) of the candidates evaluated on
+    /// the same train tasks before the child's generation was proposed.
+    pub cascade_quantile: f64,
+    /// Subtracted from the cascade's bar (a child within this margin of it plays in full).
+    pub cascade_margin: f64,
 }
 
 impl SearchSection {
@@ -147,9 +164,25 @@ impl Default for SearchSection {
             max_requeues: 3,
             parallel_candidates: 1,
             generation_size: None,
+            cascade: true,
+            cascade_personas: CASCADE_PERSONAS,
+            cascade_quantile: CASCADE_QUANTILE,
+            cascade_margin: CASCADE_MARGIN,
         }
     }
 }
+
+/// Default of `[search] cascade_personas`: 2 of the 5–10 personas per task, a fifth to two
+/// fifths of a candidate's episodes (measured with the other two defaults: README, "Cascade
+/// evaluation").
+pub const CASCADE_PERSONAS: usize = 2;
+/// Default of `[search] cascade_quantile`: the highest first-stage score on the batch. On the
+/// logs of 5 offline airline runs, the median let through 72% of the children that had a bar,
+/// too many to halve a run's episodes; the highest stops about half of them (README, "Cascade
+/// evaluation").
+pub const CASCADE_QUANTILE: f64 = 1.0;
+/// Default of `[search] cascade_margin` (README, "Cascade evaluation").
+pub const CASCADE_MARGIN: f64 = 0.0;
 
 /// How candidates are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -528,6 +561,19 @@ impl RunConfig {
                 ));
             }
         }
+        check(
+            "search.cascade_personas",
+            s.cascade_personas,
+            1,
+            limits::MAX_PERSONAS,
+        )?;
+        fraction("search.cascade_quantile", s.cascade_quantile, true)?;
+        if !(s.cascade_margin.is_finite() && s.cascade_margin >= 0.0) {
+            return Err(Error::config(
+                "search.cascade_margin",
+                format!("must be a number at least 0, got {}", s.cascade_margin),
+            ));
+        }
         let m = &self.mutation;
         fraction("mutation.crossover_rate", m.crossover_rate, true)?;
         check(
@@ -813,5 +859,33 @@ mod tests {
         let e = RunConfig::from_toml_str("[fitness]\nn_personas = 0\n", Path::new("c.toml"))
             .unwrap_err();
         assert!(e.to_string().contains("fitness.n_personas"), "{e}");
+    }
+
+    #[test]
+    fn bad_cascade_settings_are_named() {
+        assert!(RunConfig::default().search.cascade);
+        for (text, key) in [
+            ("cascade_quantile = 1.5", "search.cascade_quantile"),
+            ("cascade_quantile = -0.1", "search.cascade_quantile"),
+            ("cascade_quantile = nan", "search.cascade_quantile"),
+            ("cascade_personas = 0", "search.cascade_personas"),
+            ("cascade_margin = -0.01", "search.cascade_margin"),
+            ("cascade_margin = inf", "search.cascade_margin"),
+        ] {
+            let e = RunConfig::from_toml_str(&format!("[search]\n{text}\n"), Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+        let ok = "[search]\ncascade = false\ncascade_personas = 3\ncascade_quantile = 1\ncascade_margin = 0.05\n";
+        let c = RunConfig::from_toml_str(ok, Path::new("c.toml")).unwrap();
+        assert_eq!(
+            (
+                c.search.cascade,
+                c.search.cascade_personas,
+                c.search.cascade_margin
+            ),
+            (false, 3, 0.05)
+        );
     }
 }

@@ -217,6 +217,59 @@ pub async fn evaluate_candidate(
     scorer: &Scorer,
     seed: u64,
 ) -> CandidateOutcome {
+    evaluate_in_stages(
+        code, tasks, n, weights, generator, runner, scorer, seed, None,
+    )
+    .await
+    .outcome
+}
+
+/// The first stage of a cascade evaluation ([`evaluate_in_stages`]).
+pub struct StageOne<'a> {
+    /// Personas per task it plays: the first ones the program wrote for each task.
+    pub personas: usize,
+    /// The weights of its score.
+    pub weights: Weights,
+    /// Its score from its metrics (the archive's fitness metric).
+    pub score: &'a (dyn Fn(&EvalMetrics) -> f64 + Sync),
+    /// The candidate stops after it when its score is below this (None: it plays on).
+    pub bar: Option<f64>,
+}
+
+/// What [`evaluate_in_stages`] did.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// The outcome: of every episode, or — when `stopped` — of the first stage's only.
+    pub outcome: CandidateOutcome,
+    /// The first stage's score, when there was a first stage and its episodes were scored.
+    pub stage_score: Option<f64>,
+    /// Whether the candidate stopped after the first stage (its score was below the bar).
+    pub stopped: bool,
+}
+
+/// Evaluate `code` on `tasks` with `n` personas per task, in two stages when `stage` is given
+/// and asks for fewer than `n` personas per task: the first `stage.personas` personas of every
+/// task play first; the candidate stops there when their score is below `stage.bar`, else the
+/// other personas play. Every persona is generated up front, and each episode's seed depends
+/// only on its task and persona index, so a candidate that plays on ends with exactly the
+/// episodes and metrics of a one-stage evaluation.
+#[allow(clippy::too_many_arguments)]
+pub async fn evaluate_in_stages(
+    code: &str,
+    tasks: &[TaskContext],
+    n: usize,
+    weights: Weights,
+    generator: &dyn PersonaGenerator,
+    runner: &dyn EpisodeRunner,
+    scorer: &Scorer,
+    seed: u64,
+    stage: Option<&StageOne<'_>>,
+) -> Staged {
+    let done = |outcome| Staged {
+        outcome,
+        stage_score: None,
+        stopped: false,
+    };
     let gens = join_all(
         tasks
             .iter()
@@ -229,7 +282,7 @@ pub async fn evaluate_candidate(
         match g {
             Generation::Personas(mut ps) => {
                 if ps.len() != n {
-                    return CandidateOutcome::Failed(FailureInfo {
+                    return done(CandidateOutcome::Failed(FailureInfo {
                         stage: "validation".into(),
                         reason: format!(
                             "task {}: expected {n} personas, got {}",
@@ -237,7 +290,7 @@ pub async fn evaluate_candidate(
                             ps.len()
                         ),
                         ..FailureInfo::default()
-                    });
+                    }));
                 }
                 for p in &mut ps {
                     p.task_id = Some(t.task_id.clone());
@@ -246,9 +299,9 @@ pub async fn evaluate_candidate(
             }
             Generation::Failed(mut f) => {
                 f.reason = format!("task {}: {}", t.task_id, f.reason);
-                return CandidateOutcome::Failed(f);
+                return done(CandidateOutcome::Failed(f));
             }
-            Generation::Infrastructure(why) => return CandidateOutcome::Infrastructure(why),
+            Generation::Infrastructure(why) => return done(CandidateOutcome::Infrastructure(why)),
         }
     }
     let jobs: Vec<(&str, &Persona, usize)> = per_task
@@ -259,7 +312,69 @@ pub async fn evaluate_candidate(
                 .map(move |(j, p)| (t.task_id.as_str(), p, j))
         })
         .collect();
-    let episodes: Vec<Episode> = join_all(jobs.iter().map(|&(task, p, j)| {
+    let stage = stage.filter(|s| s.personas < n);
+    let (episodes, stage_score, stopped) = match stage {
+        None => (play(runner, seed, &jobs).await, None, false),
+        Some(stage) => {
+            let first: Vec<_> = jobs
+                .iter()
+                .copied()
+                .filter(|&(_, _, j)| j < stage.personas)
+                .collect();
+            let rest: Vec<_> = jobs
+                .iter()
+                .copied()
+                .filter(|&(_, _, j)| j >= stage.personas)
+                .collect();
+            let played = play(runner, seed, &first).await;
+            if let Some(why) = infrastructure_failure(&played) {
+                return done(CandidateOutcome::Infrastructure(why));
+            }
+            let m = score_episodes(scorer, &played, stage.weights, stage.personas);
+            let score = (stage.score)(&m);
+            if stage.bar.is_some_and(|bar| score < bar) {
+                let outcome = scored(scorer, &first, played, weights, stage.personas, &per_task);
+                return Staged {
+                    outcome,
+                    stage_score: Some(score),
+                    stopped: true,
+                };
+            }
+            // back in job order: task by task, persona by persona
+            let mut first_eps = played.into_iter();
+            let mut rest_eps = play(runner, seed, &rest).await.into_iter();
+            let episodes = jobs
+                .iter()
+                .map(|&(_, _, j)| {
+                    let next = if j < stage.personas {
+                        first_eps.next()
+                    } else {
+                        rest_eps.next()
+                    };
+                    next.expect("one episode per job")
+                })
+                .collect();
+            (episodes, Some(score), false)
+        }
+    };
+    if let Some(why) = infrastructure_failure(&episodes) {
+        return done(CandidateOutcome::Infrastructure(why));
+    }
+    Staged {
+        outcome: scored(scorer, &jobs, episodes, weights, n, &per_task),
+        stage_score,
+        stopped,
+    }
+}
+
+/// Play one episode per job, all at once (the seed of each depends only on its task and
+/// persona index).
+async fn play(
+    runner: &dyn EpisodeRunner,
+    seed: u64,
+    jobs: &[(&str, &Persona, usize)],
+) -> Vec<Episode> {
+    join_all(jobs.iter().map(|&(task, p, j)| {
         runner.run(
             task,
             Some(p),
@@ -267,21 +382,37 @@ pub async fn evaluate_candidate(
             mix(derive_seed(seed ^ 0x9e37_79b9, task), j as u64),
         )
     }))
-    .await;
+    .await
+}
+
+/// Too many failed episodes: an infrastructure failure, with the first error.
+fn infrastructure_failure(episodes: &[Episode]) -> Option<String> {
     let failed = episodes
         .iter()
         .filter(|e| e.status == EpisodeStatus::Failed)
         .count();
-    if !episodes.is_empty() && failed as f64 > MAX_FAILED_EPISODE_SHARE * episodes.len() as f64 {
-        let why = episodes
-            .iter()
-            .find_map(|e| e.error.clone())
-            .unwrap_or_default();
-        return CandidateOutcome::Infrastructure(format!(
-            "{failed} of {} episodes failed; first error: {why}",
-            episodes.len()
-        ));
+    if episodes.is_empty() || failed as f64 <= MAX_FAILED_EPISODE_SHARE * episodes.len() as f64 {
+        return None;
     }
+    let why = episodes
+        .iter()
+        .find_map(|e| e.error.clone())
+        .unwrap_or_default();
+    Some(format!(
+        "{failed} of {} episodes failed; first error: {why}",
+        episodes.len()
+    ))
+}
+
+/// The scored outcome of `episodes`, one per job (`n`: personas per task played).
+fn scored(
+    scorer: &Scorer,
+    jobs: &[(&str, &Persona, usize)],
+    episodes: Vec<Episode>,
+    weights: Weights,
+    n: usize,
+    per_task: &[(&TaskContext, Vec<Persona>)],
+) -> CandidateOutcome {
     let scored = scorer.score(&rollouts(&episodes), weights);
     let personas = jobs
         .iter()
@@ -298,7 +429,10 @@ pub async fn evaluate_candidate(
     CandidateOutcome::Scored {
         metrics: eval_metrics(&scored, n),
         personas,
-        persona_records: per_task.into_iter().flat_map(|(_, ps)| ps).collect(),
+        persona_records: per_task
+            .iter()
+            .flat_map(|(_, ps)| ps.iter().take(n).cloned())
+            .collect(),
         episodes,
         p_human: scored.p_human,
         fingerprints: scored.fingerprints,

@@ -64,7 +64,8 @@ use crate::evolve::archive::Archive;
 use crate::evolve::config::{MutationSection, RunConfig};
 use crate::evolve::context::{pause_for_kill, RunContext};
 use crate::evolve::evaluate::{
-    evaluate_candidate, program_metric_names, program_metrics, rank, CandidateOutcome, TaskContext,
+    evaluate_candidate, evaluate_in_stages, program_metric_names, program_metrics, rank,
+    CandidateOutcome, StageOne, Staged, TaskContext,
 };
 use crate::evolve::mutation::dispatch::Mutator;
 use crate::evolve::mutation::structural::axis_evidence;
@@ -136,6 +137,10 @@ pub struct RunSummary {
     /// What each process of the run (`evolve`, then each `resume`) spent.
     #[serde(default)]
     pub processes: Vec<ProcessShare>,
+    /// Episodes the run played: baseline, candidates in full, stopped early by the cascade,
+    /// validations (None for a run halted by the test hook).
+    #[serde(default)]
+    pub episodes: Option<runlog::EpisodeCounts>,
 }
 
 /// Options of a run beyond its configuration.
@@ -205,6 +210,14 @@ pub struct State {
     /// offline, and in checkpoints written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Accounting>,
+    /// The cascade's references: the stage-1 scores of the candidates evaluated so far (played
+    /// in full or stopped), by train batch (its task ids joined by `,`), in iteration order.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stage_scores: BTreeMap<String, Vec<f64>>,
+    /// The first-stage score of the validation of the run's best ([`State::best`]): the bar
+    /// of the cascade's validations (None: validations play in full).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_stage_score: Option<f64>,
 }
 
 impl State {
@@ -227,6 +240,8 @@ impl State {
             validations: VecDeque::new(),
             elapsed_s: 0.0,
             cost: None,
+            stage_scores: BTreeMap::new(),
+            best_stage_score: None,
         })
     }
 
@@ -290,6 +305,7 @@ pub enum Step {
 struct Candidate {
     program: Program,
     island: usize,
+    bar: Option<f64>,
 }
 
 /// A proposal of the current generation, waiting to be evaluated and recorded.
@@ -304,6 +320,10 @@ pub enum Proposed {
         program: Program,
         /// The island it joins.
         island: usize,
+        /// The cascade's bar for its first stage, set from the state the generation was
+        /// proposed from (None: it plays in full).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bar: Option<f64>,
     },
     /// The mutation of `parent` failed before a program existed.
     MutationFailed {
@@ -338,6 +358,9 @@ pub struct QueuedValidation {
     pub program: Program,
     /// Its train metrics.
     pub train: EvalMetrics,
+    /// The cascade's bar for its first stage, set when it was queued (None: it plays in full).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bar: Option<f64>,
 }
 
 /// What a generation's proposal needs before its mutation runs.
@@ -350,6 +373,7 @@ enum Pick {
         island: usize,
         parent: Program,
         inspirations: Vec<crate::evolve::archive::Inspiration>,
+        bar: Option<f64>,
     },
 }
 
@@ -372,7 +396,12 @@ struct InFlight {
 
 /// A scored candidate, before it is recorded.
 struct Scored {
+    /// Its metrics: of every episode, or of the cascade's first stage when it stopped there.
     metrics: EvalMetrics,
+    /// The score of the cascade's first stage (None without one).
+    stage_score: Option<f64>,
+    /// The bar that stage had to reach (None: it played in full whatever its score).
+    bar: Option<f64>,
     personas: Vec<PersonaOutcome>,
     reflection: String,
     plan: BatchPlan,
@@ -385,6 +414,12 @@ struct Scored {
 /// The result of evaluating a candidate.
 enum Evaluation {
     Scored(Box<Scored>),
+    /// Stopped by the cascade after its first stage, whose score was below the bar.
+    Stopped {
+        scored: Box<Scored>,
+        stage_score: f64,
+        bar: f64,
+    },
     Failed(FailureInfo),
     Infrastructure(String),
 }
@@ -411,7 +446,7 @@ pub struct Evolution {
     /// Iterations completed by this process (for the `halt_after` hook).
     iterations_here: u64,
     /// The queued validations running in the background, by iteration.
-    validating: BTreeMap<u64, tokio::task::JoinHandle<CandidateOutcome>>,
+    validating: BTreeMap<u64, tokio::task::JoinHandle<Staged>>,
 }
 
 impl Evolution {
@@ -653,10 +688,15 @@ impl Evolution {
                 let entry = &self.state.generation[inflight.len()];
                 let task = match entry {
                     Proposed::Candidate {
-                        iteration, program, ..
-                    } => Some(tokio::spawn(
-                        self.bench.clone().evaluate(*iteration, program.clone()),
-                    )),
+                        iteration,
+                        program,
+                        bar,
+                        ..
+                    } => Some(tokio::spawn(self.bench.clone().evaluate(
+                        *iteration,
+                        program.clone(),
+                        *bar,
+                    ))),
                     Proposed::MutationFailed { .. } => None,
                 };
                 inflight.push_back(InFlight {
@@ -738,11 +778,14 @@ impl Evolution {
             .expect("a filled generation has a head");
         let evaluation = match &entry {
             Proposed::Candidate {
-                iteration, program, ..
+                iteration,
+                program,
+                bar,
+                ..
             } => Some(
                 self.bench
                     .clone()
-                    .evaluate(*iteration, program.clone())
+                    .evaluate(*iteration, program.clone(), *bar)
                     .await,
             ),
             Proposed::MutationFailed { .. } => None,
@@ -771,11 +814,20 @@ impl Evolution {
                     iteration,
                     program,
                     island,
+                    bar,
                 },
                 Some(evaluation),
             ) => {
-                self.record(iteration, Candidate { program, island }, evaluation)
-                    .await
+                self.record(
+                    iteration,
+                    Candidate {
+                        program,
+                        island,
+                        bar,
+                    },
+                    evaluation,
+                )
+                .await
             }
             (Proposed::Candidate { .. }, None) => {
                 unreachable!("a candidate is recorded with its evaluation")
@@ -863,6 +915,7 @@ impl Evolution {
                     iteration: k,
                     program,
                     island,
+                    bar: None,
                 }));
                 continue;
             }
@@ -879,6 +932,7 @@ impl Evolution {
                     iteration: k,
                     program,
                     island: 0,
+                    bar: None,
                 }));
                 break;
             }
@@ -895,11 +949,13 @@ impl Evolution {
                 .and_then(|b| state.archive.get(&ProgramId(b.program_id.clone())).cloned());
             let parent = validated.unwrap_or(sampled);
             let inspirations = state.archive.inspirations(&parent, island)?;
+            let bar = self.bench.cascade_bar(state, k);
             picks.push(Pick::Child {
                 iteration: k,
                 island,
                 parent,
                 inspirations,
+                bar,
             });
         }
         let (archive, mutator, stagnation) = (&state.archive, &self.mutator, state.stagnation);
@@ -913,6 +969,7 @@ impl Evolution {
                         island,
                         parent,
                         inspirations,
+                        bar,
                     } => {
                         let seed = mix(root, iteration);
                         let made = mutator
@@ -934,6 +991,7 @@ impl Evolution {
                                     iteration,
                                     program,
                                     island,
+                                    bar,
                                 }
                             }
                             Err(failure) => Proposed::MutationFailed {
@@ -1013,6 +1071,7 @@ impl Evolution {
         let Candidate {
             mut program,
             island,
+            bar,
         } = candidate;
         let parent_id = program.parent_id.as_ref().map(|p| p.0.clone());
         match evaluation {
@@ -1039,6 +1098,7 @@ impl Evolution {
                     iteration: k,
                     program,
                     island,
+                    bar,
                 });
                 Ok(Step::Requeued {
                     backoff: Duration::from_millis(500 * 2u64.pow(self.state.requeues.min(6))),
@@ -1072,6 +1132,7 @@ impl Evolution {
                         cost,
                         mutations: BTreeMap::new(),
                         new_bests: BTreeMap::new(),
+                        episodes: None,
                     })?;
                     return Err(Error::Run {
                         path: self.ctx.dir.path().to_path_buf(),
@@ -1088,8 +1149,61 @@ impl Evolution {
                     message: format!("iteration {k}: candidate failed ({})", f.stage),
                 })
             }
+            Evaluation::Stopped {
+                scored: s,
+                stage_score,
+                bar,
+            } => {
+                self.state.requeues = 0;
+                let key = s.tasks.join(",");
+                self.state
+                    .stage_scores
+                    .entry(key)
+                    .or_default()
+                    .push(stage_score);
+                // an evaluation without a new elite, for early stopping
+                self.state.stagnation += 1;
+                self.log.append(Event::CandidateStopped {
+                    iteration: k,
+                    program_id: program.id.0.clone(),
+                    parent_id,
+                    second_parent_id: program.second_parent_id.as_ref().map(|p| p.0.clone()),
+                    island,
+                    mutation: program.mutation.kind.as_str().into(),
+                    mutation_summary: program.mutation.summary.clone(),
+                    epoch: s.plan.epoch,
+                    batch_in_epoch: s.plan.batch_in_epoch,
+                    tasks: s.tasks.clone(),
+                    stage: 1,
+                    stage_score,
+                    bar,
+                    metrics: s.metrics.clone(),
+                    personas: s.personas,
+                    code_hash: program.code_hash.clone(),
+                    code: program.code.clone(),
+                    seconds: s.seconds,
+                    cost: self.cost(),
+                })?;
+                self.state.iteration = k;
+                let islands = self.ctx.cfg.archive.num_islands;
+                if islands > 0 {
+                    self.state.archive.maybe_migrate(k / islands as u64);
+                }
+                Ok(Step::Iteration {
+                    message: format!(
+                        "iteration {k}: stopped after stage 1 (score {stage_score:.3} < bar {bar:.3})"
+                    ),
+                })
+            }
             Evaluation::Scored(s) => {
                 self.state.requeues = 0;
+                if let Some(score) = s.stage_score {
+                    self.state
+                        .stage_scores
+                        .entry(s.tasks.join(","))
+                        .or_default()
+                        .push(score);
+                }
                 program.metrics = program_metrics(&s.metrics);
                 // what its personas say about each axis, for its structural children
                 program.metrics.extend(axis_evidence(&s.personas));
@@ -1118,6 +1232,8 @@ impl Evolution {
                     metrics: s.metrics.clone(),
                     new_elite: added.new_elite,
                     new_best: added.new_best,
+                    stage_score: s.stage_score,
+                    bar: s.bar,
                     personas: s.personas,
                     reflection: s.reflection,
                     code_hash: program.code_hash.clone(),
@@ -1138,17 +1254,19 @@ impl Evolution {
                     beats
                 };
                 if added.new_best || batch_best {
+                    let bar = self.validation_bar();
                     if self.ctx.cfg.search.generation_size() > 1 {
                         self.state.validations.push_back(QueuedValidation {
                             iteration: k,
                             generation: self.state.generations,
                             program: program.clone(),
                             train: s.metrics.clone(),
+                            bar,
                         });
                         self.spawn_validations();
                     } else {
-                        let outcome = self.bench.validate(&program.code).await;
-                        self.apply_validation(k, &program, &s.metrics, outcome)?;
+                        let outcome = self.bench.validate_in_stages(&program.code, bar).await;
+                        self.apply_validation(k, &program, &s.metrics, outcome, bar)?;
                     }
                 }
                 self.state.iteration = k;
@@ -1175,8 +1293,8 @@ impl Evolution {
     fn spawn_validations(&mut self) {
         for q in &self.state.validations {
             if !self.validating.contains_key(&q.iteration) {
-                let (bench, code) = (self.bench.clone(), q.program.code.clone());
-                let task = tokio::spawn(async move { bench.validate(&code).await });
+                let (bench, code, bar) = (self.bench.clone(), q.program.code.clone(), q.bar);
+                let task = tokio::spawn(async move { bench.validate_in_stages(&code, bar).await });
                 self.validating.insert(q.iteration, task);
             }
         }
@@ -1199,15 +1317,19 @@ impl Evolution {
                 self.validating.insert(k, task);
                 return Ok(false);
             };
-            let outcome = joined.unwrap_or_else(|e| {
-                CandidateOutcome::Infrastructure(format!("the validation task failed: {e}"))
+            let outcome = joined.unwrap_or_else(|e| Staged {
+                outcome: CandidateOutcome::Infrastructure(format!(
+                    "the validation task failed: {e}"
+                )),
+                stage_score: None,
+                stopped: false,
             });
             let q = self
                 .state
                 .validations
                 .pop_front()
                 .expect("the queue has this head");
-            self.apply_validation(q.iteration, &q.program, &q.train, outcome)?;
+            self.apply_validation(q.iteration, &q.program, &q.train, outcome, q.bar)?;
         }
         Ok(true)
     }
@@ -1228,9 +1350,27 @@ impl Evolution {
         k: u64,
         program: &Program,
         train: &EvalMetrics,
-        outcome: CandidateOutcome,
+        staged: Staged,
+        bar: Option<f64>,
     ) -> Result<()> {
+        let Staged {
+            outcome,
+            stage_score,
+            stopped,
+        } = staged;
         match outcome {
+            CandidateOutcome::Scored { metrics, .. } if stopped => {
+                // below the run's best after the first stage: it cannot displace it
+                self.log.append(Event::ValidationStopped {
+                    iteration: k,
+                    program_id: program.id.0.clone(),
+                    stage: 1,
+                    stage_score: stage_score.unwrap_or_default(),
+                    bar: bar.unwrap_or_default(),
+                    metrics,
+                })?;
+                Ok(())
+            }
             CandidateOutcome::Scored {
                 metrics,
                 persona_records,
@@ -1242,12 +1382,16 @@ impl Evolution {
                     program_id: program.id.0.clone(),
                     metrics: metrics.clone(),
                 })?;
-                self.offer_best(
+                let displaced = self.offer_best(
                     program,
                     train,
                     Ok(&metrics),
                     Some((&persona_records, &episodes)),
-                )
+                )?;
+                if displaced {
+                    self.state.best_stage_score = stage_score;
+                }
+                Ok(())
             }
             CandidateOutcome::Failed(failure) => self.validation_failed(k, program, train, failure),
             CandidateOutcome::Infrastructure(why) => self.validation_failed(
@@ -1285,7 +1429,10 @@ impl Evolution {
             program_id: program.id.0.clone(),
             failure,
         })?;
-        self.offer_best(program, train, Err(&why), None)
+        if self.offer_best(program, train, Err(&why), None)? {
+            self.state.best_stage_score = None;
+        }
+        Ok(())
     }
 
     /// The one place the run's best changes: when `program` (validated as `validation`)
@@ -1297,10 +1444,10 @@ impl Evolution {
         train: &EvalMetrics,
         validation: std::result::Result<&EvalMetrics, &str>,
         records: Option<(&[Persona], &[Episode])>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let held = self.state.best.as_ref().and_then(|b| b.validation.as_ref());
         if !RunBest::displaces(held, validation.ok()) {
-            return Ok(());
+            return Ok(false);
         }
         let best = RunBest::of(
             program,
@@ -1310,7 +1457,18 @@ impl Evolution {
         );
         self.ctx.dir.write_best(&best, records)?;
         self.state.best = Some(best);
-        Ok(())
+        Ok(true)
+    }
+
+    /// The cascade's bar for a validation queued now: the first-stage validation score of the
+    /// run's best, less the margin (None: it plays in full — the cascade is off, or the run's
+    /// best has no such score).
+    fn validation_bar(&self) -> Option<f64> {
+        let s = &self.ctx.cfg.search;
+        s.cascade
+            .then_some(self.state.best_stage_score)
+            .flatten()
+            .map(|b| b - s.cascade_margin)
     }
 
     /// The LLM cost so far (a note offline).
@@ -1341,6 +1499,7 @@ impl Evolution {
             new_bests: BTreeMap::new(),
             cost: None,
             processes: Vec::new(),
+            episodes: None,
         }
     }
 
@@ -1362,6 +1521,7 @@ impl Evolution {
             cost.insert("processes".into(), json!(processes));
         }
         let total = self.ctx.client.as_ref().map(|c| c.accounting().total);
+        let episodes = runlog::episode_counts(&records, self.baseline_episodes());
         self.log.append(Event::RunStopped {
             reason: reason.clone(),
             iterations: self.state.iteration,
@@ -1371,6 +1531,7 @@ impl Evolution {
             cost,
             mutations: mutations.clone(),
             new_bests: new_bests.clone(),
+            episodes: Some(episodes),
         })?;
         Ok(RunSummary {
             run_dir: self.ctx.dir.path().to_path_buf(),
@@ -1384,13 +1545,43 @@ impl Evolution {
             new_bests,
             cost: total,
             processes,
+            episodes: Some(episodes),
         })
+    }
+
+    /// The baseline's episodes (all of them, failed ones included), from its file.
+    fn baseline_episodes(&self) -> Option<u64> {
+        let text = crate::io::read_to_string(&self.ctx.dir.join("baseline/episodes.jsonl")).ok()?;
+        Some(text.lines().filter(|l| !l.trim().is_empty()).count() as u64)
     }
 }
 
 impl Bench {
-    /// Evaluate `program` on iteration `k`'s batch (the state is only read).
-    async fn evaluate(self, k: u64, program: Program) -> Evaluation {
+    /// The cascade's bar for a child of iteration `k` proposed from `state`: the configured
+    /// quantile of the stage-1 scores recorded on its batch, less the margin; None (play in
+    /// full) with the cascade off, or when nothing was scored on its batch yet.
+    fn cascade_bar(&self, state: &State, k: u64) -> Option<f64> {
+        let s = &self.ctx.cfg.search;
+        if !s.cascade {
+            return None;
+        }
+        let plan = self.schedule.plan(k, self.train.len());
+        let refs = state.stage_scores.get(&self.stage_key(&plan))?;
+        Some(quantile(refs, s.cascade_quantile)? - s.cascade_margin)
+    }
+
+    /// The key of a batch's stage-1 scores: its task ids.
+    fn stage_key(&self, plan: &BatchPlan) -> String {
+        plan.task_indices
+            .iter()
+            .map(|&i| self.train[i].task_id.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Evaluate `program` on iteration `k`'s batch (the state is only read), in the cascade's
+    /// two stages when it is on: below `bar` after the first, it stops there.
+    async fn evaluate(self, k: u64, program: Program, bar: Option<f64>) -> Evaluation {
         let started = Instant::now();
         let cfg = &self.ctx.cfg;
         let plan = self.schedule.plan(k, self.train.len());
@@ -1399,7 +1590,23 @@ impl Bench {
             .iter()
             .map(|&i| self.train[i].clone())
             .collect();
-        let outcome = evaluate_candidate(
+        let metric = cfg.archive.fitness_metric.clone();
+        let score = move |m: &EvalMetrics| {
+            let pm = program_metrics(m);
+            pm.get(&metric)
+                .or(pm.get("combined"))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        // the first stage is scored with the final weights whatever the curriculum's N, so
+        // its scores on a batch compare across epochs
+        let stage = StageOne {
+            personas: cfg.search.cascade_personas,
+            weights: final_weights(cfg),
+            score: &score,
+            bar,
+        };
+        let staged = evaluate_in_stages(
             &program.code,
             &batch,
             plan.n_personas,
@@ -1408,9 +1615,11 @@ impl Bench {
             self.ctx.runner.as_ref(),
             &self.scorer,
             derive_seed(cfg.search.seed, "crn"),
+            cfg.search.cascade.then_some(&stage),
         )
         .await;
-        match outcome {
+        let (stage_score, stopped) = (staged.stage_score, staged.stopped);
+        match staged.outcome {
             CandidateOutcome::Infrastructure(why) => Evaluation::Infrastructure(why),
             CandidateOutcome::Failed(f) => Evaluation::Failed(f),
             CandidateOutcome::Scored {
@@ -1431,12 +1640,31 @@ impl Bench {
                     context: batch.first().map(|t| t.context.as_str()).unwrap_or(""),
                 };
                 let seconds = started.elapsed().as_secs_f64();
+                let tasks: Vec<String> = batch.iter().map(|t| t.task_id.clone()).collect();
+                if let (true, Some(stage_score), Some(bar)) = (stopped, stage_score, bar) {
+                    // no reflection: a stopped child never enters the archive to carry one
+                    return Evaluation::Stopped {
+                        stage_score,
+                        bar,
+                        scored: Box::new(Scored {
+                            metrics,
+                            stage_score: Some(stage_score),
+                            bar: Some(bar),
+                            personas,
+                            reflection: String::new(),
+                            tasks,
+                            plan,
+                            seconds,
+                        }),
+                    };
+                }
                 let reflection =
                     reflection::reflect(&self.scorer, &evidence, self.reflection_model.as_deref())
                         .await;
-                let tasks: Vec<String> = batch.iter().map(|t| t.task_id.clone()).collect();
                 Evaluation::Scored(Box::new(Scored {
                     metrics,
+                    stage_score,
+                    bar,
                     personas,
                     reflection,
                     tasks,
@@ -1449,6 +1677,32 @@ impl Bench {
 }
 
 impl Bench {
+    /// The validation of `code` in the cascade's two stages when it is on: below `bar` after
+    /// the first (the first personas of every validation task), it stops there.
+    async fn validate_in_stages(&self, code: &str, bar: Option<f64>) -> Staged {
+        let cfg = &self.ctx.cfg;
+        let combined = |m: &EvalMetrics| m.combined;
+        let weights = Weights::new(self.schedule.lambda_h, self.schedule.lambda_b);
+        let stage = StageOne {
+            personas: cfg.search.cascade_personas,
+            weights,
+            score: &combined,
+            bar,
+        };
+        evaluate_in_stages(
+            code,
+            &self.val,
+            self.schedule.n_personas,
+            weights,
+            &self.ctx.generator,
+            self.ctx.val_runner.as_ref(),
+            &self.scorer,
+            derive_seed(cfg.search.seed, "validation"),
+            cfg.search.cascade.then_some(&stage),
+        )
+        .await
+    }
+
     /// The validation of `code`: final N, fixed weights, the validation tasks.
     async fn validate(&self, code: &str) -> CandidateOutcome {
         evaluate_candidate(
@@ -1497,6 +1751,18 @@ async fn join_unless_stopped<T>(
 /// Share (in 1/10,000) of children bred from the best-validated program rather than from the
 /// archive's draw.
 const VALIDATED_PARENT_SHARE: u64 = 5_000;
+
+/// The `q`-quantile of `xs` (linear between order statistics); None when `xs` is empty.
+fn quantile(xs: &[f64], q: f64) -> Option<f64> {
+    let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let pos = q.clamp(0.0, 1.0) * (v.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    Some(v[lo] + (v[hi] - v[lo]) * (pos - lo as f64))
+}
 
 /// The key of a train batch: its tasks, persona count and human-likeness weight.
 fn batch_key(tasks: &[String], plan: &BatchPlan) -> String {
@@ -1644,6 +1910,17 @@ mod tests {
             e.contains("archive.feature_dimensions") && e.contains("'dice'"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_cascade_bar_is_a_quantile_of_the_batch_scores() {
+        assert_eq!(quantile(&[], 0.5), None);
+        assert_eq!(quantile(&[0.3], 0.9), Some(0.3));
+        let xs = [0.4, 0.1, 0.3, 0.2, f64::NAN];
+        assert_eq!(quantile(&xs, 0.0), Some(0.1));
+        assert_eq!(quantile(&xs, 1.0), Some(0.4));
+        assert!((quantile(&xs, 0.5).unwrap() - 0.25).abs() < 1e-12);
+        assert!((quantile(&xs, 0.9).unwrap() - 0.37).abs() < 1e-12);
     }
 
     #[test]

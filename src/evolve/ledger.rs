@@ -138,7 +138,9 @@ pub fn recover(dir: &RunDir) -> Result<Roles> {
     if dir.log_path().exists() {
         for r in runlog::read(&dir.log_path())? {
             let cost = match &r.event {
-                Event::CandidateEvaluated { cost, .. } | Event::RunStopped { cost, .. } => cost,
+                Event::CandidateEvaluated { cost, .. }
+                | Event::CandidateStopped { cost, .. }
+                | Event::RunStopped { cost, .. } => cost,
                 _ => continue,
             };
             if let Some(r) = roles_of(&Value::Object(cost.clone().into_iter().collect())) {
@@ -406,6 +408,7 @@ mod tests {
             cost,
             mutations: BTreeMap::new(),
             new_bests: BTreeMap::new(),
+            episodes: None,
         })
         .unwrap();
         std::fs::write(

@@ -616,6 +616,8 @@ mod tests {
             metrics: m(k as f64 / 10.0),
             new_elite: true,
             new_best: true,
+            stage_score: None,
+            bar: None,
             personas: Vec::new(),
             reflection: String::new(),
             code_hash: String::new(),

@@ -189,6 +189,13 @@ pub enum Event {
         /// Whether it has the archive's best train score so far (it is then validated; the
         /// run's best is the program that validates best, see `run_stopped`).
         new_best: bool,
+        /// The score of its cascade's first stage (`[search] cascade`), when it had one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stage_score: Option<f64>,
+        /// The bar that first stage had to reach to play on (None: it played in full whatever
+        /// its first stage scored, as the seed and the first child on a batch do).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bar: Option<f64>,
         /// Personas and their outcomes.
         personas: Vec<PersonaOutcome>,
         /// The reflection attached to the program.
@@ -200,6 +207,50 @@ pub enum Event {
         /// Seconds the evaluation took (sandbox, episodes, scoring; not its validation).
         seconds: f64,
         /// Cost of this evaluation.
+        cost: CostSummary,
+    },
+    /// The cascade stopped a candidate after its first stage: its score there was below the
+    /// bar of its batch. Its metrics are those of the episodes it played; it is not in the
+    /// archive and is never validated.
+    CandidateStopped {
+        /// Iteration (1-based).
+        iteration: u64,
+        /// Program id.
+        program_id: String,
+        /// Parent program id.
+        parent_id: Option<String>,
+        /// Second parent (crossover).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        second_parent_id: Option<String>,
+        /// Island it would have joined.
+        island: usize,
+        /// diff | rewrite | structural | crossover
+        mutation: String,
+        /// One-line summary of the change.
+        mutation_summary: String,
+        /// Curriculum epoch.
+        epoch: u64,
+        /// Batch within the epoch.
+        batch_in_epoch: u64,
+        /// Task ids of the batch.
+        tasks: Vec<String>,
+        /// The last stage it played (1).
+        stage: u32,
+        /// Its score there (the archive's fitness metric, fixed weights).
+        stage_score: f64,
+        /// The bar it did not reach.
+        bar: f64,
+        /// Metrics of the episodes it played (`n_personas`: personas per task played).
+        metrics: EvalMetrics,
+        /// Personas it played and their outcomes.
+        personas: Vec<PersonaOutcome>,
+        /// SHA-256 of the program.
+        code_hash: String,
+        /// The program source.
+        code: String,
+        /// Seconds the evaluation took.
+        seconds: f64,
+        /// Cost of the run so far.
         cost: CostSummary,
     },
     /// A candidate failed before it could be scored (never recorded as a score of 0).
@@ -224,6 +275,22 @@ pub enum Event {
         /// Program id.
         program_id: String,
         /// Metrics with the final N and fixed weights.
+        metrics: EvalMetrics,
+    },
+    /// The cascade stopped a validation after its first stage: its score there was below the
+    /// first-stage validation score of the run's best, so it does not displace it.
+    ValidationStopped {
+        /// Iteration at which it ran.
+        iteration: u64,
+        /// Program id.
+        program_id: String,
+        /// The last stage it played (1).
+        stage: u32,
+        /// Its score there (fixed weights).
+        stage_score: f64,
+        /// The bar it did not reach.
+        bar: f64,
+        /// Metrics of the episodes it played.
         metrics: EvalMetrics,
     },
     /// The new best program's validation could not score it (its generation failed, or the
@@ -272,6 +339,10 @@ pub enum Event {
         /// [`new_bests`]. Landing an edit is necessary; this says which edits improved.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         new_bests: BTreeMap<String, u64>,
+        /// Episodes the run played, over every process of it ([`episode_counts`]; absent in
+        /// logs written before they were counted).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        episodes: Option<EpisodeCounts>,
     },
 }
 
@@ -282,8 +353,10 @@ impl Event {
             Event::RunStarted { .. } => "run_started",
             Event::DiscriminatorTrained { .. } => "discriminator_trained",
             Event::CandidateEvaluated { .. } => "candidate_evaluated",
+            Event::CandidateStopped { .. } => "candidate_stopped",
             Event::CandidateFailed { .. } => "candidate_failed",
             Event::Validation { .. } => "validation",
+            Event::ValidationStopped { .. } => "validation_stopped",
             Event::ValidationFailed { .. } => "validation_failed",
             Event::Checkpoint { .. } => "checkpoint",
             Event::Resumed { .. } => "resumed",
@@ -463,6 +536,86 @@ pub struct EvalTable {
     pub best_program_id: Option<String>,
 }
 
+/// Episodes a run played, by what they were played for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpisodeCounts {
+    /// The baseline's (the plain simulator on the train and validation tasks, which the
+    /// discriminator learns from).
+    pub baseline: u64,
+    /// Candidates' train batches, played in full (the seed's included).
+    pub candidates: u64,
+    /// First stages that the cascade stopped there (candidates' and validations').
+    pub stopped_early: u64,
+    /// Validations of new bests.
+    pub validations: u64,
+    /// All of them.
+    pub total: u64,
+    /// Candidates played in full.
+    pub n_candidates: u64,
+    /// Candidates the cascade stopped after their first stage.
+    pub n_stopped: u64,
+    /// Validations played in full.
+    #[serde(default)]
+    pub n_validations: u64,
+    /// Validations the cascade stopped after their first stage.
+    #[serde(default)]
+    pub n_validations_stopped: u64,
+}
+
+/// Count the episodes a run's log records (so the counts cover every process of a resumed
+/// run): each evaluation's episodes, failed ones included; `baseline`: the baseline's episodes
+/// (else the discriminator's count of them, which leaves out failed ones).
+pub fn episode_counts(records: &[Record], baseline: Option<u64>) -> EpisodeCounts {
+    let played = |m: &EvalMetrics| (m.n_episodes + m.n_failed_episodes) as u64;
+    let mut c = EpisodeCounts::default();
+    let mut trained = 0;
+    for r in records {
+        match &r.event {
+            Event::DiscriminatorTrained { n_baseline, .. } => trained = *n_baseline as u64,
+            Event::CandidateEvaluated { metrics, .. } => {
+                c.candidates += played(metrics);
+                c.n_candidates += 1;
+            }
+            Event::CandidateStopped { metrics, .. } => {
+                c.stopped_early += played(metrics);
+                c.n_stopped += 1;
+            }
+            Event::Validation { metrics, .. } => {
+                c.validations += played(metrics);
+                c.n_validations += 1;
+            }
+            Event::ValidationStopped { metrics, .. } => {
+                c.stopped_early += played(metrics);
+                c.n_validations_stopped += 1;
+            }
+            _ => {}
+        }
+    }
+    c.baseline = baseline.unwrap_or(trained);
+    c.total = c.baseline + c.candidates + c.stopped_early + c.validations;
+    c
+}
+
+impl EpisodeCounts {
+    /// One line: `2,015 episodes: baseline 90, candidates 1,325 (30), stopped early 0 (0),
+    /// validations 600`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} episodes: baseline {}, candidates in full {} ({}), validations in full {} ({}), \
+             stopped early {} ({} candidates, {} validations)",
+            self.total,
+            self.baseline,
+            self.candidates,
+            self.n_candidates,
+            self.validations,
+            self.n_validations,
+            self.stopped_early,
+            self.n_stopped,
+            self.n_validations_stopped
+        )
+    }
+}
+
 /// What became of every attempted child of a run, counted from its log (so the counts cover
 /// every process of a resumed run): keys are `OPERATOR:OUTCOME`, e.g. `diff:applied`,
 /// `diff:unparsable` (no readable SEARCH/REPLACE block), `diff:not-applicable` (the SEARCH lines
@@ -470,12 +623,13 @@ pub struct EvalTable {
 /// call failed), `diff:failed-contract` (the child broke the generator contract or returned bad
 /// personas), `diff:failed-in-sandbox` (it raised, timed out or hit a limit), and
 /// `*:infrastructure` (an evaluation that could not run; the candidate was re-queued or the run
-/// stopped). The seed program is not an attempt and is not counted.
+/// stopped), `diff:stopped-early` (the cascade stopped it after its first stage). The seed program is not an attempt and is not counted.
 pub fn mutation_outcomes(records: &[Record]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for r in records {
         let (op, outcome) = match &r.event {
             Event::CandidateEvaluated { mutation, .. } => (mutation.as_str(), "applied"),
+            Event::CandidateStopped { mutation, .. } => (mutation.as_str(), "stopped-early"),
             Event::CandidateFailed {
                 mutation, failure, ..
             } => {

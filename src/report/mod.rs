@@ -10,8 +10,8 @@
 //!
 //! | section | source |
 //! | --- | --- |
-//! | summary | `run_started`, `run_stopped`, `discriminator_trained` events; `config.toml`; `human_ref.json` |
-//! | score curves | `candidate_evaluated` (points, running best), `candidate_failed` (× on the axis), `validation` (◆), `discriminator_trained.baseline` (dashed line) |
+//! | summary | `run_started`, `run_stopped` (with the episodes played: `run_stopped.episodes`, else counted from `candidate_evaluated`, `candidate_stopped`, `validation`, `validation_stopped`), `discriminator_trained` events; `config.toml`; `human_ref.json` |
+//! | score curves | `candidate_evaluated` (points, running best), `candidate_failed` (× on the axis), `validation` (◆), `discriminator_trained.baseline` (dashed line); candidates the cascade stopped (`candidate_stopped`) have no full score and are not drawn |
 //! | fingerprint map | [`pca::Projection`] fitted on `human_ref.json`; `baseline/episodes.jsonl` and `best/episodes.jsonl` fingerprinted with the reference's feature set |
 //! | D1–D4 bars | the rows of every `eval-<split>.json`, else `discriminator_trained.baseline.dice` vs the best train metrics |
 //! | evaluation table | every `eval-<split>.json` |
@@ -432,6 +432,9 @@ impl<'a> LogView<'a> {
                         requeued: false,
                     })
                 }
+                // counted in the facts (episodes played, mutation outcomes); never a score
+                // of the curves, which are those of full evaluations
+                Event::CandidateStopped { .. } | Event::ValidationStopped { .. } => {}
             }
         }
         v
@@ -790,6 +793,10 @@ fn section_summary(out: &mut String, files: &RunFiles, view: &LogView) {
                 .iter()
                 .map(|e| e.iteration)
                 .chain(view.failed.iter().map(|f| f.iteration))
+                .chain(files.log.iter().filter_map(|r| match r.event {
+                    Event::CandidateStopped { iteration, .. } => Some(iteration),
+                    _ => None,
+                }))
                 .max();
             fact(
                 &mut facts,
@@ -798,6 +805,16 @@ fn section_summary(out: &mut String, files: &RunFiles, view: &LogView) {
             );
         }
     }
+    let episodes = match view.stopped {
+        Some(Record {
+            event: Event::RunStopped {
+                episodes: Some(e), ..
+            },
+            ..
+        }) => *e,
+        _ => runlog::episode_counts(&files.log, None),
+    };
+    fact(&mut facts, "episodes played", &esc(&episodes.line()));
     if !view.resumed.is_empty() {
         let list = view
             .resumed

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::evolve::config::RunConfig;
 use crate::evolve::run::{evaluate_run, RunControl};
-use crate::evolve::runlog::{EvalRow, EvalTable};
+use crate::evolve::runlog::{EpisodeCounts, EvalRow, EvalTable};
 use crate::front::ops::{self, Overrides};
 
 /// Arguments of `ppol bench evolve`.
@@ -58,6 +58,11 @@ pub struct BenchEvolveArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Run every seed twice, with the cascade (`[search] cascade`) on and off, and compare
+    /// the two: evolved − seed per seed, the mean difference and its standard error, and the
+    /// episodes each played.
+    #[arg(long)]
+    pub compare_cascade: bool,
 }
 
 /// One run of the benchmark.
@@ -73,6 +78,10 @@ pub struct BenchRun {
     pub cpu_s: f64,
     /// Held-out human dialogues the run was evaluated on.
     pub n_heldout: usize,
+    /// Whether the run's cascade was on.
+    pub cascade: bool,
+    /// Episodes the run played (its `run_stopped`).
+    pub episodes: EpisodeCounts,
     /// The evaluation table (rows human, base, direct, seed, evolved).
     pub table: EvalTable,
 }
@@ -86,6 +95,9 @@ pub struct BenchEvolve {
     pub evolved_minus_seed: Vec<f64>,
     /// evolved − base (table score), per run.
     pub evolved_minus_base: Vec<f64>,
+    /// With `--compare-cascade`: the same seeds with the cascade off (`runs` have it on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cascade_off: Option<Box<BenchEvolve>>,
 }
 
 fn row<'a>(t: &'a EvalTable, name: &str) -> Option<&'a EvalRow> {
@@ -110,7 +122,12 @@ fn cpu_seconds() -> f64 {
     secs(libc::RUSAGE_SELF) + secs(libc::RUSAGE_CHILDREN)
 }
 
-fn config(args: &BenchEvolveArgs, seed: u64, out: PathBuf) -> anyhow::Result<RunConfig> {
+fn config(
+    args: &BenchEvolveArgs,
+    seed: u64,
+    out: PathBuf,
+    cascade: Option<bool>,
+) -> anyhow::Result<RunConfig> {
     let mut o = Overrides::new();
     if !args.human.is_empty() {
         o.set("run.human", &args.human)?;
@@ -121,7 +138,8 @@ fn config(args: &BenchEvolveArgs, seed: u64, out: PathBuf) -> anyhow::Result<Run
         .set("search.iterations", args.iterations)?
         .set("search.seed", seed)?
         .set("run.out", &out)?
-        .set("run.name", format!("bench-seed-{seed}"))?;
+        .set("run.name", format!("bench-seed-{seed}"))?
+        .set_opt("search.cascade", cascade.as_ref())?;
     args.world.apply(&mut o)?;
     let cfg = ops::load_config(args.config.as_deref(), &o)?;
     anyhow::ensure!(
@@ -148,10 +166,26 @@ fn stats(xs: &[f64]) -> (f64, f64, f64, f64) {
     (mean, sd, min, max)
 }
 
-/// Run the benchmark (the runs one after another, each with every core).
+/// Run the benchmark (the runs one after another, each with every core); with
+/// `--compare-cascade`, every seed with the cascade on, then every seed with it off.
 pub fn measure(args: &BenchEvolveArgs) -> anyhow::Result<BenchEvolve> {
     anyhow::ensure!(args.seeds >= 1, "'--seeds' must be at least 1");
     anyhow::ensure!(args.iterations >= 1, "'--iterations' must be at least 1");
+    if !args.compare_cascade {
+        return measure_arm(args, None, "");
+    }
+    let mut on = measure_arm(args, Some(true), "cascade-on/")?;
+    on.cascade_off = Some(Box::new(measure_arm(args, Some(false), "cascade-off/")?));
+    Ok(on)
+}
+
+/// The runs of every seed, with the cascade set to `cascade` (None: as configured), kept in
+/// `sub` under the benchmark's directory.
+fn measure_arm(
+    args: &BenchEvolveArgs,
+    cascade: Option<bool>,
+    sub: &str,
+) -> anyhow::Result<BenchEvolve> {
     let tmp;
     let root = match &args.out {
         Some(p) => {
@@ -167,13 +201,14 @@ pub fn measure(args: &BenchEvolveArgs) -> anyhow::Result<BenchEvolve> {
     };
     let mut runs = Vec::new();
     for seed in args.first_seed..args.first_seed + args.seeds {
-        let dir = root.join(format!("seed-{seed}"));
+        let dir = root.join(format!("{sub}seed-{seed}"));
         anyhow::ensure!(
             !dir.exists(),
             "{} exists: give --out a fresh directory",
             dir.display()
         );
-        let cfg = config(args, seed, dir.clone())?;
+        let cfg = config(args, seed, dir.clone(), cascade)?;
+        let cascade = cfg.search.cascade;
         let (cpu0, t0) = (cpu_seconds(), Instant::now());
         let summary = ops::block_on(ops::evolve(cfg, RunControl::default()))??;
         let (wall_s, cpu_s) = (t0.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
@@ -190,10 +225,13 @@ pub fn measure(args: &BenchEvolveArgs) -> anyhow::Result<BenchEvolve> {
             "run seed {seed} held out no human dialogues (fewer than 3 task groups, or \
              run.human_holdout = 0): nothing to evaluate on"
         );
+        let episodes = summary.episodes.unwrap_or_default();
         if !args.json {
             eprintln!(
-                "seed {seed}: {} iterations in {wall_s:.1} s wall, {cpu_s:.1} s CPU",
-                summary.iterations
+                "seed {seed} (cascade {}): {} iterations in {wall_s:.1} s wall, {cpu_s:.1} s CPU; {}",
+                if cascade { "on" } else { "off" },
+                summary.iterations,
+                episodes.line()
             );
         }
         runs.push(BenchRun {
@@ -202,6 +240,8 @@ pub fn measure(args: &BenchEvolveArgs) -> anyhow::Result<BenchEvolve> {
             wall_s,
             cpu_s,
             n_heldout,
+            cascade,
+            episodes,
             table,
         });
     }
@@ -214,18 +254,104 @@ pub fn measure(args: &BenchEvolveArgs) -> anyhow::Result<BenchEvolve> {
         evolved_minus_seed: gain("seed"),
         evolved_minus_base: gain("base"),
         runs,
+        cascade_off: None,
     })
 }
 
-/// The benchmark as text.
+/// The benchmark as text: the runs, and with `--compare-cascade` the runs with the cascade
+/// off and the comparison.
 pub fn render(b: &BenchEvolve) -> String {
+    let Some(off) = &b.cascade_off else {
+        return render_arm(b);
+    };
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "== cascade on\n{}", render_arm(b));
+    let _ = writeln!(s, "== cascade off\n{}", render_arm(off));
+    let _ = writeln!(s, "== cascade on vs off\n{}", render_comparison(b, off));
+    s
+}
+
+/// What a run played in episodes (total, and candidates' full and stopped evaluations).
+fn candidate_episodes(e: &EpisodeCounts) -> u64 {
+    e.candidates + e.stopped_early
+}
+
+/// The cascade's comparison: per seed evolved − seed on and off and episodes played; the mean
+/// difference of evolved − seed with the standard error of the paired differences; the ratio of
+/// episodes played.
+fn render_comparison(on: &BenchEvolve, off: &BenchEvolve) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "seed  evo-seed on  evo-seed off  episodes on  episodes off  ratio  candidates' on/off  stopped"
+    );
+    let gain = |r: &BenchRun| match (row(&r.table, "evolved"), row(&r.table, "seed")) {
+        (Some(e), Some(sd)) => Some(e.score - sd.score),
+        _ => None,
+    };
+    let mut diffs = Vec::new();
+    for (a, b) in on.runs.iter().zip(&off.runs) {
+        let (ga, gb) = (gain(a), gain(b));
+        if let (Some(x), Some(y)) = (ga, gb) {
+            diffs.push(x - y);
+        }
+        let pp = |g: Option<f64>| g.map_or("-".into(), |g| format!("{:+.1}pp", 100.0 * g));
+        let _ = writeln!(
+            s,
+            "{:>4}  {:>11}  {:>12}  {:>11}  {:>12}  {:>5.2}  {:>8} / {:<8}  {:>7}",
+            a.seed,
+            pp(ga),
+            pp(gb),
+            a.episodes.total,
+            b.episodes.total,
+            a.episodes.total as f64 / b.episodes.total.max(1) as f64,
+            candidate_episodes(&a.episodes),
+            candidate_episodes(&b.episodes),
+            a.episodes.n_stopped,
+        );
+    }
+    let (m_on, sd_on, ..) = stats(&on.evolved_minus_seed);
+    let (m_off, sd_off, ..) = stats(&off.evolved_minus_seed);
+    let (m_d, sd_d, ..) = stats(&diffs);
+    let se_d = sd_d / (diffs.len().max(1) as f64).sqrt();
+    let _ = writeln!(
+        s,
+        "evolved - seed: on mean {:+.1} pp (sd {:.1}), off mean {:+.1} pp (sd {:.1}); on - off {:+.1} pp, standard error {:.1} pp (n = {})",
+        100.0 * m_on,
+        100.0 * sd_on,
+        100.0 * m_off,
+        100.0 * sd_off,
+        100.0 * m_d,
+        100.0 * se_d,
+        diffs.len()
+    );
+    let sum = |b: &BenchEvolve, f: &dyn Fn(&EpisodeCounts) -> u64| -> u64 {
+        b.runs.iter().map(|r| f(&r.episodes)).sum()
+    };
+    let (t_on, t_off) = (sum(on, &|e| e.total), sum(off, &|e| e.total));
+    let (c_on, c_off) = (sum(on, &candidate_episodes), sum(off, &candidate_episodes));
+    let _ = writeln!(
+        s,
+        "episodes played: on {t_on}, off {t_off} (ratio {:.2}); candidates' episodes: on {c_on}, off {c_off} (ratio {:.2}); validations: on {}, off {}",
+        t_on as f64 / t_off.max(1) as f64,
+        c_on as f64 / c_off.max(1) as f64,
+        sum(on, &|e| e.validations),
+        sum(off, &|e| e.validations),
+    );
+    s
+}
+
+/// One arm of the benchmark as text.
+fn render_arm(b: &BenchEvolve) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let score =
         |t: &EvalTable, n: &str| row(t, n).map_or("     -".into(), |r| format!("{:6.3}", r.score));
     let _ = writeln!(
         s,
-        "seed  iters  wall s   cpu s  s/iter  held-out  human   base    seed  evolved  evo-seed  evo-base"
+        "seed  iters  wall s   cpu s  s/iter  held-out  human   base    seed  evolved  evo-seed  evo-base  episodes"
     );
     for r in &b.runs {
         let t = &r.table;
@@ -235,7 +361,7 @@ pub fn render(b: &BenchEvolve) -> String {
         };
         let _ = writeln!(
             s,
-            "{:>4}  {:>5}  {:>6.1}  {:>6.1}  {:>6.2}  {:>8}  {} {} {}  {}  {}  {}",
+            "{:>4}  {:>5}  {:>6.1}  {:>6.1}  {:>6.2}  {:>8}  {} {} {}  {}  {}  {}  {:>8}",
             r.seed,
             r.iterations,
             r.wall_s,
@@ -248,6 +374,7 @@ pub fn render(b: &BenchEvolve) -> String {
             score(t, "evolved"),
             d("seed"),
             d("base"),
+            r.episodes.total,
         );
     }
     for (name, xs) in [

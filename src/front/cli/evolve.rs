@@ -49,6 +49,9 @@ pub struct EvolveArgs {
     #[arg(long, allow_negative_numbers = true,
           value_parser = super::count(1, limits::MAX_GENERATION))]
     pub generation_size: Option<usize>,
+    /// Play every candidate in full (`search.cascade = false`; the cascade is on by default).
+    #[arg(long)]
+    pub no_cascade: bool,
     /// Run directory (default runs/<timestamp>-<name>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -130,6 +133,7 @@ fn resolve(args: &EvolveArgs) -> anyhow::Result<RunConfig> {
         .set_opt("search.seed", args.seed)?
         .set_opt("search.parallel_candidates", args.parallel_candidates)?
         .set_opt("search.generation_size", args.generation_size)?
+        .set_opt("search.cascade", args.no_cascade.then_some(false))?
         .set_opt("run.out", args.out.as_ref())?
         .set_opt("run.name", args.name.as_ref())?;
     args.world.apply(&mut o)?;
@@ -232,6 +236,9 @@ fn print_summary(s: &RunSummary) {
                 String::new()
             }
         );
+    }
+    if let Some(e) = &s.episodes {
+        println!("{}", e.line());
     }
     if !s.mutations.is_empty() {
         println!(
