@@ -94,6 +94,10 @@ fn the_cascade_stops_weak_children_and_nothing_takes_them_for_evaluated_ones() {
                 stopped.push(program_id.clone());
                 played += personas.len() as u64;
             }
+            // a new best's validation stopped after its first stage counts as stopped early too
+            Event::ValidationStopped { metrics, .. } => {
+                played += (metrics.n_episodes + metrics.n_failed_episodes) as u64;
+            }
             Event::CandidateEvaluated {
                 stage_score, bar, ..
             } => {

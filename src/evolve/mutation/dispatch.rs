@@ -406,10 +406,12 @@ impl Mutator {
                 response.schema_mode,
                 None | Some(crate::llm::SchemaMode::Unconstrained)
             );
+            let cut = response.finish_reason.as_deref() == Some("length");
             let value = match edits::parse_answer(&answer) {
                 Ok(v) => v,
                 Err(why) => {
-                    if constrained {
+                    // an answer cut off by the completion cap says nothing of the schema
+                    if constrained && !cut {
                         let n = self
                             .unfollowed_schema
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -421,7 +423,9 @@ impl Mutator {
                             );
                         }
                     }
-                    let how = if constrained {
+                    let how = if cut {
+                        "(cut off at the completion cap, max_tokens, before one edit was whole)"
+                    } else if constrained {
                         "although the endpoint was asked to constrain it"
                     } else {
                         "(the endpoint does not constrain answers)"
@@ -452,6 +456,9 @@ impl Mutator {
             };
             if !applied.skipped.is_empty() {
                 summary.push_str(&format!(" (skipped: {})", applied.skipped.join("; ")));
+            }
+            if value["cut_off"] == serde_json::Value::Bool(true) {
+                summary.push_str(" (answer cut off at max_tokens: the unfinished edit left out)");
             }
             (applied.code, summary.chars().take(400).collect())
         } else {

@@ -223,13 +223,14 @@ pub fn targets_text(targets: &[EditTarget]) -> String {
 }
 
 /// An answer's JSON object: the text itself, or the object inside code fences or chatter.
+/// An answer cut off by the completion cap (common with a small model: a schema bounds the
+/// shape, not the length of a text) keeps its complete edits: the JSON is closed after the
+/// last whole edit, and the result says how many edits were whole (`cut_off`).
 pub fn parse_answer(text: &str) -> Result<Value, String> {
     let t = text.trim();
     let candidates = [
         Some(t),
-        t.find('{')
-            .zip(t.rfind('}'))
-            .and_then(|(a, b)| t.get(a..=b)),
+        t.find('{').zip(t.rfind('}')).and_then(|(a, b)| t.get(a..=b)),
     ];
     let mut last = String::from("the answer is empty");
     for c in candidates.into_iter().flatten() {
@@ -239,7 +240,32 @@ pub fn parse_answer(text: &str) -> Result<Value, String> {
             Err(e) => last = format!("not JSON: {e}"),
         }
     }
+    if let Some(v) = whole_edits_of_a_cut_answer(t) {
+        return Ok(v);
+    }
     Err(last)
+}
+
+/// The answer closed after its last complete edit, when it was cut inside the `edits` list
+/// and at least one edit is whole; with `"cut_off": true`.
+fn whole_edits_of_a_cut_answer(t: &str) -> Option<Value> {
+    let start = t.find('{')?;
+    let body = &t[start..];
+    let list = body.find("\"edits\"")?;
+    // every `}` after the list opened is a possible end of an edit
+    for (i, _) in body.match_indices('}').collect::<Vec<_>>().into_iter().rev() {
+        if i < list {
+            break;
+        }
+        let closed = format!("{}]}}", &body[..=i]);
+        if let Ok(mut v) = serde_json::from_str::<Value>(&closed) {
+            if v["edits"].as_array().is_some_and(|e| !e.is_empty()) {
+                v["cut_off"] = Value::Bool(true);
+                return Some(v);
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
