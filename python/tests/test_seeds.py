@@ -372,3 +372,41 @@ def test_direct_prompt_records_where_each_persona_came_from(monkeypatch):
         assert [r["source"] for r in rows] == sources, reply
         assert llm.requests[0]["schema"]["properties"]["personas"]["items"]["required"] == [
             "persona_id", "description", "reasoning", "text"]
+
+
+class _FakeChannel:
+    """The host's side of ``ppol_llm``'s channel: answers each request from ``reply``."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.frames = []
+
+    def call(self, frame):
+        self.frames.append(frame)
+        return {"type": "llm_result", "results": [self.reply(r) for r in frame["requests"]]}
+
+
+def test_ppol_llm_sends_the_schema_and_says_how_the_answer_was_constrained():
+    llm = _real_ppol_llm()
+    modes = iter(["json_object", None, "unconstrained"])
+
+    def reply(req):
+        mode = next(modes)
+        out = {"text": '{"a": 1}' if req["prompt"] != "prose" else "just words"}
+        if mode:
+            out["schema_mode"] = mode
+        return out
+
+    channel = _FakeChannel(reply)
+    llm._install(channel, 7, True)
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    ans = llm.complete_json("q", schema, max_tokens=10)
+    assert (ans.value, ans.constrained, ans.mode) == ({"a": 1}, True, "json_object")
+    assert channel.frames[0]["requests"][0]["schema"] == schema
+    # complete() stays a str, and without a schema sends none
+    assert llm.complete("plain") == '{"a": 1}'
+    assert "schema" not in channel.frames[1]["requests"][0]
+    [prose] = llm.complete_many_json([{"prompt": "prose", "schema": schema}])
+    assert (prose.value, prose.text, prose.constrained) == (None, "just words", False)
+    with pytest.raises(TypeError):
+        llm.complete_json("q", "not a schema")
