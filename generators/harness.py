@@ -26,7 +26,7 @@ import sys
 CHANNEL_FD = 3
 HIGH_FD = 200
 TEXT_KEYS = ("expanded_instruction", "instruction", "text")
-ROW_KEYS = ("persona_id", "description", "axis_placement", "reasoning") + TEXT_KEYS
+ROW_KEYS = ("persona_id", "description", "axis_placement", "reasoning", "source") + TEXT_KEYS
 
 
 def _json_safe(value, depth=0):

@@ -8,6 +8,21 @@ host for completions through this module; the host answers with its configured m
     text = ppol_llm.complete("Write a haiku", system="Be brief", temperature=0.7, max_tokens=800)
     texts = ppol_llm.complete_many([{"prompt": "a"}, {"prompt": "b", "temperature": 0.2}])
 
+Answers as JSON: a request may carry a JSON ``schema`` (an object schema) for its answer. The
+host asks the model's endpoint to constrain the answer to it (constrained decoding: OpenAI's
+``json_schema``, llama-cpp-python's ``json_object`` with a schema, or nothing where the
+endpoint takes neither) and says which it did:
+
+    ans = ppol_llm.complete_json("List 3 colours", {"type": "object", "properties": {...}})
+    ans.value        # the answer parsed as JSON, or None when it is not JSON
+    ans.text         # the raw answer
+    ans.constrained  # True when the endpoint constrained the answer to the schema
+    ans.mode         # "json_schema", "json_object" or "unconstrained"
+
+``complete_many_json`` does the same for several requests (each with its ``schema``), and
+``complete`` / ``complete_many`` accept ``schema`` too but return the text only. A constrained
+answer can still be cut short by ``max_tokens``: check ``value`` before trusting it.
+
 Failures (no model attached, call cap reached, provider error) raise ``ppol_llm.LLMError``.
 """
 
@@ -15,11 +30,52 @@ import json
 import os
 import threading
 
-__all__ = ["LLMError", "complete", "complete_many", "llm_available", "seed"]
+__all__ = [
+    "JsonAnswer",
+    "LLMError",
+    "complete",
+    "complete_json",
+    "complete_many",
+    "complete_many_json",
+    "llm_available",
+    "seed",
+]
+
+MODES = ("json_schema", "json_object", "unconstrained")
 
 
 class LLMError(RuntimeError):
     """An LLM request could not be answered (no model, call cap reached, provider error)."""
+
+
+class JsonAnswer(tuple):
+    """The answer to a request with a ``schema``: ``(value, text, constrained, mode)``.
+
+    ``value`` is the answer parsed as JSON (``None`` when the text is not JSON), ``text`` the
+    raw answer, ``mode`` how the endpoint was asked to constrain it (``"json_schema"``,
+    ``"json_object"``, or ``"unconstrained"`` when it takes no schema) and ``constrained``
+    whether it was (``mode != "unconstrained"``).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, value, text, mode):
+        return tuple.__new__(cls, (value, text, mode != "unconstrained", mode))
+
+    value = property(lambda self: self[0])
+    text = property(lambda self: self[1])
+    constrained = property(lambda self: self[2])
+    mode = property(lambda self: self[3])
+
+    def __repr__(self):
+        return "JsonAnswer(value=%r, constrained=%r, mode=%r)" % (self.value, self.constrained, self.mode)
+
+
+def _parse_json(text):
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
 
 
 class _Channel:
@@ -118,7 +174,7 @@ def _normalise(req):
     if isinstance(req, str):
         req = {"prompt": req}
     elif isinstance(req, (list, tuple)):
-        req = dict(zip(("prompt", "system", "temperature", "max_tokens"), req))
+        req = dict(zip(("prompt", "system", "temperature", "max_tokens", "schema"), req))
     elif not isinstance(req, dict):
         raise TypeError("an LLM request is a prompt string, a dict or a tuple, not %s" % type(req).__name__)
     prompt = req.get("prompt")
@@ -127,35 +183,51 @@ def _normalise(req):
     system = req.get("system")
     if system is not None and not isinstance(system, str):
         raise TypeError("'system' must be a string or None")
+    schema = req.get("schema")
+    if schema is not None and not isinstance(schema, dict):
+        raise TypeError("'schema' must be a JSON schema (a dict) or None")
     temperature = req.get("temperature", 0.7)
     max_tokens = req.get("max_tokens", 800)
-    return {
+    out = {
         "prompt": prompt,
         "system": system,
         "temperature": None if temperature is None else float(temperature),
         "max_tokens": None if max_tokens is None else int(max_tokens),
     }
+    if schema is not None:
+        out["schema"] = schema
+    return out
+
+
+def _answer(requests):
+    """The host's result objects for ``requests`` (normalised), in order."""
+    reqs = [_normalise(r) for r in requests]
+    if not reqs:
+        return reqs, []
+    if _channel is None:
+        raise LLMError("no LLM channel: this program is not running inside the ppol sandbox")
+    reply = _channel.call({"type": "llm", "requests": reqs})
+    results = reply.get("results") or []
+    return reqs, [results[i] if i < len(results) else {"error": "missing answer"} for i in range(len(reqs))]
+
+
+def _failed(r):
+    return not ("text" in r and r["text"] is not None)
 
 
 def complete_many(requests, return_errors=False):
     """Answer several requests; the host runs them in parallel. Returns the texts in order.
 
     Each request is a prompt string, a dict with ``prompt`` and optional ``system``,
-    ``temperature`` (0.7), ``max_tokens`` (800), or a tuple in that order. A failed request
-    raises :class:`LLMError` (or, with ``return_errors=True``, is returned as an
-    ``LLMError`` instance in its slot).
+    ``temperature`` (0.7), ``max_tokens`` (800) and ``schema`` (a JSON schema the answer is
+    constrained to where the endpoint can; see :func:`complete_many_json`), or a tuple in that
+    order. A failed request raises :class:`LLMError` (or, with ``return_errors=True``, is
+    returned as an ``LLMError`` instance in its slot).
     """
-    reqs = [_normalise(r) for r in requests]
-    if not reqs:
-        return []
-    if _channel is None:
-        raise LLMError("no LLM channel: this program is not running inside the ppol sandbox")
-    reply = _channel.call({"type": "llm", "requests": reqs})
-    results = reply.get("results") or []
+    _, results = _answer(requests)
     out = []
-    for i in range(len(reqs)):
-        r = results[i] if i < len(results) else {"error": "missing answer"}
-        if "text" in r and r["text"] is not None:
+    for r in results:
+        if not _failed(r):
             out.append(r["text"])
         else:
             err = LLMError(str(r.get("error", "unknown LLM error")))
@@ -165,8 +237,40 @@ def complete_many(requests, return_errors=False):
     return out
 
 
-def complete(prompt, system=None, temperature=0.7, max_tokens=800):
-    """One completion: the assistant's text for ``prompt`` (with an optional system prompt)."""
+def complete_many_json(requests, return_errors=False):
+    """Like :func:`complete_many` for requests with a ``schema``: returns a
+    :class:`JsonAnswer` per request (value, text, constrained, mode), in order."""
+    reqs, results = _answer(requests)
+    out = []
+    for req, r in zip(reqs, results):
+        if _failed(r):
+            err = LLMError(str(r.get("error", "unknown LLM error")))
+            if not return_errors:
+                raise err
+            out.append(err)
+            continue
+        mode = r.get("schema_mode")
+        if mode not in MODES:
+            mode = "unconstrained"
+        out.append(JsonAnswer(_parse_json(r["text"]), r["text"], mode))
+    return out
+
+
+def complete(prompt, system=None, temperature=0.7, max_tokens=800, schema=None):
+    """One completion: the assistant's text for ``prompt`` (with an optional system prompt and
+    an optional JSON ``schema`` the answer is constrained to where the endpoint can)."""
     return complete_many(
-        [{"prompt": prompt, "system": system, "temperature": temperature, "max_tokens": max_tokens}]
+        [{"prompt": prompt, "system": system, "temperature": temperature, "max_tokens": max_tokens,
+          "schema": schema}]
+    )[0]
+
+
+def complete_json(prompt, schema, system=None, temperature=0.7, max_tokens=800):
+    """One completion constrained to the JSON ``schema`` where the endpoint can: a
+    :class:`JsonAnswer` (``value`` parsed or None, ``text``, ``constrained``, ``mode``)."""
+    if not isinstance(schema, dict):
+        raise TypeError("'schema' must be a JSON schema (a dict)")
+    return complete_many_json(
+        [{"prompt": prompt, "system": system, "temperature": temperature, "max_tokens": max_tokens,
+          "schema": schema}]
     )[0]

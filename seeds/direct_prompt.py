@@ -1,6 +1,11 @@
 """Seed generator: DP-Personas baseline — one direct prompt, no behaviour axes.
 
-One LLM call asks for N complete persona blocks as JSON. If fewer valid ones come back they
+One LLM call asks for N complete persona blocks as JSON, with a JSON schema
+(``{"personas": [{"persona_id", "description", "reasoning", "text"}, ...]}``) that an endpoint
+taking one (OpenAI's ``json_schema``, llama-cpp-python's ``json_object``) constrains the answer
+to. Every persona records where it came from in ``source``: ``model-json`` (the model's JSON used
+as is), ``repaired`` (read by the repair below from a malformed or prose answer) or ``fallback``
+(a copy cycled in to reach N). If fewer valid ones come back they
 are cycled (with suffixed ids) up to N, as the reference's baseline does. Unlike it, the
 answer is read with JSON repair (fences, chatter, single quotes, trailing commas, truncated
 arrays, objects without the array), "persona" or "instruction" stand in for a missing "text",
@@ -34,13 +39,42 @@ PROMPT = """A customer contacts a support agent about this task:
 
 Write {n} different personas for this customer. Each persona is a complete description, in the second person, of how this person behaves in a text chat with the agent: their background, how they write, what they feel, how they react to questions, proposals and refusals. Keep every goal and fact of the task unchanged and never mention tests, simulations or AI.
 
-Return a JSON array of {n} objects with "persona_id" (snake_case, unique), "description" (two or three sentences), "reasoning" (one sentence: what makes this persona different from the others) and "text" (the persona, 120-250 words)."""
+Return a JSON object {{"personas": [...]}} whose "personas" array holds {n} objects with "persona_id" (snake_case, unique), "description" (two or three sentences), "reasoning" (one sentence: what makes this persona different from the others) and "text" (the persona, 120-250 words)."""
+
+TEXT_MAX_CHARS = 300  # schema bound of short texts (llama-cpp-python's grammar crashed on 1,024)
+ID_MAX_CHARS = 64
+SCHEMA_MAX_ITEMS = 8  # the array's length is fixed in the schema only up to this many
+
+
+def personas_schema(n):
+    """The answer's JSON schema: ``{"personas": [{persona_id, description, reasoning, text}]}``."""
+    persona = {
+        "type": "object",
+        "properties": {
+            "persona_id": {"type": "string", "maxLength": ID_MAX_CHARS},
+            "description": {"type": "string", "maxLength": TEXT_MAX_CHARS},
+            "reasoning": {"type": "string", "maxLength": TEXT_MAX_CHARS},
+            "text": {"type": "string"},
+        },
+        "required": ["persona_id", "description", "reasoning", "text"],
+        "additionalProperties": False,
+    }
+    people = {"type": "array", "items": persona}
+    if n <= SCHEMA_MAX_ITEMS:
+        people["minItems"] = n
+        people["maxItems"] = n
+    return {
+        "type": "object",
+        "properties": {"personas": people},
+        "required": ["personas"],
+        "additionalProperties": False,
+    }
 
 PROSE_MIN_WORDS = 25
 _PROSE_MARKER = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|#+|(?:\*\*)?persona\s*\d*\s*[:.)-])\s*", re.I)
 _NOT_A_PERSONA = re.compile(r"^(?:i'?m sorry|i am sorry|sorry|i cannot|i can'?t|as an ai|it'?s not possible|it is not possible)", re.I)
 
-RETRY_NOTE = "\n\nYour previous answer contained no usable persona. Answer again with only the JSON array of {n} objects, each with a non-empty \"text\"."
+RETRY_NOTE = "\n\nYour previous answer contained no usable persona. Answer again with only the JSON object whose \"personas\" array holds {n} objects, each with a non-empty \"text\"."
 
 
 # --- ppol json repair: identical in seeds/two_stage_llm.py, seeds/direct_prompt.py and
@@ -248,10 +282,42 @@ def _text(value):
     return ""
 
 
+def model_rows(value):
+    """The persona rows of an answer that parsed as JSON: ``{"personas": [...]}`` or a bare
+    list of objects; None otherwise."""
+    if isinstance(value, dict):
+        value = value.get("personas")
+    if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+        return value
+    return None
+
+
+def read_answer(answer):
+    """The personas of an answer (a ``ppol_llm.JsonAnswer``), each with its ``source``:
+    ``model-json`` for a JSON answer's rows with a string ``persona_id`` and ``text``, else
+    ``repaired`` (coerced, or read with JSON repair from the raw text)."""
+    rows = model_rows(answer.value)
+    if rows is None:
+        return _personas(answer.text)
+    out = _personas_of(rows)
+    for obj, p in zip([r for r in rows if _row_text(r)], out):
+        exact = isinstance(obj.get("persona_id"), str) and isinstance(obj.get("text"), str) and obj["text"].strip()
+        p["source"] = "model-json" if exact else "repaired"
+    return out
+
+
+def _row_text(obj):
+    return next((_text(obj.get(k)) for k in TEXT_KEYS if _text(obj.get(k))), "")
+
+
 def _personas(raw):
+    return _personas_of(persona_rows(raw))
+
+
+def _personas_of(rows):
     out = []
-    for obj in persona_rows(raw):
-        text = next((_text(obj.get(k)) for k in TEXT_KEYS if _text(obj.get(k))), "")
+    for obj in rows:
+        text = _row_text(obj)
         if not text:
             continue
         pid = re.sub(r"[^a-z0-9]+", "_", str(obj.get("persona_id") or obj.get("name") or "persona").lower()).strip("_") or "persona"
@@ -262,6 +328,7 @@ def _personas(raw):
                 "axis_placement": {},
                 "reasoning": _text(obj.get("reasoning")),
                 "text": text,
+                "source": "repaired",
             }
         )
     return out
@@ -304,6 +371,7 @@ def _prose_personas(raw):
                 "axis_placement": {},
                 "reasoning": "taken from a prose answer (no JSON persona in it)",
                 "text": text,
+                "source": "repaired",
             }
         )
     return out
@@ -320,8 +388,9 @@ def generate_personas_detailed(task_context, axes, n):
         if attempt:
             prompt += RETRY_NOTE.format(n=n)
         try:
-            raw = ppol_llm.complete(
+            answer = ppol_llm.complete_json(
                 prompt,
+                personas_schema(n),
                 system=SYSTEM,
                 temperature=min(1.0, TEMPERATURE + 0.2 * attempt),
                 max_tokens=max(MIN_TOKENS, TOKENS_PER_PERSONA * n),
@@ -329,8 +398,8 @@ def generate_personas_detailed(task_context, axes, n):
         except ppol_llm.LLMError as e:
             raws.append("(no reply: LLMError: %s)" % e)
             continue
-        raws.append(raw)
-        valid = _personas(raw)
+        raws.append(answer.text)
+        valid = read_answer(answer)
         if valid:
             break
     excerpts = "\n".join("raw reply %d (first 2 KB): %s" % (i + 1, raw_excerpt(r)) for i, r in enumerate(raws))
@@ -355,6 +424,8 @@ def generate_personas_detailed(task_context, axes, n):
     used = set()
     for i in range(n):
         p = dict(valid[i % len(valid)])
+        if i >= len(valid):
+            p["source"] = "fallback"  # a copy cycled in to reach n
         pid, k = p["persona_id"], 2
         while pid in used:
             pid = "%s_%d" % (p["persona_id"], k)

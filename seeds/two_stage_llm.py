@@ -5,7 +5,14 @@ every axis). Stage 2 expands every profile into a roleplay instruction, one requ
 persona, sent together through ``ppol_llm.complete_many`` (the host runs them in parallel).
 Only the standard library and ``ppol_llm`` are used.
 
-It survives a weak model: answers are read with JSON repair (fences, chatter, single quotes,
+Both stages send a JSON schema with their request (``ppol_llm.complete_json``): stage 1 the
+population as ``{"personas": [...]}`` with a boolean per axis, stage 2 ``{"instruction": ...}``.
+An endpoint that takes a schema (OpenAI's ``json_schema``, llama-cpp-python's ``json_object``)
+constrains the model to it, so even a weak model answers with valid persona JSON; every persona
+records where it came from in ``source``: ``model-json`` (both stages' JSON used as is),
+``repaired`` (something was read by the repair below) or ``fallback`` (composed here).
+
+It survives a weak model all the same: answers are read with JSON repair (fences, chatter, single quotes,
 trailing commas, truncated arrays, objects without the array); a stage-1 answer with fewer
 than N usable profiles is asked for once more and then padded from the usable ones (each pad
 on an axis combination not yet used); a stage-2 expansion that fails or comes back empty is
@@ -60,7 +67,11 @@ POPULATION_TOKENS_PER_PERSONA = 250
 EXPANSION_TEMPERATURE = 0.7
 EXPANSION_MAX_TOKENS = 800
 MIN_INSTRUCTION_WORDS = 3
-RETRY_NOTE = "\n\nYour previous answer could not be used ({why}). Answer again with only the JSON array of {n} objects, nothing else."
+RETRY_NOTE = "\n\nYour previous answer could not be used ({why}). Answer again with only the JSON object whose \"personas\" array holds {n} objects, nothing else."
+TEXT_MAX_CHARS = 300  # schema bound of short texts (llama-cpp-python's grammar crashed on 1,024)
+ID_MAX_CHARS = 64
+SCHEMA_MAX_ITEMS = 8  # the population's size is fixed in the schema only up to this many
+SOURCES = ("model-json", "repaired", "fallback")  # from best to worst
 
 POPULATION_SYSTEM = "You design realistic, varied customer personas for testing customer-service conversations. You answer with JSON only."
 
@@ -75,13 +86,13 @@ Invent exactly {n} different people who could be this customer. Spread them acro
 Behaviour axes (each is either present = true or absent = false):
 {axes}
 
-Return a JSON array of exactly {n} objects, each with:
+Return a JSON object {{"personas": [...]}} whose "personas" array holds exactly {n} objects, each with:
 - "persona_id": a short snake_case name, unique in the array
 - "description": two or three sentences about who this person is and how they come across
 - "axis_placement": an object with a boolean for every axis name: {axis_names}
 - "reasoning": one sentence on why this combination is plausible for this task
 
-Output only the JSON array."""
+Output only the JSON object."""
 
 EXPANSION_SYSTEM = "You write roleplay briefs that tell an actor how to play a customer in a text chat. You write in the second person and never mention tests, simulations, benchmarks or AI."
 
@@ -97,7 +108,51 @@ The person you are briefing:
 Behaviour traits that are active for this person:
 {traits}
 
-Write a 150-250 word roleplay instruction in the second person ("You ...") for playing this customer. Ground it in the task and the profile. Spell out concrete habits: how long the messages are and how they are typed, how emotions show and change over the conversation, how you react when the agent asks for information, proposes something or refuses. Do not change or drop any goal or fact of the task, do not add new requests, and do not mention that this is a simulation, a test or an AI. Output only the instruction."""
+Write a 150-250 word roleplay instruction in the second person ("You ...") for playing this customer. Ground it in the task and the profile. Spell out concrete habits: how long the messages are and how they are typed, how emotions show and change over the conversation, how you react when the agent asks for information, proposes something or refuses. Do not change or drop any goal or fact of the task, do not add new requests, and do not mention that this is a simulation, a test or an AI. Answer with a JSON object {{"instruction": "..."}} holding only the instruction."""
+
+EXPANSION_SCHEMA = {
+    "type": "object",
+    "properties": {"instruction": {"type": "string"}},
+    "required": ["instruction"],
+    "additionalProperties": False,
+}
+
+
+def population_schema(axes, n):
+    """The stage-1 answer's JSON schema: ``{"personas": [profile, ...]}``, a boolean for every
+    axis; the array's length is fixed only for small populations (``SCHEMA_MAX_ITEMS``)."""
+    names = [a["behavior"] for a in axes]
+    profile = {
+        "type": "object",
+        "properties": {
+            "persona_id": {"type": "string", "maxLength": ID_MAX_CHARS},
+            "description": {"type": "string", "maxLength": TEXT_MAX_CHARS},
+            "axis_placement": {
+                "type": "object",
+                "properties": {k: {"type": "boolean"} for k in names},
+                "required": names,
+                "additionalProperties": False,
+            },
+            "reasoning": {"type": "string", "maxLength": TEXT_MAX_CHARS},
+        },
+        "required": ["persona_id", "description", "axis_placement", "reasoning"],
+        "additionalProperties": False,
+    }
+    people = {"type": "array", "items": profile}
+    if n <= SCHEMA_MAX_ITEMS:
+        people["minItems"] = n
+        people["maxItems"] = n
+    return {
+        "type": "object",
+        "properties": {"personas": people},
+        "required": ["personas"],
+        "additionalProperties": False,
+    }
+
+
+def worst_source(*sources):
+    """The least direct of ``sources`` (model-json < repaired < fallback)."""
+    return max(sources, key=lambda s: SOURCES.index(s) if s in SOURCES else len(SOURCES))
 
 NEUTRAL_TRAITS = "None: play a neutral baseline customer who is polite, clear and cooperative."
 
@@ -369,6 +424,47 @@ def _unique_ids(profiles):
     return profiles
 
 
+def _exact(row, names):
+    """Whether a profile row is usable as the model wrote it (no coercion needed)."""
+    placement = row.get("axis_placement")
+    return (
+        isinstance(row.get("persona_id"), str) and row["persona_id"].strip() != ""
+        and isinstance(row.get("description"), str) and row["description"].strip() != ""
+        and isinstance(placement, dict)
+        and all(isinstance(placement.get(k), bool) for k in names)
+    )
+
+
+def model_rows(value):
+    """The persona rows of an answer that parsed as JSON: ``{"personas": [...]}`` or a bare
+    list of objects; None otherwise."""
+    if isinstance(value, dict):
+        value = value.get("personas")
+    if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+        return value
+    return None
+
+
+def read_population(answer, axes, n):
+    """The usable profiles of a stage-1 answer (a ``ppol_llm.JsonAnswer``), each with its
+    ``source``: ``model-json`` when the answer is JSON and the row needed no repair or coercion,
+    else ``repaired`` (read with JSON repair from the raw text)."""
+    names = [a["behavior"] for a in axes]
+    rows = model_rows(answer.value)
+    if rows is None:
+        out = parse_population(answer.text, axes, n)
+        for p in out:
+            p["source"] = "repaired"
+        return out
+    out = []
+    for r in rows:
+        p = _profile(r, names)
+        if p:
+            p["source"] = "model-json" if _exact(r, names) else "repaired"
+            out.append(p)
+    return _unique_ids(out[:n])
+
+
 def parse_population(text, axes, n):
     """The usable profiles of a population answer (at most ``n``), parsed with JSON repair,
     with ``axis_placement`` rebuilt to exactly the axis names (missing -> false)."""
@@ -402,6 +498,7 @@ def pad_population(profiles, axes, n):
         else:
             p["axis_placement"] = dict(src["axis_placement"])
         p["reasoning"] = "Padded from %s: the model gave fewer usable profiles than asked." % src["persona_id"]
+        p["source"] = "fallback"
         out.append(p)
         padded += 1
     return _unique_ids(out), padded
@@ -434,6 +531,30 @@ def clean_instruction(text):
     return t if len(t.split()) >= MIN_INSTRUCTION_WORDS else None
 
 
+def read_instruction(answer):
+    """A stage-2 answer (a ``ppol_llm.JsonAnswer`` or an ``LLMError``) as (instruction, source):
+    the ``instruction`` of its JSON (``model-json``), else one read from a malformed JSON answer
+    or the answer's prose (``repaired``); (None, None) when neither holds an instruction."""
+    if not isinstance(answer, tuple):
+        return None, None
+    value = answer.value
+    if isinstance(value, dict) and isinstance(value.get("instruction"), str):
+        text = clean_instruction(value["instruction"])
+        if text:
+            return text, "model-json"
+    raw = answer.text or ""
+    if raw.lstrip()[:1] in ("{", "[") or "```" in raw:
+        for v in json_values(raw):
+            if isinstance(v, dict) and isinstance(v.get("instruction"), str):
+                text = clean_instruction(v["instruction"])
+                if text:
+                    return text, "repaired"
+        if raw.lstrip()[:1] in ("{", "["):
+            return None, None
+    text = clean_instruction(raw)
+    return (text, "repaired") if text else (None, None)
+
+
 def fallback_instruction(persona, axes):
     """An instruction composed without the model: the profile and the playbook of every axis."""
     lines = []
@@ -458,7 +579,7 @@ def _expansion_request(task_context, persona, axes, temperature, max_tokens, ret
     )
     if retry:
         prompt += "\n\nYour previous answer was empty or too short. Write the full instruction now."
-    return {"prompt": prompt, "system": EXPANSION_SYSTEM,
+    return {"prompt": prompt, "system": EXPANSION_SYSTEM, "schema": EXPANSION_SCHEMA,
             "temperature": min(1.0, temperature + (0.2 if retry else 0.0)), "max_tokens": max_tokens}
 
 
@@ -479,15 +600,15 @@ def _population(task_context, axes, n):
             why = "no persona objects" if not profiles else "only %d of %d usable objects" % (len(profiles), n)
             ask = prompt + RETRY_NOTE.format(why=why, n=n)
         try:
-            raw = ppol_llm.complete(ask, system=POPULATION_SYSTEM,
-                                    temperature=min(1.0, POPULATION_TEMPERATURE + 0.2 * attempt),
-                                    max_tokens=max_tokens)
+            answer = ppol_llm.complete_json(ask, population_schema(axes, n), system=POPULATION_SYSTEM,
+                                            temperature=min(1.0, POPULATION_TEMPERATURE + 0.2 * attempt),
+                                            max_tokens=max_tokens)
         except ppol_llm.LLMError as e:
             raws.append("(no reply: LLMError: %s)" % e)
             continue
-        raws.append(raw)
+        raws.append(answer.text)
         seen = {p["persona_id"] for p in profiles}
-        for p in parse_population(raw, axes, n):
+        for p in read_population(answer, axes, n):
             if p["persona_id"] not in seen and len(profiles) < n:
                 profiles.append(p)
         if len(profiles) >= n:
@@ -510,6 +631,7 @@ def _population(task_context, axes, n):
                 "axis_placement": {k: bool(b) for k, b in zip(names, corners[i % len(corners)])},
                 "reasoning": "Stage 1 gave no usable profile (%d attempts): placed on the axes "
                              "by the program; stage 2 wrote the instruction." % len(raws),
+                "source": "fallback",
             }
             for i in range(n)
         ]
@@ -529,22 +651,24 @@ def generate_personas_detailed(task_context, axes, n):
         _expansion_request(task_context, p, axes, EXPANSION_TEMPERATURE, EXPANSION_MAX_TOKENS)
         for p in personas
     ]
-    answers = ppol_llm.complete_many(requests, return_errors=True)
-    texts = [clean_instruction(a) for a in answers]
-    bad = [i for i, t in enumerate(texts) if t is None]
+    answers = ppol_llm.complete_many_json(requests, return_errors=True)
+    read = [read_instruction(a) for a in answers]
+    bad = [i for i, (t, _) in enumerate(read) if t is None]
     if bad:
-        again = ppol_llm.complete_many(
+        again = ppol_llm.complete_many_json(
             [_expansion_request(task_context, personas[i], axes, EXPANSION_TEMPERATURE,
                                 EXPANSION_MAX_TOKENS, retry=True) for i in bad],
             return_errors=True,
         )
         for i, a in zip(bad, again):
-            texts[i] = clean_instruction(a)
-            if texts[i] is None:
-                first = answers[i] if isinstance(answers[i], str) else "(no reply: %s)" % answers[i]
+            read[i] = read_instruction(a)
+            if read[i][0] is None:
+                first = answers[i]
+                first = first.text if isinstance(first, tuple) else "(no reply: %s)" % first
                 note("expansion of %s failed twice; composed its instruction from the profile. %s"
                      % (personas[i]["persona_id"], raw_replies_text([first])))
-                texts[i] = fallback_instruction(personas[i], axes)
-    for p, text in zip(personas, texts):
+                read[i] = (fallback_instruction(personas[i], axes), "fallback")
+    for p, (text, source) in zip(personas, read):
         p["expanded_instruction"] = text
+        p["source"] = worst_source(p.get("source", "fallback"), source)
     return personas

@@ -23,6 +23,12 @@ pub struct Persona {
     /// Why this placement (one sentence), when the generator gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// Where the generator program says the persona came from, when it says: a short label
+    /// such as `model-json` (the model's JSON answer, used as is), `repaired` (read from a
+    /// malformed or prose answer by the program's repair) or `fallback` (composed by the
+    /// program without a usable answer). See `generate::generator`'s contract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 impl Persona {

@@ -818,23 +818,31 @@ max_usd = 2.5
     );
     assert_eq!(cfg.spec(CallRole::UserSim).tool_argument_max_chars, None);
     assert!(cfg.spec(CallRole::UserSim).stop.is_empty());
-    // Bad values name their key.
-    for (line, key) in [
-        (
-            "tool_argument_max_chars = 0",
-            "llm.roles.agent.tool_argument_max_chars",
-        ),
-        ("stop = [\"\"]", "llm.roles.agent.stop"),
-    ] {
-        let f = dir.path().join("bad-bound.toml");
-        std::fs::write(
-            &f,
-            format!("[llm.default]\nmodel = \"m\"\n[llm.roles.agent]\n{line}\n"),
-        )
-        .unwrap();
-        let err = LlmConfig::from_toml_file(&f).unwrap_err().to_string();
-        assert!(err.contains(key), "{line}: {err}");
-    }
+    // `tool_argument_max_chars = 0` lifts every bound (unset bounds identifier-like ones).
+    let lifted = dir.path().join("lifted.toml");
+    std::fs::write(
+        &lifted,
+        "[llm.default]\nmodel = \"m\"\n[llm.roles.agent]\ntool_argument_max_chars = 0\n",
+    )
+    .unwrap();
+    let cfg = LlmConfig::from_toml_file(&lifted).unwrap();
+    assert_eq!(
+        cfg.spec(CallRole::Agent).tool_argument_bound(),
+        ppol::llm::config::ToolArgumentBound::Unbounded
+    );
+    assert!(matches!(
+        cfg.spec(CallRole::UserSim).tool_argument_bound(),
+        ppol::llm::config::ToolArgumentBound::Identifiers(_)
+    ));
+    // A bad value names its key.
+    let f = dir.path().join("bad-bound.toml");
+    std::fs::write(
+        &f,
+        "[llm.default]\nmodel = \"m\"\n[llm.roles.agent]\nstop = [\"\"]\n",
+    )
+    .unwrap();
+    let err = LlmConfig::from_toml_file(&f).unwrap_err().to_string();
+    assert!(err.contains("llm.roles.agent.stop"), "{err}");
     assert!(root().join("python/ppol_rs/local_server.py").is_file());
 }
 

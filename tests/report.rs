@@ -243,6 +243,7 @@ pub fn write_fixture_run(dir: &Path) {
                 axis_placement: axes,
                 text: format!("You are {id}. Type short lines & never say <please>."),
                 reasoning: Some("covers the terse corner of the human cloud".into()),
+                source: None,
             }
         })
         .collect();

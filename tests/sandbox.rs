@@ -1009,6 +1009,41 @@ fn ids_axes_and_text_are_checked_on_the_host() {
 }
 
 #[test]
+fn a_persona_source_is_a_short_label_that_reaches_the_record() {
+    let axes = vec!["a".to_string()];
+    let row = |source: serde_json::Value| json!({"persona_id": "p", "axis_placement": {"a": true}, "text": "t", "source": source});
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("generators/persona.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let pattern =
+        regex::Regex::new(schema["properties"]["source"]["pattern"].as_str().unwrap()).unwrap();
+    for label in ["model-json", "repaired", "fallback", "stage_2"] {
+        let p = &validate(&axes, &[row(json!(label))], 1, false, 1, None).unwrap()[0];
+        assert_eq!(p.source.as_deref(), Some(label));
+        assert!(pattern.is_match(label));
+        let line = serde_json::to_value(p).unwrap();
+        assert_eq!(line["source"], label, "{line}");
+    }
+    let none = &validate(&axes, &[row(json!(null))], 1, false, 1, None).unwrap()[0];
+    assert_eq!(none.source, None);
+    assert!(serde_json::to_value(none).unwrap().get("source").is_none());
+    for bad in [
+        json!("Model JSON"),
+        json!(""),
+        json!("x".repeat(33)),
+        json!(3),
+        json!("a\u{1b}b"),
+    ] {
+        let e = validate(&axes, &[row(bad.clone())], 1, false, 1, None).unwrap_err();
+        assert!(e.contains("source"), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn the_prompt_format_writes_no_raw_control_characters() {
     use ppol::generate::generator::{format_personas, OutputFormat};
     let p = ppol::persona::Persona {
@@ -1018,6 +1053,7 @@ fn the_prompt_format_writes_no_raw_control_characters() {
         axis_placement: Default::default(),
         text: "be \u{1b}]0;title\u{7} brief\nsecond line".into(),
         reasoning: None,
+        source: None,
     };
     for format in [
         OutputFormat::Prompt,

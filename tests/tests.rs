@@ -15,6 +15,7 @@ mod llm;
 mod mutation;
 mod outputs;
 mod parity;
+mod persona_json;
 mod regression;
 mod report;
 mod restart;

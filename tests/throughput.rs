@@ -56,6 +56,7 @@ fn personas(task_ids: &[String], n: usize) -> Vec<Persona> {
                 axis_placement: Default::default(),
                 text: format!("Persona {i}."),
                 reasoning: None,
+                source: None,
             })
         })
         .collect()

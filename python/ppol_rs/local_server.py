@@ -145,8 +145,10 @@ def llm_toml(url: str, n_ctx: int = DEFAULT_N_CTX, chat_alias: str = CHAT_ALIAS,
     function-calling alias (at ``tools_url``, default ``url``) for the agent, one request at
     a time.
 
-    The agent's tool arguments are bounded (``tool_argument_max_chars``: the tool schemas sent
-    give strings a ``maxLength``, which llama-cpp-python's argument grammar enforces) and its
+    The agent's tool arguments are all bounded (``tool_argument_max_chars``: the tool schemas
+    sent give every string a ``maxLength``, which llama-cpp-python's argument grammar enforces;
+    without the key only identifier-like arguments are, which leaves a 135M model free to loop
+    in a free-text one such as ``summary``) and its
     answers stop at a second tool call (``stop = ["functions."]``: the function-calling format
     asks the model for ``functions.<name>:`` once more after each call, and a weak model keeps
     naming tools). llama-cpp-python 0.3.x ignores ``max_tokens`` on that branch; without these

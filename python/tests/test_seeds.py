@@ -27,6 +27,16 @@ class LLMError(RuntimeError):
     pass
 
 
+def _real_ppol_llm():
+    spec = importlib.util.spec_from_file_location("ppol_llm_real", ROOT / "generators" / "ppol_llm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PPOL_LLM = _real_ppol_llm()
+
+
 class ScriptedLLM:
     """A stand-in for ``ppol_llm``: answers from a function of (prompt, request), counts calls."""
 
@@ -42,9 +52,22 @@ class ScriptedLLM:
             raise out
         return out
 
-    def complete(self, prompt, system=None, temperature=0.7, max_tokens=800):
+    def complete(self, prompt, system=None, temperature=0.7, max_tokens=800, schema=None):
         return self._one({"prompt": prompt, "system": system, "temperature": temperature,
-                          "max_tokens": max_tokens})
+                          "max_tokens": max_tokens, "schema": schema})
+
+    # A schema-less endpoint: answers come back unconstrained (the mode is ``mode``).
+    mode = "unconstrained"
+
+    def _json(self, text):
+        return PPOL_LLM.JsonAnswer(PPOL_LLM._parse_json(text), text, self.mode)
+
+    def complete_json(self, prompt, schema, system=None, temperature=0.7, max_tokens=800):
+        return self._json(self.complete(prompt, system, temperature, max_tokens, schema))
+
+    def complete_many_json(self, requests, return_errors=False):
+        return [a if isinstance(a, LLMError) else self._json(a)
+                for a in self.complete_many(requests, return_errors)]
 
     def complete_many(self, requests, return_errors=False):
         out = []
@@ -285,3 +308,105 @@ def test_seed_rows_pass_json_round_trip(monkeypatch):
     rows = seed.generate_personas_detailed(TASK, seed.DIVERSITY_AXES, 2)
     assert json.loads(json.dumps(rows)) == rows
     assert isinstance(types.SimpleNamespace, type)
+
+
+def _population_json(seed, n):
+    names = [a["behavior"] for a in seed.DIVERSITY_AXES]
+    return json.dumps({"personas": [
+        {"persona_id": "p%d" % i, "description": "Person %d writes briefly." % i,
+         "axis_placement": {k: bool((i >> j) & 1) for j, k in enumerate(names)},
+         "reasoning": "Why not."} for i in range(n)]})
+
+
+def test_two_stage_sends_schemas_and_records_where_each_persona_came_from(monkeypatch):
+    def answer(prompt, req):
+        if "Invent exactly" in prompt:
+            return _population_json(seed, 3)
+        if "Person 1 " in prompt:
+            return INSTRUCTION  # prose instead of the JSON object: read as is
+        if "Person 2 " in prompt:
+            return '{"instruction": ""}'  # JSON without an instruction, twice
+        return json.dumps({"instruction": INSTRUCTION})
+
+    llm = ScriptedLLM(answer)
+    seed = load(SEEDS / "two_stage_llm.py", llm, monkeypatch)
+    rows = seed.generate_personas_detailed(TASK, seed.DIVERSITY_AXES, 3)
+    assert [r["source"] for r in rows] == ["model-json", "repaired", "fallback"]
+    assert rows[0]["expanded_instruction"] == INSTRUCTION.strip()
+    assert rows[1]["expanded_instruction"] == INSTRUCTION.strip()
+    assert rows[2]["expanded_instruction"].startswith("You are the customer described here")
+    pop = next(r for r in llm.requests if "Invent exactly" in r["prompt"])
+    people = pop["schema"]["properties"]["personas"]
+    assert people["maxItems"] == 3 and people["minItems"] == 3
+    placement = people["items"]["properties"]["axis_placement"]
+    assert placement["required"] == [a["behavior"] for a in seed.DIVERSITY_AXES]
+    assert all(v == {"type": "boolean"} for v in placement["properties"].values())
+    # every bounded string stays within what llama-cpp-python's grammar builder takes
+    bounds = re.findall(r'"maxLength": (\d+)', json.dumps(pop["schema"]))
+    assert bounds and all(int(b) <= 300 for b in bounds)
+    assert all(r["schema"] == seed.EXPANSION_SCHEMA for r in llm.requests if "Invent exactly" not in r["prompt"])
+    # a large population leaves the array's length out of the schema
+    assert "maxItems" not in seed.population_schema(seed.DIVERSITY_AXES, 20)["properties"]["personas"]
+
+
+def test_two_stage_repaired_population_is_marked_repaired(monkeypatch):
+    def answer(prompt, req):
+        if "Invent exactly" in prompt:
+            return "Sure!\n```json\n" + _population_json(seed, 3).replace('"', "'") + "\n```"
+        return json.dumps({"instruction": INSTRUCTION})
+
+    seed = load(SEEDS / "two_stage_llm.py", ScriptedLLM(answer), monkeypatch)
+    rows = seed.generate_personas_detailed(TASK, seed.DIVERSITY_AXES, 3)
+    assert [r["source"] for r in rows] == ["repaired"] * 3
+
+
+def test_direct_prompt_records_where_each_persona_came_from(monkeypatch):
+    persona = {"persona_id": "a", "description": "A.", "reasoning": "R.", "text": INSTRUCTION}
+    for reply, sources in [
+        (json.dumps({"personas": [persona, dict(persona, persona_id="b")]}), ["model-json", "model-json", "fallback"]),
+        ("Here:\n" + json.dumps([persona]).replace('"', "'"), ["repaired", "fallback", "fallback"]),
+    ]:
+        llm = ScriptedLLM(lambda p, r, reply=reply: reply)
+        seed = load(SEEDS / "direct_prompt.py", llm, monkeypatch)
+        rows = seed.generate_personas_detailed(TASK, [], 3)
+        assert [r["source"] for r in rows] == sources, reply
+        assert llm.requests[0]["schema"]["properties"]["personas"]["items"]["required"] == [
+            "persona_id", "description", "reasoning", "text"]
+
+
+class _FakeChannel:
+    """The host's side of ``ppol_llm``'s channel: answers each request from ``reply``."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.frames = []
+
+    def call(self, frame):
+        self.frames.append(frame)
+        return {"type": "llm_result", "results": [self.reply(r) for r in frame["requests"]]}
+
+
+def test_ppol_llm_sends_the_schema_and_says_how_the_answer_was_constrained():
+    llm = _real_ppol_llm()
+    modes = iter(["json_object", None, "unconstrained"])
+
+    def reply(req):
+        mode = next(modes)
+        out = {"text": '{"a": 1}' if req["prompt"] != "prose" else "just words"}
+        if mode:
+            out["schema_mode"] = mode
+        return out
+
+    channel = _FakeChannel(reply)
+    llm._install(channel, 7, True)
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    ans = llm.complete_json("q", schema, max_tokens=10)
+    assert (ans.value, ans.constrained, ans.mode) == ({"a": 1}, True, "json_object")
+    assert channel.frames[0]["requests"][0]["schema"] == schema
+    # complete() stays a str, and without a schema sends none
+    assert llm.complete("plain") == '{"a": 1}'
+    assert "schema" not in channel.frames[1]["requests"][0]
+    [prose] = llm.complete_many_json([{"prompt": "prose", "schema": schema}])
+    assert (prose.value, prose.text, prose.constrained) == (None, "just words", False)
+    with pytest.raises(TypeError):
+        llm.complete_json("q", "not a schema")

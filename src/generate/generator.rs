@@ -20,7 +20,14 @@
 //! * `description` and `reasoning` strings when present (missing → empty / absent);
 //! * `axis_placement` a dict whose keys are exactly the program's axes, every value a bool
 //!   (re-ordered to the axis order);
-//! * a non-empty roleplay text.
+//! * a non-empty roleplay text;
+//! * `source` (optional): where the program says the persona came from, a label of at most
+//!   [`MAX_SOURCE_CHARS`] characters from `a-z`, `0-9`, `-` and `_`. The LLM seeds write
+//!   `model-json` (the model's JSON answer used as is — constrained by a schema where the
+//!   endpoint takes one), `repaired` (read from a malformed or prose answer by the program's
+//!   repair) or `fallback` (composed by the program without a usable answer: padded profiles,
+//!   instructions built from the profile). It reaches the persona records (`ppol generate`,
+//!   a run's `personas.jsonl`) so a reader can tell model output from the program's repairs.
 //!
 //! Text fields (`description`, `reasoning`, the roleplay text) lose their control characters
 //! (escape sequences, `\r`, NUL, ...; `\n` and `\t` stay): they are prompts for a language
@@ -47,6 +54,8 @@ pub const MAX_PERSONA_ID_CHARS: usize = 64;
 pub const MAX_AXES: usize = 64;
 /// Longest axis name, in characters.
 pub const MAX_AXIS_NAME_CHARS: usize = 100;
+/// Longest `source` label of a persona, in characters.
+pub const MAX_SOURCE_CHARS: usize = 32;
 
 /// The result of one generation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -208,6 +217,24 @@ pub fn validate(
             Some(Value::String(s)) => Some(clean_text(s)),
             Some(v) => return Err(at(format!("reasoning is {}, not a string", kind(v)))),
         };
+        let source = match obj.get("source") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => {
+                let ok = !s.is_empty()
+                    && s.chars().count() <= MAX_SOURCE_CHARS
+                    && s.chars().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_'
+                    });
+                if !ok {
+                    return Err(at(format!(
+                        "source {:?} is not a label of 1 to {MAX_SOURCE_CHARS} characters from a-z, 0-9, '-' and '_'",
+                        neutralise(&s.chars().take(40).collect::<String>())
+                    )));
+                }
+                Some(s.clone())
+            }
+            Some(v) => return Err(at(format!("source is {}, not a string", kind(v)))),
+        };
         let placement = match obj.get("axis_placement") {
             Some(Value::Object(m)) => m,
             None | Some(Value::Null) if axes.is_empty() => &empty,
@@ -257,6 +284,7 @@ pub fn validate(
             axis_placement,
             text,
             reasoning,
+            source,
         });
     }
     Ok(out)

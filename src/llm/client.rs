@@ -661,7 +661,7 @@ impl LlmClient {
                     provider.name(),
                     provider.model(),
                     &endpoint,
-                    &route.spec.request_shaping(),
+                    &route.spec.request_shaping(&request),
                     &request,
                 )
             });
@@ -1141,17 +1141,22 @@ impl ChatModel for LlmClient {
     }
 }
 
-/// What to change when a request that offers tools gets no answer in time and nothing bounds
-/// the tool-call arguments: llama-cpp-python's function-calling format ignores `max_tokens`
+/// What to change when a request that offers tools gets no answer in time and not every
+/// tool-call argument is bounded (the default bounds identifier-like ones only): llama-cpp-python's function-calling format ignores `max_tokens`
 /// on a tool call, and a weak model writes one argument until the context is full.
 fn unbounded_tools_hint(request: &ChatRequest, spec: &ModelSpec) -> String {
-    if request.tools.is_empty() || spec.tool_argument_max_chars.is_some() {
-        return String::new();
-    }
+    let what = match spec.tool_argument_bound() {
+        super::config::ToolArgumentBound::All(_) => return String::new(),
+        _ if request.tools.is_empty() => return String::new(),
+        super::config::ToolArgumentBound::Identifiers(_) => {
+            "only identifier-like arguments are bounded by default"
+        }
+        super::config::ToolArgumentBound::Unbounded => "tool_argument_max_chars = 0 bounds none",
+    };
     let role = request.role.as_str();
     format!(
         "; a request with tools that does not end is often a server that ignores max_tokens on \
-         tool calls (llama-cpp-python): bound the arguments with tool_argument_max_chars (and \
-         stop) under [llm.roles.{role}]"
+         tool calls (llama-cpp-python) while the model writes a free-text argument ({what}): \
+         bound the arguments with tool_argument_max_chars (and stop) under [llm.roles.{role}]"
     )
 }

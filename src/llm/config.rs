@@ -31,7 +31,8 @@
 //! context_window = 8192      # the model's context in tokens (unset: learned from a 400)
 //! max_concurrency = 4        # cap of requests in flight to each base URL (unset: no extra cap)
 //! stop = ["</answer>"]       # stop sequences sent with every request (unset: none)
-//! tool_argument_max_chars = 200   # bound of each string in tool-call arguments (see below)
+//! tool_argument_max_chars = 200   # every string in tool-call arguments at most 200 characters;
+//!                          # 0: no bounds; unset: identifier-like arguments only (see below)
 //! headers = { "X-Title" = "ppol" }
 //!
 //! [roles.user-sim]           # field-by-field override of [default] for one role
@@ -63,14 +64,30 @@
 //! **Bounded tool arguments.** Servers that constrain tool calls with a grammar built from the
 //! tool's JSON schema (llama.cpp, llama-cpp-python, vLLM's guided decoding) let a weak model
 //! write one string argument until the context window is full; llama-cpp-python 0.3.x even
-//! ignores `max_tokens` there, so one such answer holds the server for minutes. With
-//! `tool_argument_max_chars = N` the tool schemas sent to that model give every string a
-//! `maxLength` of at most N and every list a `maxItems` of at most
-//! [`TOOL_ARGUMENT_MAX_ITEMS`], so the grammar ends the argument; what the tools accept does
-//! not change (a longer value would have been an invalid id anyway). Keep N small for
-//! llama-cpp-python: 0.3.36 turns `maxLength` into nested optional rules, and its server
-//! process crashed (SIGSEGV) on a `maxLength` of 1,024 while 768 worked; `200` (what
-//! `python -m ppol_rs.local_server` prints) ended the 352-s argument above in 3 s.
+//! ignores `max_tokens` there, so one such answer holds the server for minutes (SmolLM2-135M
+//! wrote one `product_id` of 6,629 tokens, 352 s). The tool schemas ppol sends therefore carry
+//! bounds the grammar enforces (`maxLength` on strings, `maxItems` on lists); what the tools
+//! accept does not change. `tool_argument_max_chars` picks them ([`ToolArgumentBound`]):
+//!
+//! * unset (the default): only **identifier-like** strings get a `maxLength` of
+//!   [`IDENTIFIER_MAX_CHARS`] (100), and lists of them a `maxItems` of
+//!   [`TOOL_ARGUMENT_MAX_ITEMS`]. A string argument is identifier-like when a word of its
+//!   property name (split at `_`, `-`, digits and case changes) is one of
+//!   [`IDENTIFIER_WORDS`](super::openai::IDENTIFIER_WORDS) — `id`, `ids`, `uuid`, `guid`,
+//!   `email(s)`, `code(s)`, `zip`, `postcode`, `date`, `dob`, `time`, `number`, `phone`,
+//!   `name` — or when its description gives a one-token example (`such as 'JFK'`,
+//!   `e.g. "1008292230"`: quoted, no spaces, at most 40 characters); a list's items take
+//!   the list's name and description (`item_ids`). Free text — τ²'s `thought`, `summary`,
+//!   `expression`, an address — stays unbounded, so strong models are never cut short, and
+//!   strings with an `enum`, a `const` or a `format` are left to the server
+//!   ([`is_identifier_like`](super::openai::is_identifier_like)).
+//! * `tool_argument_max_chars = N`: every string at most N characters and every list at most
+//!   [`TOOL_ARGUMENT_MAX_ITEMS`] items — for a tiny model that also loops in free text. Keep N
+//!   small for llama-cpp-python: 0.3.36 turns `maxLength` into nested optional rules, and its
+//!   server process crashed (SIGSEGV) on a `maxLength` of 1,024 while 768 worked; `200` (what
+//!   `python -m ppol_rs.local_server` prints for SmolLM2-135M) ended the 352-s argument above
+//!   in 3 s.
+//! * `tool_argument_max_chars = 0`: no bounds, the schemas exactly as the tools define them.
 //!
 //! Role names are `user-sim`, `agent`, `mutator`, `generator` and `reflection`. Every unknown
 //! key is an [`Error::Config`] naming the dotted key (`roles.agent.temprature`).
@@ -92,6 +109,25 @@ use crate::{Error, Result};
 
 /// Longest list a tool-call argument may hold under [`ModelSpec::tool_argument_max_chars`].
 pub const TOOL_ARGUMENT_MAX_ITEMS: u32 = 16;
+
+/// Bound of identifier-like tool-call arguments (ids, emails, codes, dates, numbers written
+/// as strings) when [`ModelSpec::tool_argument_max_chars`] is unset; free text stays unbounded.
+pub const IDENTIFIER_MAX_CHARS: u32 = 100;
+
+/// How the tool schemas sent to a model bound its tool-call arguments
+/// ([`ModelSpec::tool_argument_bound`]; see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolArgumentBound {
+    /// `tool_argument_max_chars` unset: identifier-like strings get a `maxLength` of this many
+    /// characters and lists of them a `maxItems` of [`TOOL_ARGUMENT_MAX_ITEMS`]; free text
+    /// (`thought`, `summary`, `reason`, ...) and other lists stay unbounded.
+    Identifiers(u32),
+    /// `tool_argument_max_chars = N`: every string at most N characters, every list at most
+    /// [`TOOL_ARGUMENT_MAX_ITEMS`] items.
+    All(u32),
+    /// `tool_argument_max_chars = 0`: the schemas as the tools define them.
+    Unbounded,
+}
 
 /// Default base URL of the `openai` provider when neither the spec nor `$OPENAI_BASE_URL` set one.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -266,10 +302,11 @@ pub struct ModelSpec {
     /// Stop sequences sent with every request of this model (OpenAI's `stop`; `openai` only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
-    /// Bound of tool-call arguments: the tool schemas sent to this model give every string a
-    /// `maxLength` of at most this many characters and every list a `maxItems` of at most
-    /// [`TOOL_ARGUMENT_MAX_ITEMS`] (see the module docs). `None`: schemas as the tools define
-    /// them.
+    /// Bound of tool-call arguments (see the module docs and [`ToolArgumentBound`]): `N`, the
+    /// tool schemas sent to this model give every string a `maxLength` of at most N characters
+    /// and every list a `maxItems` of at most [`TOOL_ARGUMENT_MAX_ITEMS`]; `0`, the schemas as
+    /// the tools define them; `None` (unset), only identifier-like strings (and lists of them)
+    /// are bounded, at [`IDENTIFIER_MAX_CHARS`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_argument_max_chars: Option<u32>,
     /// How requests with a JSON schema for the answer (structured mutations, persona JSON) are
@@ -415,16 +452,39 @@ impl ModelSpec {
         }
     }
 
-    /// What this spec adds to every request beyond the request itself (stop sequences,
-    /// bounded tool arguments) — part of a cached answer's key; null when nothing.
-    pub fn request_shaping(&self) -> serde_json::Value {
-        if self.stop.is_empty() && self.tool_argument_max_chars.is_none() {
-            return serde_json::Value::Null;
+    /// How the tool schemas sent to this model bound tool-call arguments.
+    pub fn tool_argument_bound(&self) -> ToolArgumentBound {
+        match self.tool_argument_max_chars {
+            None => ToolArgumentBound::Identifiers(IDENTIFIER_MAX_CHARS),
+            Some(0) => ToolArgumentBound::Unbounded,
+            Some(n) => ToolArgumentBound::All(n),
         }
-        serde_json::json!({
-            "stop": self.stop,
-            "tool_argument_max_chars": self.tool_argument_max_chars,
-        })
+    }
+
+    /// What this spec adds to `request` beyond the request itself (stop sequences, bounded
+    /// tool arguments) — part of a cached answer's key; null when nothing. A request with tools
+    /// under the default bound (identifier-like arguments) names that bound, so answers cached
+    /// before it existed (unbounded schemas) are not reused.
+    pub fn request_shaping(&self, request: &super::ChatRequest) -> serde_json::Value {
+        let mut shaping = serde_json::Map::new();
+        if !self.stop.is_empty() || self.tool_argument_max_chars.is_some() {
+            shaping.insert("stop".into(), serde_json::json!(self.stop));
+            shaping.insert(
+                "tool_argument_max_chars".into(),
+                serde_json::json!(self.tool_argument_max_chars),
+            );
+        }
+        if self.tool_argument_max_chars.is_none() && !request.tools.is_empty() {
+            shaping.insert(
+                "tool_arguments".into(),
+                serde_json::json!(format!("identifiers<={IDENTIFIER_MAX_CHARS}")),
+            );
+        }
+        if shaping.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::Value::Object(shaping)
+        }
     }
 
     /// The per-attempt timeout.
@@ -477,12 +537,6 @@ impl ModelSpec {
                 1,
                 crate::limits::MAX_CONCURRENCY,
             )?;
-        }
-        if self.tool_argument_max_chars == Some(0) {
-            return Err(Error::config(
-                format!("{key}.tool_argument_max_chars"),
-                "must be at least 1 (leave it out for unbounded arguments)",
-            ));
         }
         if let Some(i) = self.stop.iter().position(|s| s.is_empty()) {
             return Err(Error::config(

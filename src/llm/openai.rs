@@ -25,10 +25,12 @@
 //!   model try again — resending an identical request at temperature 0 gets the same answer;
 //! * a 400 saying the prompt exceeds the context window is [`FailureKind::ContextLength`], so
 //!   that the client can trim and resend;
-//! * with `tool_argument_max_chars` set, tool schemas whose strings carry a `maxLength` and
-//!   lists a `maxItems` ([`bounded_tool_schema`]): llama-cpp-python turns a tool's schema into
-//!   the grammar of its arguments and ignores `max_tokens` on that branch, and SmolLM2-135M
-//!   was measured writing one `product_id` of 6,629 tokens (352 s, the context full).
+//! * tool schemas whose identifier-like strings carry a `maxLength` (by default,
+//!   [`shaped_tool_schema`], [`is_identifier_like`]), or every string and list a bound
+//!   (`tool_argument_max_chars = N`, [`bounded_tool_schema`]): llama-cpp-python turns a tool's
+//!   schema into the grammar of its arguments and ignores `max_tokens` on that branch, and
+//!   SmolLM2-135M was measured writing one `product_id` of 6,629 tokens (352 s, the context
+//!   full).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -41,6 +43,7 @@ use async_openai::middleware::HttpRequestFactory;
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
+use super::config::ToolArgumentBound;
 use super::schema::{is_format_refusal, SchemaLearner, SchemaMode};
 use super::{
     check_answer_for, llm_error, AttemptError, ChatModel, ChatRequest, ChatResponse, FailureKind,
@@ -52,17 +55,124 @@ use crate::{Error, Result};
 /// Longest body excerpt quoted in error messages.
 const EXCERPT: usize = 300;
 
+/// `schema` (a tool's parameters) as sent under `bound`: see [`ToolArgumentBound`].
+pub fn shaped_tool_schema(schema: &Value, bound: ToolArgumentBound) -> Value {
+    match bound {
+        ToolArgumentBound::All(n) => bounded_tool_schema(schema, n),
+        ToolArgumentBound::Identifiers(n) => {
+            let mut out = schema.clone();
+            bound_schema(&mut out, Scope::Identifiers(n), None, None);
+            out
+        }
+        ToolArgumentBound::Unbounded => schema.clone(),
+    }
+}
+
 /// `schema` (a tool's parameters) with every string bounded to `max_chars` characters
 /// (`maxLength`) and every list to [`super::config::TOOL_ARGUMENT_MAX_ITEMS`] items
 /// (`maxItems`); tighter bounds already there stay, and strings with an `enum`, a `const` or a
 /// `format` are left alone (they are bounded already, or a server checks them otherwise).
 pub fn bounded_tool_schema(schema: &Value, max_chars: u32) -> Value {
     let mut out = schema.clone();
-    bound_schema(&mut out, max_chars);
+    bound_schema(&mut out, Scope::All(max_chars), None, None);
     out
 }
 
-fn bound_schema(schema: &mut Value, max_chars: u32) {
+/// Words of a property name that make a string argument identifier-like (the name is split
+/// at `_`, `-`, spaces, digits-to-letters and lower-to-upper case changes).
+pub const IDENTIFIER_WORDS: [&str; 16] = [
+    "id", "ids", "uuid", "guid", "email", "emails", "code", "codes", "zip", "postcode", "date",
+    "dob", "time", "number", "phone", "name",
+];
+
+/// Longest example value (`such as 'X'`) that makes a string argument identifier-like.
+const IDENTIFIER_EXAMPLE_MAX_CHARS: usize = 40;
+
+/// Whether a string argument (or a list of strings) named `name` with `description` holds an
+/// identifier-like value, which the default tool-argument bound limits: one whose name has a
+/// word of [`IDENTIFIER_WORDS`] (`user_id`, `item_ids`, `email`, `zip`, `flight_number`,
+/// `dob`, `first_name`, `userId`), or whose description gives an example of one token
+/// (`such as 'JFK'`, `e.g. "1008292230"`, at most 40 characters, no spaces). Free text (τ²'s
+/// `thought`, `summary`, `reason`, `expression` — whose example `'2 + 2'` has spaces —, an
+/// address) matches neither.
+pub fn is_identifier_like(name: Option<&str>, description: Option<&str>) -> bool {
+    if let Some(name) = name {
+        if name_words(name)
+            .iter()
+            .any(|w| IDENTIFIER_WORDS.contains(&w.as_str()))
+        {
+            return true;
+        }
+    }
+    description.is_some_and(has_token_example)
+}
+
+fn name_words(name: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut prev: Option<char> = None;
+    for c in name.chars() {
+        let split = !c.is_alphanumeric()
+            || prev.is_some_and(|p| {
+                (p.is_lowercase() && c.is_uppercase()) || (p.is_ascii_digit() != c.is_ascii_digit())
+            });
+        if split && !cur.is_empty() {
+            words.push(std::mem::take(&mut cur));
+        }
+        if c.is_alphanumeric() {
+            cur.extend(c.to_lowercase());
+        }
+        prev = Some(c);
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+/// Whether `description` gives a one-token example: `such as`, `e.g.`, `for example` or
+/// `like`, then a quoted value without whitespace.
+fn has_token_example(description: &str) -> bool {
+    let lower = description.to_lowercase();
+    for marker in ["such as", "e.g.", "for example", "like"] {
+        let mut from = 0;
+        while let Some(at) = lower[from..].find(marker) {
+            let rest = lower[from + at + marker.len()..].trim_start_matches([' ', ',', ':']);
+            if let Some(q) = rest
+                .chars()
+                .next()
+                .filter(|c| matches!(c, '\'' | '"' | '`'))
+            {
+                let body = &rest[q.len_utf8()..];
+                if let Some(end) = body.find(q) {
+                    let example = &body[..end];
+                    if !example.is_empty()
+                        && example.chars().count() <= IDENTIFIER_EXAMPLE_MAX_CHARS
+                        && !example.chars().any(char::is_whitespace)
+                    {
+                        return true;
+                    }
+                }
+            }
+            from += at + marker.len();
+        }
+    }
+    false
+}
+
+/// Which strings and lists [`bound_schema`] bounds.
+#[derive(Clone, Copy)]
+enum Scope {
+    /// Every string to N characters, every list to the item cap.
+    All(u32),
+    /// Identifier-like strings to N characters, lists of them to the item cap.
+    Identifiers(u32),
+}
+
+/// Bound `schema`, the schema of the property `name` (`None` for the root and combinator
+/// branches, which inherit their parent's name) described by `inherited` when it has no
+/// description of its own.
+fn bound_schema(schema: &mut Value, scope: Scope, name: Option<&str>, inherited: Option<&str>) {
     match schema {
         Value::Object(map) => {
             let types: Vec<&str> = match map.get("type") {
@@ -70,16 +180,40 @@ fn bound_schema(schema: &mut Value, max_chars: u32) {
                 Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
                 _ => Vec::new(),
             };
+            let description = map
+                .get("description")
+                .and_then(Value::as_str)
+                .or(inherited)
+                .map(str::to_string);
             let is_string = types.contains(&"string")
                 && !map.contains_key("enum")
                 && !map.contains_key("const")
                 && !map.contains_key("format");
             let is_array = types.contains(&"array");
+            let max_chars = match scope {
+                Scope::All(n) => Some(n),
+                Scope::Identifiers(n) => {
+                    is_identifier_like(name, description.as_deref()).then_some(n)
+                }
+            };
             if is_string {
-                tighten(map, "maxLength", max_chars);
+                if let Some(n) = max_chars {
+                    tighten(map, "maxLength", n);
+                }
             }
             if is_array {
-                tighten(map, "maxItems", super::config::TOOL_ARGUMENT_MAX_ITEMS);
+                let items_are_strings = map
+                    .get("items")
+                    .and_then(|i| i.get("type"))
+                    .and_then(Value::as_str)
+                    == Some("string");
+                let bound_list = match scope {
+                    Scope::All(_) => true,
+                    Scope::Identifiers(_) => items_are_strings && max_chars.is_some(),
+                };
+                if bound_list {
+                    tighten(map, "maxItems", super::config::TOOL_ARGUMENT_MAX_ITEMS);
+                }
             }
             // Sub-schemas: properties, items, definitions, combinators. Keyword values that
             // are data (`enum`, `const`, `default`, `examples`) are not schemas.
@@ -87,18 +221,20 @@ fn bound_schema(schema: &mut Value, max_chars: u32) {
                 match key.as_str() {
                     "properties" | "patternProperties" | "$defs" | "definitions" => {
                         if let Value::Object(subs) = value {
-                            for sub in subs.values_mut() {
-                                bound_schema(sub, max_chars);
+                            for (sub_name, sub) in subs.iter_mut() {
+                                bound_schema(sub, scope, Some(sub_name), None);
                             }
                         }
                     }
-                    "items" | "additionalProperties" | "not" | "contains" => {
-                        bound_schema(value, max_chars)
+                    // A list's items are its elements: `item_ids` names each of them.
+                    "items" | "contains" => {
+                        bound_schema(value, scope, name, description.as_deref())
                     }
+                    "additionalProperties" | "not" => bound_schema(value, scope, None, None),
                     "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
                         if let Value::Array(subs) = value {
                             for sub in subs {
-                                bound_schema(sub, max_chars);
+                                bound_schema(sub, scope, name, description.as_deref());
                             }
                         }
                     }
@@ -109,7 +245,7 @@ fn bound_schema(schema: &mut Value, max_chars: u32) {
         Value::Array(items) => {
             // draft-4 tuple `items: [...]`
             for sub in items {
-                bound_schema(sub, max_chars);
+                bound_schema(sub, scope, name, inherited);
             }
         }
         _ => {}
@@ -324,7 +460,7 @@ pub struct OpenAiProvider {
     temperature: Option<f32>,
     max_tokens: Option<u32>,
     stop: Vec<String>,
-    tool_argument_max_chars: Option<u32>,
+    tool_bound: ToolArgumentBound,
     /// Send `max_completion_tokens` instead of `max_tokens` (learned from a 400).
     use_max_completion_tokens: AtomicBool,
     /// Do not send `temperature` (learned from a 400).
@@ -386,7 +522,7 @@ impl OpenAiProvider {
             temperature: spec.temperature,
             max_tokens: spec.max_tokens,
             stop: spec.stop.clone(),
-            tool_argument_max_chars: spec.tool_argument_max_chars,
+            tool_bound: spec.tool_argument_bound(),
             use_max_completion_tokens: AtomicBool::new(false),
             omit_temperature: AtomicBool::new(false),
             schema: SchemaLearner::new(spec.structured_output),
@@ -453,10 +589,7 @@ impl OpenAiProvider {
                 .tools
                 .iter()
                 .map(|t| {
-                    let parameters = match self.tool_argument_max_chars {
-                        Some(n) => bounded_tool_schema(&t.parameters, n),
-                        None => t.parameters.clone(),
-                    };
+                    let parameters = shaped_tool_schema(&t.parameters, self.tool_bound);
                     json!({
                         "type": "function",
                         "function": {
@@ -967,6 +1100,63 @@ mod tests {
     }
 
     #[test]
+    fn identifier_like_arguments_by_name_and_example() {
+        for name in [
+            "user_id",
+            "item_ids",
+            "email",
+            "zip",
+            "flight_number",
+            "dob",
+            "first_name",
+            "userId",
+            "orderID2",
+            "payment-method-id",
+        ] {
+            assert!(is_identifier_like(Some(name), None), "{name}");
+        }
+        for name in [
+            "thought",
+            "summary",
+            "reason",
+            "expression",
+            "address",
+            "valid",
+            "idea",
+        ] {
+            assert!(!is_identifier_like(Some(name), None), "{name}");
+        }
+        for d in [
+            "The IATA code for the origin city such as 'SFO'.",
+            "The reservation ID, such as '8JX2WO'.",
+            "e.g. \"1008292230\"",
+        ] {
+            assert!(is_identifier_like(Some("origin"), Some(d)), "{d}");
+        }
+        for d in [
+            "A summary of the user's issue.",
+            "The expression to calculate, such as '2 + 2'.",
+            "The first line of the address, such as '123 Main St'.",
+            "Likely 'x y'.",
+        ] {
+            assert!(!is_identifier_like(Some("text"), Some(d)), "{d}");
+        }
+        let shaped = shaped_tool_schema(&booking_schema(), ToolArgumentBound::Identifiers(50));
+        let p = &shaped["properties"];
+        assert_eq!(p["user_id"]["maxLength"], 50);
+        assert_eq!(
+            p["flights"]["items"]["properties"]["flight_number"]["maxLength"],
+            50
+        );
+        assert!(p["flights"].get("maxItems").is_none(), "a list of objects");
+        assert_eq!(p["note"]["maxLength"], 40, "free text as defined");
+        assert!(
+            p["date"].get("maxLength").is_none(),
+            "a format is checked otherwise"
+        );
+    }
+
+    #[test]
     fn the_request_carries_stop_and_bounded_tools_only_when_configured() {
         let tools = vec![ToolSpec {
             name: "book_reservation".into(),
@@ -984,8 +1174,23 @@ mod tests {
             .request_body(&request)
             .unwrap();
         assert!(plain.get("stop").is_none());
+        // unset: identifier-like strings bounded, the rest as defined
+        let ids = &plain["tools"][0]["function"]["parameters"];
         assert_eq!(
-            plain["tools"][0]["function"]["parameters"],
+            *ids,
+            shaped_tool_schema(
+                &booking_schema(),
+                ToolArgumentBound::Identifiers(super::super::config::IDENTIFIER_MAX_CHARS)
+            )
+        );
+        assert_ne!(*ids, booking_schema());
+        spec.tool_argument_max_chars = Some(0);
+        let lifted = OpenAiProvider::from_spec(&spec, "roles.agent")
+            .unwrap()
+            .request_body(&request)
+            .unwrap();
+        assert_eq!(
+            lifted["tools"][0]["function"]["parameters"],
             booking_schema()
         );
         spec.stop = vec!["functions.".into()];

@@ -220,6 +220,7 @@ fn personas(task_ids: &[String], n: usize) -> Vec<Persona> {
                 axis_placement: Default::default(),
                 text: format!("Bench persona {i}: terse, asks one thing at a time."),
                 reasoning: None,
+                source: None,
             });
         }
     }

@@ -72,8 +72,9 @@ pub struct MockServerArgs {
     pub tools_need_tool_choice: bool,
     /// The response_format shapes taken: any (OpenAI), llama-cpp-python (json_object with a
     /// schema; json_schema gets its HTTP 500; the default under --strict) or none (HTTP 400).
-    #[arg(long, value_name = "WHICH")]
-    pub response_format: Option<crate::testing::mock_server::MockResponseFormat>,
+    /// (A string here so that a build without the feature still parses its arguments.)
+    #[arg(long, value_name = "WHICH", value_parser = ["any", "llama-cpp-python", "none"])]
+    pub response_format: Option<String>,
     /// After N chat requests, the next one kills the server (see --down-for-s).
     #[arg(long, value_name = "N", requires = "down_for_s")]
     pub down_after_requests: Option<u64>,
@@ -149,11 +150,13 @@ pub fn run(args: MockServerArgs) -> anyhow::Result<()> {
         strict: MockStrictness {
             reject_null_content: args.strict || args.reject_null_content,
             tools_need_tool_choice: args.strict || args.tools_need_tool_choice,
-            response_format: args.response_format.unwrap_or(if args.strict {
-                crate::testing::mock_server::MockResponseFormat::LlamaCppPython
-            } else {
-                crate::testing::mock_server::MockResponseFormat::Any
-            }),
+            response_format: match &args.response_format {
+                Some(which) => which.parse().map_err(|e: String| anyhow::anyhow!(e))?,
+                None if args.strict => {
+                    crate::testing::mock_server::MockResponseFormat::LlamaCppPython
+                }
+                None => crate::testing::mock_server::MockResponseFormat::Any,
+            },
         },
         outage,
         ..MockOptions::default()

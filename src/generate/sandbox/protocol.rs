@@ -5,10 +5,15 @@
 //! |---|---|
 //! | host → child | `{"type":"init","program":"program.py","task_context":..,"n":..,"seed":..,"llm":bool}` |
 //! | child → host | `{"type":"axes","axes":[..]}` — the names of `DIVERSITY_AXES`, before generating |
-//! | child → host | `{"type":"llm","id":k,"requests":[{"prompt","system","temperature","max_tokens"}]}` |
-//! | host → child | `{"type":"llm_result","id":k,"results":[{"text":..} or {"error":..}]}` |
+//! | child → host | `{"type":"llm","id":k,"requests":[{"prompt","system","temperature","max_tokens","schema"?}]}` |
+//! | host → child | `{"type":"llm_result","id":k,"results":[{"text":..,"schema_mode"?:..} or {"error":..}]}` |
 //! | child → host | `{"type":"result","axes":[..],"rows":[..],"count":k,"truncated":bool}` |
 //! | child → host | `{"type":"error","stage":"import|contract|generate|resource","error_type","message","traceback"}` |
+//!
+//! A request's optional `schema` (a JSON object schema, at most [`MAX_SCHEMA_BYTES`]) becomes
+//! the [`ChatRequest::response_schema`] of the call (role `generator`): the endpoint is asked to
+//! constrain the answer to it, and the result says how in `schema_mode` (`json_schema`,
+//! `json_object` or `unconstrained`; see [`crate::llm::schema`]).
 //!
 //! Everything on the socket comes from the program's process, so the harness's own checks
 //! prove nothing: a program can write forged frames on the descriptor. The host therefore
@@ -25,10 +30,12 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::{neutralise, RawResult, SandboxConfig, Stage, PROGRAM_FILE};
 use crate::dialogue::{Role, Turn};
-use crate::llm::{CallRole, ChatModel, ChatRequest};
+use crate::llm::{CallRole, ChatModel, ChatRequest, ResponseSchema};
 
 /// Longest error message kept from an `error` frame, in characters.
 const MAX_MESSAGE: usize = 2000;
+/// Largest answer schema a program may send with one request, in bytes of JSON.
+pub(crate) const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 
 /// A frame sent by the child. Unknown types and unknown fields are refused.
 #[derive(Debug, Deserialize)]
@@ -68,6 +75,29 @@ pub(crate) struct LlmRequest {
     temperature: Option<f64>,
     #[serde(default)]
     max_tokens: Option<u64>,
+    /// A JSON schema the answer should follow (constrained decoding where the endpoint can).
+    #[serde(default)]
+    schema: Option<Value>,
+}
+
+/// The response schema of a request's `schema`, or why it is refused.
+fn response_schema(schema: Option<Value>) -> Result<Option<ResponseSchema>, String> {
+    let Some(schema) = schema.filter(|s| !s.is_null()) else {
+        return Ok(None);
+    };
+    if !schema.is_object() {
+        return Err("'schema' must be a JSON schema object".into());
+    }
+    let size = schema.to_string().len();
+    if size > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "'schema' is {size} bytes of JSON; the limit is {MAX_SCHEMA_BYTES}"
+        ));
+    }
+    Ok(Some(ResponseSchema {
+        name: "generator_output".into(),
+        schema,
+    }))
 }
 
 /// Parse one line of the channel.
@@ -224,12 +254,22 @@ impl Session<'_> {
                         messages.push(Turn::new(Role::System, sys));
                     }
                     messages.push(Turn::new(Role::User, req.prompt));
+                    let response_schema = match response_schema(req.schema) {
+                        Ok(s) => s,
+                        Err(e) => return json!({ "error": e }),
+                    };
                     let mut cr = ChatRequest::new(CallRole::Generator, messages);
+                    cr.response_schema = response_schema;
                     cr.temperature = req.temperature.filter(|t| t.is_finite()).map(|t| t as f32);
                     cr.max_tokens = req.max_tokens.map(|t| t.min(u32::MAX as u64) as u32);
                     cr.seed = Some(seed);
                     match llm.chat(&cr).await {
-                        Ok(resp) => json!({ "text": resp.message.content }),
+                        Ok(resp) => match resp.schema_mode {
+                            Some(mode) => {
+                                json!({ "text": resp.message.content, "schema_mode": mode })
+                            }
+                            None => json!({ "text": resp.message.content }),
+                        },
                         Err(e) => json!({ "error": e.to_string() }),
                     }
                 }
@@ -335,6 +375,22 @@ fn preview(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_schema_is_an_object_of_bounded_size() {
+        let frame =
+            br#"{"type":"llm","id":1,"requests":[{"prompt":"p","schema":{"type":"object"}}]}"#;
+        let Ok(ChildFrame::Llm { mut requests, .. }) = parse_frame(frame) else {
+            panic!("a schema is a request field");
+        };
+        let s = response_schema(requests.remove(0).schema).unwrap().unwrap();
+        assert_eq!(s.schema, json!({"type": "object"}));
+        assert_eq!(response_schema(None).unwrap(), None);
+        assert_eq!(response_schema(Some(Value::Null)).unwrap(), None);
+        assert!(response_schema(Some(json!(["type"]))).is_err());
+        let big = json!({"description": "x".repeat(MAX_SCHEMA_BYTES)});
+        assert!(response_schema(Some(big)).unwrap_err().contains("limit"));
+    }
 
     #[test]
     fn frames_are_parsed_strictly() {

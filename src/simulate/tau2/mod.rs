@@ -384,3 +384,160 @@ pub(crate) fn table_eq<T: PartialEq>(a: &Table<T>, b: &Table<T>) -> bool {
         && a.iter()
             .all(|(k, v)| b.get(k).is_some_and(|w| Arc::ptr_eq(v, w) || **v == **w))
 }
+
+#[cfg(test)]
+mod tool_bound_tests {
+    //! The default tool-argument bound on τ²'s own tools: identifiers bounded, free text not.
+    use super::*;
+    use crate::llm::config::{ToolArgumentBound, IDENTIFIER_MAX_CHARS, TOOL_ARGUMENT_MAX_ITEMS};
+    use crate::llm::openai::shaped_tool_schema;
+
+    fn tools(defs: Vec<ToolDef>) -> Vec<ToolSpec> {
+        let mut defs = defs;
+        defs.push(think_def());
+        defs.iter().map(ToolDef::spec).collect()
+    }
+
+    /// `(tool, dotted path)` → the bounded schema's node.
+    fn node<'a>(shaped: &'a [(String, Value)], tool: &str, path: &str) -> &'a Value {
+        let mut v = &shaped
+            .iter()
+            .find(|(n, _)| n == tool)
+            .unwrap_or_else(|| panic!("no tool {tool}"))
+            .1;
+        for part in path.split('.') {
+            v = &v[part];
+        }
+        assert!(!v.is_null(), "{tool}: no {path}");
+        v
+    }
+
+    fn shape(tools: &[ToolSpec], bound: ToolArgumentBound) -> Vec<(String, Value)> {
+        tools
+            .iter()
+            .map(|t| (t.name.clone(), shaped_tool_schema(&t.parameters, bound)))
+            .collect()
+    }
+
+    const ID: u32 = IDENTIFIER_MAX_CHARS;
+
+    #[test]
+    fn retail_ids_are_bounded_and_free_text_is_not() {
+        let t = tools(retail::tool_defs());
+        let s = shape(&t, ToolArgumentBound::Identifiers(ID));
+        for (tool, path) in [
+            ("find_user_id_by_email", "properties.email"),
+            ("find_user_id_by_name_zip", "properties.first_name"),
+            ("find_user_id_by_name_zip", "properties.zip"),
+            ("get_order_details", "properties.order_id"),
+            ("get_product_details", "properties.product_id"),
+            ("get_user_details", "properties.user_id"),
+            (
+                "exchange_delivered_order_items",
+                "properties.payment_method_id",
+            ),
+            (
+                "exchange_delivered_order_items",
+                "properties.item_ids.items",
+            ),
+            ("modify_user_address", "properties.state"),
+        ] {
+            assert_eq!(node(&s, tool, path)["maxLength"], ID, "{tool} {path}");
+        }
+        assert_eq!(
+            node(&s, "exchange_delivered_order_items", "properties.item_ids")["maxItems"],
+            TOOL_ARGUMENT_MAX_ITEMS
+        );
+        for (tool, path) in [
+            ("think", "properties.thought"),
+            ("transfer_to_human_agents", "properties.summary"),
+            ("calculate", "properties.expression"),
+            ("modify_user_address", "properties.address1"),
+            ("modify_user_address", "properties.city"),
+            ("cancel_pending_order", "properties.reason"),
+        ] {
+            assert!(
+                node(&s, tool, path).get("maxLength").is_none(),
+                "{tool} {path} is free text (or an enum): {}",
+                node(&s, tool, path)
+            );
+        }
+    }
+
+    #[test]
+    fn airline_ids_are_bounded_and_free_text_is_not() {
+        let t = tools(airline::tool_defs());
+        let s = shape(&t, ToolArgumentBound::Identifiers(ID));
+        for (tool, path) in [
+            ("book_reservation", "properties.user_id"),
+            ("book_reservation", "properties.origin"),
+            (
+                "book_reservation",
+                "properties.flights.items.properties.flight_number",
+            ),
+            (
+                "book_reservation",
+                "properties.flights.items.properties.date",
+            ),
+            (
+                "book_reservation",
+                "properties.passengers.items.properties.dob",
+            ),
+            (
+                "book_reservation",
+                "properties.passengers.items.properties.first_name",
+            ),
+            (
+                "book_reservation",
+                "properties.payment_methods.items.properties.payment_id",
+            ),
+            ("get_reservation_details", "properties.reservation_id"),
+            ("search_direct_flight", "properties.date"),
+        ] {
+            assert_eq!(node(&s, tool, path)["maxLength"], ID, "{tool} {path}");
+        }
+        for (tool, path) in [
+            ("think", "properties.thought"),
+            ("transfer_to_human_agents", "properties.summary"),
+            ("calculate", "properties.expression"),
+        ] {
+            assert!(
+                node(&s, tool, path).get("maxLength").is_none(),
+                "{tool} {path}"
+            );
+        }
+        // lists of objects keep their length; only lists of identifiers are capped
+        assert!(node(&s, "book_reservation", "properties.flights")
+            .get("maxItems")
+            .is_none());
+    }
+
+    #[test]
+    fn zero_lifts_every_bound_and_n_bounds_every_string() {
+        for defs in [retail::tool_defs(), airline::tool_defs()] {
+            let t = tools(defs);
+            for (spec, shaped) in t.iter().zip(shape(&t, ToolArgumentBound::Unbounded)) {
+                assert_eq!(shaped.1, spec.parameters, "{}", spec.name);
+            }
+        }
+        let t = tools(retail::tool_defs());
+        let s = shape(&t, ToolArgumentBound::All(300));
+        for (tool, path) in [
+            ("think", "properties.thought"),
+            ("transfer_to_human_agents", "properties.summary"),
+            ("get_user_details", "properties.user_id"),
+        ] {
+            assert_eq!(node(&s, tool, path)["maxLength"], 300, "{tool} {path}");
+        }
+        // and the spec's key maps onto those bounds
+        let mut spec = crate::llm::ModelSpec::openai("m", None);
+        assert_eq!(
+            spec.tool_argument_bound(),
+            ToolArgumentBound::Identifiers(ID)
+        );
+        spec.tool_argument_max_chars = Some(0);
+        assert_eq!(spec.tool_argument_bound(), ToolArgumentBound::Unbounded);
+        spec.tool_argument_max_chars = Some(300);
+        assert_eq!(spec.tool_argument_bound(), ToolArgumentBound::All(300));
+    }
+}
