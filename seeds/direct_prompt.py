@@ -41,8 +41,8 @@ Write {n} different personas for this customer. Each persona is a complete descr
 
 Return a JSON object {{"personas": [...]}} whose "personas" array holds {n} objects with "persona_id" (snake_case, unique), "description" (two or three sentences), "reasoning" (one sentence: what makes this persona different from the others) and "text" (the persona, 120-250 words)."""
 
-TEXT_MAX_CHARS = 300  # schema bound of short texts (llama-cpp-python's grammar crashed on 1,024)
-ID_MAX_CHARS = 64
+# No maxLength in the schemas: llama.cpp turns one into as many nested optional grammar rules,
+# which made constrained answers crawl; the request's max_tokens bounds the answer.
 SCHEMA_MAX_ITEMS = 8  # the array's length is fixed in the schema only up to this many
 
 
@@ -51,9 +51,9 @@ def personas_schema(n):
     persona = {
         "type": "object",
         "properties": {
-            "persona_id": {"type": "string", "maxLength": ID_MAX_CHARS},
-            "description": {"type": "string", "maxLength": TEXT_MAX_CHARS},
-            "reasoning": {"type": "string", "maxLength": TEXT_MAX_CHARS},
+            "persona_id": {"type": "string"},
+            "description": {"type": "string"},
+            "reasoning": {"type": "string"},
             "text": {"type": "string"},
         },
         "required": ["persona_id", "description", "reasoning", "text"],

@@ -68,8 +68,8 @@ EXPANSION_TEMPERATURE = 0.7
 EXPANSION_MAX_TOKENS = 800
 MIN_INSTRUCTION_WORDS = 3
 RETRY_NOTE = "\n\nYour previous answer could not be used ({why}). Answer again with only the JSON object whose \"personas\" array holds {n} objects, nothing else."
-TEXT_MAX_CHARS = 300  # schema bound of short texts (llama-cpp-python's grammar crashed on 1,024)
-ID_MAX_CHARS = 64
+# No maxLength in the schemas: llama.cpp turns one into as many nested optional grammar rules,
+# which made constrained answers crawl; the request's max_tokens bounds the answer.
 SCHEMA_MAX_ITEMS = 8  # the population's size is fixed in the schema only up to this many
 SOURCES = ("model-json", "repaired", "fallback")  # from best to worst
 
@@ -125,15 +125,15 @@ def population_schema(axes, n):
     profile = {
         "type": "object",
         "properties": {
-            "persona_id": {"type": "string", "maxLength": ID_MAX_CHARS},
-            "description": {"type": "string", "maxLength": TEXT_MAX_CHARS},
+            "persona_id": {"type": "string"},
+            "description": {"type": "string"},
             "axis_placement": {
                 "type": "object",
                 "properties": {k: {"type": "boolean"} for k in names},
                 "required": names,
                 "additionalProperties": False,
             },
-            "reasoning": {"type": "string", "maxLength": TEXT_MAX_CHARS},
+            "reasoning": {"type": "string"},
         },
         "required": ["persona_id", "description", "axis_placement", "reasoning"],
         "additionalProperties": False,

@@ -230,6 +230,8 @@ fn demo_episodes(dir: &Path) -> PathBuf {
         "episodes",
         "--domain",
         "demo",
+        "--tasks",
+        "0,1,2,3,4,5,6,7",
         "--trials",
         "2",
         "--quiet",

@@ -96,10 +96,10 @@ fn replay_all(domain: &Domain) -> (usize, Vec<String>) {
 #[test]
 fn demo_domain_loads_with_splits() {
     let d = demo();
-    assert_eq!(d.tasks.len(), 8);
-    assert_eq!(d.select_tasks("train").unwrap().len(), 5);
-    assert_eq!(d.select_tasks("test").unwrap().len(), 3);
-    assert_eq!(d.select_tasks("base").unwrap().len(), 8);
+    assert_eq!(d.tasks.len(), 16);
+    assert_eq!(d.select_tasks("train").unwrap().len(), 9);
+    assert_eq!(d.select_tasks("test").unwrap().len(), 7);
+    assert_eq!(d.select_tasks("base").unwrap().len(), 16);
     let picked: Vec<&str> = d
         .select_tasks("3, 1")
         .unwrap()

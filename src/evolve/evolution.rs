@@ -128,7 +128,8 @@ pub struct RunSummary {
     /// What became of every attempted child, over the whole run
     /// ([`runlog::mutation_outcomes`]).
     pub mutations: BTreeMap<String, u64>,
-    /// Which operator made each program that became the run's best ([`runlog::new_bests`]).
+    /// Which operator made each program that became the run's best
+    /// ([`crate::evolve::rundir::new_bests`]).
     #[serde(default)]
     pub new_bests: BTreeMap<String, u64>,
     /// LLM usage and cost over every process of the run (None offline).
@@ -1509,7 +1510,7 @@ impl Evolution {
         let records = runlog::read(&self.ctx.dir.log_path()).unwrap_or_default();
         let best = self.state.best.take();
         let mutations = runlog::mutation_outcomes(&records);
-        let new_bests = runlog::new_bests(&records);
+        let new_bests = crate::evolve::rundir::new_bests(&records);
         let mut cost = self.cost();
         let processes = match &self.ctx.ledger {
             Some(_) => {

@@ -587,6 +587,51 @@ impl RunDir {
     }
 }
 
+/// Which operator made each program that became the run's best, in the order it did: the
+/// [rule](RunBest::displaces) replayed over the `validation` and
+/// `validation_failed` events, counted by the operator of the program's `candidate_evaluated`
+/// (seeds excluded).
+pub fn new_bests(records: &[runlog::Record]) -> std::collections::BTreeMap<String, u64> {
+    let mut made_by: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    let mut held: Option<(&str, Option<&EvalMetrics>)> = None;
+    let mut out = std::collections::BTreeMap::new();
+    for r in records {
+        let (id, metrics) = match &r.event {
+            runlog::Event::CandidateEvaluated {
+                program_id,
+                mutation,
+                ..
+            } => {
+                made_by.insert(program_id, mutation);
+                continue;
+            }
+            runlog::Event::Validation {
+                program_id,
+                metrics,
+                ..
+            } => (program_id.as_str(), Some(metrics)),
+            runlog::Event::ValidationFailed { program_id, .. } => (program_id.as_str(), None),
+            _ => continue,
+        };
+        let displaces = match held {
+            None => true,
+            Some((_, h)) => RunBest::displaces(h, metrics),
+        };
+        if !displaces || held.is_some_and(|(h, _)| h == id) {
+            if held.is_some_and(|(h, _)| h == id) {
+                held = Some((id, metrics));
+            }
+            continue;
+        }
+        held = Some((id, metrics));
+        match made_by.get(id) {
+            Some(&op) if op != "seed" => *out.entry(op.to_string()).or_insert(0) += 1,
+            _ => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -336,7 +336,7 @@ pub enum Event {
         mutations: BTreeMap<String, u64>,
         /// Which operator made each program that became the run's best (the seed excluded),
         /// by operator (`structured`, `diff`, `rewrite`, `structural`, `crossover`): see
-        /// [`new_bests`]. Landing an edit is necessary; this says which edits improved.
+        /// [`crate::evolve::rundir::new_bests`]. Landing an edit is necessary; this says which edits improved.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         new_bests: BTreeMap<String, u64>,
         /// Episodes the run played, over every process of it ([`episode_counts`]; absent in
@@ -661,52 +661,7 @@ pub fn mutation_outcomes(records: &[Record]) -> BTreeMap<String, u64> {
     out
 }
 
-/// Which operator made each program that became the run's best, in the order it did: the
-/// [rule](crate::evolve::rundir::RunBest::displaces) replayed over the `validation` and
-/// `validation_failed` events, counted by the operator of the program's `candidate_evaluated`
-/// (seeds excluded).
-pub fn new_bests(records: &[Record]) -> BTreeMap<String, u64> {
-    let mut made_by: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut held: Option<(&str, Option<&EvalMetrics>)> = None;
-    let mut out = BTreeMap::new();
-    for r in records {
-        let (id, metrics) = match &r.event {
-            Event::CandidateEvaluated {
-                program_id,
-                mutation,
-                ..
-            } => {
-                made_by.insert(program_id, mutation);
-                continue;
-            }
-            Event::Validation {
-                program_id,
-                metrics,
-                ..
-            } => (program_id.as_str(), Some(metrics)),
-            Event::ValidationFailed { program_id, .. } => (program_id.as_str(), None),
-            _ => continue,
-        };
-        let displaces = match held {
-            None => true,
-            Some((_, h)) => crate::evolve::rundir::RunBest::displaces(h, metrics),
-        };
-        if !displaces || held.is_some_and(|(h, _)| h == id) {
-            if held.is_some_and(|(h, _)| h == id) {
-                held = Some((id, metrics));
-            }
-            continue;
-        }
-        held = Some((id, metrics));
-        match made_by.get(id) {
-            Some(&op) if op != "seed" => *out.entry(op.to_string()).or_insert(0) += 1,
-            _ => {}
-        }
-    }
-    out
-}
-
-/// [`new_bests`] as one line (`structured 2, structural 1`).
+/// [`crate::evolve::rundir::new_bests`] as one line (`structured 2, structural 1`).
 pub fn new_bests_line(counts: &BTreeMap<String, u64>) -> String {
     counts
         .iter()

@@ -768,7 +768,7 @@ fn section_summary(out: &mut String, files: &RunFiles, view: &LogView) {
                     &esc(&runlog::mutation_outcomes_line(&outcomes)),
                 );
             }
-            let bests = runlog::new_bests(&files.log);
+            let bests = crate::evolve::rundir::new_bests(&files.log);
             if !bests.is_empty() {
                 fact(
                     &mut facts,

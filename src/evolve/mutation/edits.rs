@@ -230,7 +230,9 @@ pub fn parse_answer(text: &str) -> Result<Value, String> {
     let t = text.trim();
     let candidates = [
         Some(t),
-        t.find('{').zip(t.rfind('}')).and_then(|(a, b)| t.get(a..=b)),
+        t.find('{')
+            .zip(t.rfind('}'))
+            .and_then(|(a, b)| t.get(a..=b)),
     ];
     let mut last = String::from("the answer is empty");
     for c in candidates.into_iter().flatten() {
@@ -253,7 +255,12 @@ fn whole_edits_of_a_cut_answer(t: &str) -> Option<Value> {
     let body = &t[start..];
     let list = body.find("\"edits\"")?;
     // every `}` after the list opened is a possible end of an edit
-    for (i, _) in body.match_indices('}').collect::<Vec<_>>().into_iter().rev() {
+    for (i, _) in body
+        .match_indices('}')
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
         if i < list {
             break;
         }
