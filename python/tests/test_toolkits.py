@@ -75,7 +75,7 @@ def episodes(tmp_path_factory):
     ``ppol mock-server`` whose agent makes two calls in one turn."""
     tmp = tmp_path_factory.mktemp("toolkits")
     scripted = tmp / "scripted.jsonl"
-    run("episodes", "--domain", "demo", "--tasks", "all", "--quiet", "-o", scripted)
+    run("episodes", "--domain", "demo", "--tasks", "0,1,2,3,4,5,6,7", "--quiet", "-o", scripted)
     script = tmp / "mock.json"
     script.write_text(json.dumps({
         "rules": [
