@@ -1116,14 +1116,13 @@ impl ChatModel for LlmClient {
     }
 
     fn schema_support(&self, role: CallRole) -> Option<bool> {
-        let route = self.inner.routes.get(&role)?;
-        let learned: Vec<bool> = route
+        // replicas serve one model: the first that learned speaks for all
+        self.inner
+            .routes
+            .get(&role)?
             .replicas
             .iter()
-            .filter_map(|r| r.provider.schema_support())
-            .collect();
-        // replicas serve one model: any that learned speaks for all
-        learned.first().copied()
+            .find_map(|r| r.provider.schema_support())
     }
 
     fn context_budget(&self, role: CallRole) -> Option<ContextBudget> {

@@ -300,27 +300,16 @@ impl Mutator {
         })
         .await
         .map_err(|e| Error::Sandbox(format!("mutation task failed: {e}")))?;
-        let targets = match targets {
-            Ok(t) if !t.is_empty() => t,
-            other => {
-                if let Err(e) = other {
-                    tracing::warn!(parent = %parent.id, "no editable data found ({e}); a text diff instead");
-                }
-                let op = LlmOp::Diff;
-                return Ok(self
-                    .llm_child(op, archive, parent, inspirations, stagnation, seed)
-                    .await);
+        let op = match targets {
+            Ok(t) if !t.is_empty() => LlmOp::Structured(t),
+            Ok(_) => LlmOp::Diff,
+            Err(e) => {
+                tracing::warn!(parent = %parent.id, "no editable data found ({e}); a text diff instead");
+                LlmOp::Diff
             }
         };
         Ok(self
-            .llm_child(
-                LlmOp::Structured(targets),
-                archive,
-                parent,
-                inspirations,
-                stagnation,
-                seed,
-            )
+            .llm_child(op, archive, parent, inspirations, stagnation, seed)
             .await)
     }
 

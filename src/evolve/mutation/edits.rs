@@ -255,12 +255,7 @@ fn whole_edits_of_a_cut_answer(t: &str) -> Option<Value> {
     let body = &t[start..];
     let list = body.find("\"edits\"")?;
     // every `}` after the list opened is a possible end of an edit
-    for (i, _) in body
-        .match_indices('}')
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-    {
+    for (i, _) in body.rmatch_indices('}') {
         if i < list {
             break;
         }
