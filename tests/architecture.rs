@@ -1,6 +1,8 @@
 //! The layout stays true: every `crate::` path in `src/` goes down the stage order of
 //! ARCHITECTURE.md (floor < fitness < simulate < generate < evolve < report < front), only the
-//! front ends use `testing`, and no two modules import each other in a cycle.
+//! front ends use `testing`, no two modules import each other in a cycle, no two files do
+//! either (a file may use its parent module's items: `super::` is not a cycle), and no source
+//! file is over [`MAX_LINES`] lines (an inline `#[cfg(test)] mod tests` at its end not counted).
 //!
 //! The checker reads the source text (use statements, brace groups, inline paths and
 //! `super::` paths resolved against the file's module), so it needs no compiler support.
@@ -167,10 +169,13 @@ fn references(module: &[String], text: &str) -> Vec<(usize, Vec<String>)> {
                 }
             }
         } else {
-            // inline paths: crate::a::b, super::a
-            for (idx, _) in lines[i].match_indices("crate::") {
+            // inline paths: crate::a::b, super::a (super::super::a read once, from its start)
+            let starts = lines[i]
+                .match_indices("crate::")
+                .chain(lines[i].match_indices("super::"));
+            for (idx, _) in starts {
                 let before = lines[i][..idx].chars().last();
-                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == ':') {
                     continue;
                 }
                 let tail: String = lines[i][idx..]
@@ -302,6 +307,129 @@ fn check(src: &Path) -> Vec<Violation> {
     violations
 }
 
+/// The most lines a source file may have before its inline test module.
+const MAX_LINES: usize = 1_200;
+
+/// Lines of a file before its inline test module (`#[cfg(test)]` followed by `mod`).
+fn lines_without_tests(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim_end() == "#[cfg(test)]"
+            && lines[i + 1..]
+                .iter()
+                .find(|n| !n.trim().is_empty())
+                .is_some_and(|n| n.starts_with("mod ") || n.starts_with("pub mod "))
+        {
+            return i;
+        }
+    }
+    lines.len()
+}
+
+/// Files over [`MAX_LINES`] lines (inline test modules not counted).
+fn oversized(src: &Path) -> Vec<Violation> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    files
+        .iter()
+        .filter_map(|f| {
+            let n = lines_without_tests(&std::fs::read_to_string(f).expect("read"));
+            (n > MAX_LINES).then(|| Violation {
+                file: f
+                    .strip_prefix(src)
+                    .expect("under src")
+                    .display()
+                    .to_string(),
+                line: n,
+                path: String::new(),
+                why: format!("{n} lines without its tests: split it by job (at most {MAX_LINES})"),
+            })
+        })
+        .collect()
+}
+
+/// Cycles between files: file A uses an item of file B and B one of A. A file's use of its
+/// ancestors' items (`super::`, a `mod.rs` and its children) is not counted.
+fn file_cycles(src: &Path) -> Vec<Violation> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let modules: BTreeMap<Vec<String>, String> = files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(src).expect("under src");
+            (module_of(rel), rel.display().to_string())
+        })
+        .filter(|(m, _)| !m.is_empty())
+        .collect();
+    let file_of = |path: &[String]| -> Option<Vec<String>> {
+        (1..=path.len())
+            .rev()
+            .map(|n| path[..n].to_vec())
+            .find(|p| modules.contains_key(p))
+    };
+    let mut edges: BTreeMap<Vec<String>, BTreeMap<Vec<String>, usize>> = BTreeMap::new();
+    for (module, rel) in &modules {
+        let text = std::fs::read_to_string(src.join(rel)).expect("read");
+        let text: String = text
+            .lines()
+            .take(lines_without_tests(&text))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for (line, target) in references(module, &text) {
+            let Some(to) = file_of(&target) else { continue };
+            // the same file, or an ancestor of it (a parent module's items)
+            if module.starts_with(&to) {
+                continue;
+            }
+            edges
+                .entry(module.clone())
+                .or_default()
+                .entry(to)
+                .or_insert(line);
+        }
+    }
+    let mut out = Vec::new();
+    let mut reported = BTreeSet::new();
+    for (a, targets) in &edges {
+        for (b, line) in targets {
+            // a path back from b to a
+            let mut stack = vec![b.clone()];
+            let mut seen = BTreeSet::from([b.clone()]);
+            let mut back = false;
+            while let Some(n) = stack.pop() {
+                if &n == a {
+                    back = true;
+                    break;
+                }
+                for next in edges.get(&n).into_iter().flat_map(|m| m.keys()) {
+                    if seen.insert(next.clone()) {
+                        stack.push(next.clone());
+                    }
+                }
+            }
+            let pair = if a < b {
+                (a.clone(), b.clone())
+            } else {
+                (b.clone(), a.clone())
+            };
+            if back && reported.insert(pair) {
+                out.push(Violation {
+                    file: modules[a].clone(),
+                    line: *line,
+                    path: format!("crate::{}", b.join("::")),
+                    why: format!(
+                        "file-level import cycle: {} and {} reach each other",
+                        modules[a], modules[b]
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
 fn render(v: &[Violation]) -> String {
     v.iter()
         .map(|v| format!("src/{}:{}: {} ({})", v.file, v.line, v.path, v.why))
@@ -314,6 +442,73 @@ fn imports_follow_the_stage_order() {
     let src = super::util::root().join("src");
     let v = check(&src);
     assert!(v.is_empty(), "layout violations:\n{}", render(&v));
+}
+
+#[test]
+fn no_two_files_import_each_other() {
+    let src = super::util::root().join("src");
+    let v = file_cycles(&src);
+    assert!(v.is_empty(), "file-level cycles:\n{}", render(&v));
+}
+
+#[test]
+fn no_source_file_is_over_the_line_limit() {
+    let src = super::util::root().join("src");
+    let v = oversized(&src);
+    assert!(v.is_empty(), "rooms that do several jobs:\n{}", render(&v));
+}
+
+#[test]
+fn the_file_checks_catch_a_sibling_cycle_and_a_long_file_but_not_a_parent_or_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    let write = |rel: &str, text: &str| {
+        let p = src.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write("lib.rs", "pub mod simulate;\n");
+    // siblings reaching each other: one through crate::, one through super::
+    write(
+        "simulate/tau2/data.rs",
+        "use crate::simulate::tau2::demo::DEMO;\npub struct Db;\n",
+    );
+    write(
+        "simulate/tau2/demo.rs",
+        "use super::data::Db;\npub const DEMO: u8 = 0;\n",
+    );
+    // a parent and its child using each other's items: not a cycle
+    write(
+        "simulate/tau2/mod.rs",
+        "pub mod data;\npub mod demo;\npub mod airline;\nuse self::airline::Airline;\npub struct Domain;\n",
+    );
+    write(
+        "simulate/tau2/airline.rs",
+        "use super::Domain;\npub struct Airline;\n",
+    );
+    // long code, and a file that is long only through its inline tests
+    let body = "fn f() {}\n".repeat(MAX_LINES + 1);
+    write("simulate/long.rs", &body);
+    write(
+        "simulate/tested.rs",
+        &format!(
+            "fn g() {{}}\n#[cfg(test)]\nmod tests {{\n{}}}\n",
+            "fn t() {}\n".repeat(MAX_LINES)
+        ),
+    );
+    let cycles = render(&file_cycles(src));
+    assert!(
+        cycles.contains("simulate/tau2/data.rs") && cycles.contains("simulate/tau2/demo.rs"),
+        "{cycles}"
+    );
+    assert!(
+        !cycles.contains("mod.rs") && !cycles.contains("airline"),
+        "{cycles}"
+    );
+    assert_eq!(file_cycles(src).len(), 1, "{cycles}");
+    let long = render(&oversized(src));
+    assert!(long.contains("simulate/long.rs:1201"), "{long}");
+    assert!(!long.contains("tested.rs"), "{long}");
 }
 
 #[test]

@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::scripted::PersonaPlay;
 use super::{AgentSimulator, Termination, ToolEnv, UserSimulator};
 use crate::dialogue::{Dialogue, Role, Turn};
+use crate::persona::Persona;
 use crate::Result;
 
 /// The agent's opening line (τ²'s orchestrator starts every conversation with it).
@@ -95,7 +96,7 @@ impl Episode {
     /// The record of an episode that failed or was not played, with the reason.
     pub fn failed(
         task_id: &str,
-        persona: Option<&crate::persona::Persona>,
+        persona: Option<&Persona>,
         trial: u32,
         seed: u64,
         domain: &str,
@@ -103,7 +104,7 @@ impl Episode {
         why: String,
     ) -> Episode {
         Episode {
-            id: crate::simulate::episode::runner::episode_id(task_id, persona, trial),
+            id: episode_id(task_id, persona, trial),
             task_id: task_id.into(),
             domain: domain.into(),
             conversation: vec![],
@@ -256,6 +257,14 @@ pub fn load_episodes(path: &std::path::Path) -> Result<Vec<Episode>> {
             })
         })
         .collect()
+}
+
+/// `<task>:<persona>:<trial>`.
+pub fn episode_id(task_id: &str, persona: Option<&Persona>, trial: u32) -> String {
+    format!(
+        "{task_id}:{}:{trial}",
+        persona.map_or("none", |p| p.persona_id.as_str())
+    )
 }
 
 #[cfg(test)]

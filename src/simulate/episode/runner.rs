@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::llm::{agent_system_prompt, LlmAgent, LlmUser, DEFAULT_USER_GUIDELINES};
+pub use super::record::episode_id;
 use super::record::{run_dialogue, Episode, EpisodeStatus};
 use super::scripted::{ScriptedAgent, ScriptedUser};
 use super::EpisodeRunner;
@@ -337,14 +338,6 @@ pub fn count_jobs(task_ids: &[String], personas: Option<&[Persona]>, trials: u32
         })
         .sum();
     pairs * u128::from(trials)
-}
-
-/// `<task>:<persona>:<trial>`.
-pub fn episode_id(task_id: &str, persona: Option<&Persona>, trial: u32) -> String {
-    format!(
-        "{task_id}:{}:{trial}",
-        persona.map_or("none", |p| p.persona_id.as_str())
-    )
 }
 
 #[async_trait]
