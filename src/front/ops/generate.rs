@@ -25,7 +25,7 @@ pub struct GenerateRequest {
     /// Run seed (passed to the program as `PPOL_SEED`).
     pub seed: u64,
     /// Sandbox limits (timeout, memory, LLM calls, concurrency) from the configuration.
-    pub sandbox: crate::evolve::config::SandboxSection,
+    pub sandbox: crate::generate::settings::SandboxSection,
 }
 
 /// The outcome of one task's generation.
