@@ -6,7 +6,9 @@
 //! `generate::settings`, `[fitness]` in `fitness::settings`, `[llm]` and `[budget]` in
 //! `llm::config`. [`RunConfig::validate`] runs every section's check at every parse; the one
 //! check a run makes before it creates or pays for anything is
-//! `evolve::evolution::check_config` (values, then what only a run can check, then inputs). With no `[llm]` section (and no `--llm`), the run is **offline**:
+//! [`crate::evolve::run::check_config`] (values, then what only a run can check, then inputs).
+//!
+//! With no `[llm]` section (and no `--llm`), the run is **offline**:
 //! scripted simulator, offline seed program, structural mutations.
 //!
 //! ```toml
@@ -338,7 +340,7 @@ impl MutationSection {
 
     /// Check the values serde cannot (the error names the key; what only a run can check —
     /// the mode against the models, the prompt against the archive — is
-    /// `evolve::evolution::check_config`).
+    /// [`crate::evolve::run::check_config`]).
     pub fn validate(&self) -> Result<()> {
         let m = self;
         fraction("mutation.crossover_rate", m.crossover_rate, true)?;
@@ -465,7 +467,8 @@ impl RunConfig {
     }
 
     /// Check, before anything is written, that the files and directories the run reads exist:
-    /// human traces, the τ² data directory, the seed program.
+    /// human traces, the τ² data directory, the seed program (the last step of
+    /// [`crate::evolve::run::check_config`]).
     pub fn check_inputs(&self) -> Result<()> {
         for (i, h) in self.run.human.iter().enumerate() {
             if crate::hub::is_hub_path(h) {

@@ -774,7 +774,8 @@ fn evolve_start(
                 }
             }
             let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
-            cfg.check_inputs().map_err(to_py_err)?;
+            // raised here, not from the run thread at `wait()`
+            crate::evolve::run::check_config(&cfg).map_err(to_py_err)?;
             ops::EvolveStart::New(Box::new(cfg))
         }
     };
