@@ -251,7 +251,7 @@ fn evaluate(
         user_temperature: None,
         seed: 0,
         // `ppol episodes`' default.
-        concurrency: 256,
+        concurrency: EpisodesRequest::CONCURRENCY,
         output: None,
     };
     let started = Instant::now();

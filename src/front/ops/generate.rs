@@ -28,6 +28,13 @@ pub struct GenerateRequest {
     pub sandbox: crate::generate::settings::SandboxSection,
 }
 
+impl GenerateRequest {
+    /// Default of `seed` (`--seed`, `seed=`).
+    pub const SEED: u64 = 0;
+    /// Default of `--llm` (Python: `llm=None`): the configuration's `[llm]`, else none.
+    pub const LLM: &'static str = "offline";
+}
+
 /// The outcome of one task's generation.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskGeneration {
