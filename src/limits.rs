@@ -3,7 +3,8 @@
 //! or `ParseError` in Python), never a run that grows until the machine stops it. The command
 //! line checks its flags against these constants as it parses them; the operations layer and
 //! [`RunConfig::validate`](crate::evolve::config::RunConfig::validate) check them again, so a
-//! Python call meets the same bounds.
+//! Python call meets the same bounds. The checks every settings section shares (a count in
+//! its range, seconds, shares, temperatures) are here too.
 //!
 //! | what | flags and keys | bound |
 //! |---|---|---|
@@ -142,6 +143,64 @@ pub fn bytes(n: u64) -> String {
         n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
         n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
         n => format!("{n} bytes"),
+    }
+}
+
+/// A duration in seconds from a configuration value: finite and positive, else an error
+/// naming `key` (`Duration::from_secs_f64` would panic on NaN or a negative value).
+pub fn seconds(key: &str, value: f64) -> Result<std::time::Duration> {
+    positive(key, value)?;
+    std::time::Duration::try_from_secs_f64(value)
+        .map_err(|e| Error::config(key, format!("{value} seconds: {e}")))
+}
+
+/// A finite number above 0, else an error naming `key`.
+pub fn positive(key: &str, value: f64) -> Result<()> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(Error::config(
+            key,
+            format!("must be a positive number, got {value}"),
+        ))
+    }
+}
+
+/// A share in [0, 1] (`closed`) or [0, 1), else an error naming `key`.
+pub fn fraction(key: &str, value: f64, closed: bool) -> Result<()> {
+    let ok = value.is_finite() && value >= 0.0 && if closed { value <= 1.0 } else { value < 1.0 };
+    if ok {
+        Ok(())
+    } else {
+        let range = if closed { "[0, 1]" } else { "[0, 1)" };
+        Err(Error::config(
+            key,
+            format!("must be in {range}, got {value}"),
+        ))
+    }
+}
+
+/// At least `min` (no upper bound), else an error naming `key`.
+pub fn at_least<T: PartialOrd + std::fmt::Display>(key: &str, value: T, min: T) -> Result<()> {
+    if value >= min {
+        Ok(())
+    } else {
+        Err(Error::config(
+            key,
+            format!("must be at least {min}, got {value}"),
+        ))
+    }
+}
+
+/// A sampling temperature in [0, 2], else an error naming `key`.
+pub fn temperature(key: &str, value: f32) -> Result<()> {
+    if value.is_finite() && (0.0..=2.0).contains(&value) {
+        Ok(())
+    } else {
+        Err(Error::config(
+            key,
+            format!("must be in [0, 2], got {value}"),
+        ))
     }
 }
 

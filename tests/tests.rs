@@ -4,6 +4,7 @@ mod architecture;
 mod archive;
 mod bounds;
 mod cli;
+mod defaults;
 mod discriminator;
 mod episodes;
 mod evolve;

@@ -325,8 +325,12 @@ def episodes(
     ``"chat"`` (with ``task_file`` and an ``llm``). Give one of ``domain`` and ``world``.
 
     ``personas`` is a persona JSONL file or a list of persona dicts (from :func:`generate`);
-    without personas each task is played by the plain simulator. ``llm=None`` (or
-    ``"offline"``) is the offline scripted simulator; otherwise the ``--llm`` grammar. At most
+    without personas each task is played by the plain simulator. ``llm=None`` is the ``[llm]``
+    of ``config``, else (and ``"offline"``) the offline scripted simulator; otherwise the
+    ``--llm`` grammar. ``config`` is a run configuration whose ``[episodes]`` settings
+    (``val_max_turns``, the default of ``max_turns``; ``max_tool_rounds``;
+    ``user_temperature``), world and ``[llm]`` apply where no argument sets them, as with
+    ``ppol episodes --config``. At most
     ``concurrency`` episodes run at once and the LLM budget is checked before each; with
     ``output`` the episodes are written to that JSONL file as they finish (a rerun after an
     interruption plays only what is missing). Failed episodes are in the list with

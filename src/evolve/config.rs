@@ -1,5 +1,14 @@
-//! The run configuration of `ppol evolve`: one TOML file with a section per part, every default
-//! here, CLI flags override. With no `[llm]` section (and no `--llm`), the run is **offline**:
+//! The run configuration of `ppol evolve`: one TOML file with a section per part, CLI flags
+//! override. [`RunConfig`] is the list of the sections; each section is a typed struct with
+//! its defaults and its `validate`, owned by the stage that uses it: `[run]`, `[search]`,
+//! `[mutation]` here (the run's own), `[archive]` in `evolve::archive`, `[world]` in
+//! `simulate::world`, `[episodes]` in `simulate::settings`, `[sandbox]` in
+//! `generate::settings`, `[fitness]` in `fitness::settings`, `[llm]` and `[budget]` in
+//! `llm::config`. [`RunConfig::validate`] runs every section's check at every parse; the one
+//! check a run makes before it creates or pays for anything is
+//! [`crate::evolve::run::check_config`] (values, then what only a run can check, then inputs).
+//!
+//! With no `[llm]` section (and no `--llm`), the run is **offline**:
 //! scripted simulator, offline seed program, structural mutations.
 //!
 //! ```toml
@@ -32,12 +41,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::evolve::archive::ArchiveConfig;
 use crate::evolve::schedule::Schedule;
-use crate::fitness::discriminator::ForestParams;
 use crate::fitness::features::FeatureSet;
-use crate::generate::sandbox::SandboxConfig;
-use crate::limits::{self, check};
-use crate::llm::config::LlmConfig;
+use crate::fitness::settings::FitnessSection;
+use crate::generate::settings::SandboxSection;
+use crate::limits::{self, at_least, check, fraction, positive};
+use crate::llm::config::{BudgetSection, LlmConfig};
 use crate::llm::CallRole;
+use crate::simulate::settings::EpisodesSection;
 use crate::simulate::world::{resolve_spec, WorldSettings, WorldSpec};
 use crate::{Error, Result};
 
@@ -97,6 +107,24 @@ impl Default for RunSection {
     }
 }
 
+impl RunSection {
+    /// Check the values serde cannot (the error names the key).
+    pub fn validate(&self) -> Result<()> {
+        fraction("run.human_holdout", self.human_holdout, false)?;
+        fraction("run.val_fraction", self.val_fraction, false)?;
+        if self.name.trim().is_empty() || self.name.contains(['/', '\\']) {
+            return Err(Error::config(
+                "run.name",
+                format!(
+                    "must be a non-empty name without path separators, got '{}'",
+                    self.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How long and how to stop.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -150,6 +178,60 @@ impl SearchSection {
         self.generation_size
             .unwrap_or(self.parallel_candidates)
             .max(1)
+    }
+
+    /// Check the values serde cannot (the error names the key).
+    pub fn validate(&self) -> Result<()> {
+        let s = self;
+        check("search.iterations", s.iterations, 1, limits::MAX_ITERATIONS)?;
+        check(
+            "search.early_stop_evaluations",
+            s.early_stop_evaluations,
+            0,
+            limits::MAX_ITERATIONS,
+        )?;
+        check(
+            "search.max_requeues",
+            u64::from(s.max_requeues),
+            0,
+            limits::MAX_ITERATIONS,
+        )?;
+        if let Some(w) = s.max_wall_clock_s {
+            positive("search.max_wall_clock_s", w)?;
+        }
+        check(
+            "search.parallel_candidates",
+            s.parallel_candidates,
+            1,
+            limits::MAX_PARALLEL_CANDIDATES,
+        )?;
+        if let Some(g) = s.generation_size {
+            check("search.generation_size", g, 1, limits::MAX_GENERATION)?;
+            if g < s.parallel_candidates {
+                return Err(Error::config(
+                    "search.generation_size",
+                    format!(
+                        "must be at least search.parallel_candidates ({}): a generation is \
+                         what can be in flight at once; got {g}",
+                        s.parallel_candidates
+                    ),
+                ));
+            }
+        }
+        check(
+            "search.cascade_personas",
+            s.cascade_personas,
+            1,
+            limits::MAX_PERSONAS,
+        )?;
+        fraction("search.cascade_quantile", s.cascade_quantile, true)?;
+        if !(s.cascade_margin.is_finite() && s.cascade_margin >= 0.0) {
+            return Err(Error::config(
+                "search.cascade_margin",
+                format!("must be a number at least 0, got {}", s.cascade_margin),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -255,6 +337,25 @@ impl MutationSection {
             })
             .unwrap_or(MUTATION_MAX_TOKENS)
     }
+
+    /// Check the values serde cannot (the error names the key; what only a run can check —
+    /// the mode against the models, the prompt against the archive — is
+    /// [`crate::evolve::run::check_config`]).
+    pub fn validate(&self) -> Result<()> {
+        let m = self;
+        fraction("mutation.crossover_rate", m.crossover_rate, true)?;
+        check(
+            "mutation.rewrite_after_failures",
+            m.rewrite_after_failures as u64,
+            0,
+            limits::MAX_ITERATIONS,
+        )?;
+        limits::temperature("mutation.temperature", m.temperature)?;
+        if let Some(t) = m.max_tokens {
+            at_least("mutation.max_tokens", t, 1)?;
+        }
+        Ok(())
+    }
 }
 
 impl Default for MutationSection {
@@ -271,157 +372,8 @@ impl Default for MutationSection {
     }
 }
 
-/// Sandbox limits for generator programs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SandboxSection {
-    /// Wall-clock limit of one generation, seconds.
-    pub timeout_s: f64,
-    /// Address-space limit, MiB.
-    pub memory_mb: u64,
-    /// LLM calls one generation may make.
-    pub max_llm_calls: usize,
-    /// Generations at once (0 = the number of CPUs offline; with an LLM behind `ppol_llm`,
-    /// [`LLM_SANDBOX_CONCURRENCY`], or as many requests as the generator role may have in
-    /// flight when fewer, or the number of CPUs when more).
-    pub concurrency: usize,
-}
-
-/// Generations at once by default when an LLM answers `ppol_llm`: such a program spends its
-/// time waiting for replies, not on a CPU, so the number of CPUs would leave the endpoint idle
-/// (four candidates in flight on two cores ran their 16 generations two at a time).
-pub const LLM_SANDBOX_CONCURRENCY: usize = 16;
-
-impl SandboxSection {
-    /// The sandbox configuration of this section; `llm_capacity`: when an LLM answers
-    /// `ppol_llm`, how many requests the generator role may have in flight (a server that
-    /// answers one at a time gains nothing from more programs waiting on it, and their
-    /// wall-clock timeouts would run while they wait).
-    pub fn sandbox_config(&self, llm_capacity: Option<usize>) -> Result<SandboxConfig> {
-        let mut cfg = SandboxConfig {
-            timeout: seconds("sandbox.timeout_s", self.timeout_s)?,
-            memory_bytes: self.memory_mb << 20,
-            max_llm_calls: self.max_llm_calls,
-            ..SandboxConfig::default()
-        };
-        if self.concurrency > 0 {
-            cfg.concurrency = self.concurrency;
-        } else if let Some(capacity) = llm_capacity {
-            cfg.concurrency = cfg.concurrency.max(LLM_SANDBOX_CONCURRENCY.min(capacity));
-        }
-        Ok(cfg)
-    }
-}
-
-impl Default for SandboxSection {
-    fn default() -> Self {
-        SandboxSection {
-            timeout_s: 120.0,
-            memory_mb: 1024,
-            max_llm_calls: 64,
-            concurrency: 0,
-        }
-    }
-}
-
-/// Which simulator plays episodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum EpisodeBackend {
-    /// LLMs when configured, else scripted.
-    #[default]
-    Auto,
-    /// The offline scripted simulator.
-    Scripted,
-    /// LLM user simulator and agent.
-    Llm,
-}
-
-/// Episode settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct EpisodesSection {
-    /// auto | scripted | llm.
-    pub backend: EpisodeBackend,
-    /// User turns per training episode.
-    pub max_turns: usize,
-    /// User turns per validation / eval episode.
-    pub val_max_turns: usize,
-    /// Persona-free episodes per task for the baseline the discriminator is trained on.
-    pub baseline_trials: u32,
-    /// User-simulator temperature (LLM backend).
-    pub user_temperature: f32,
-    /// Rounds of tool calls an LLM agent may make before it must answer the user (a weak
-    /// model can call tools forever; each round is a request).
-    pub max_tool_rounds: usize,
-}
-
-impl Default for EpisodesSection {
-    fn default() -> Self {
-        EpisodesSection {
-            backend: EpisodeBackend::Auto,
-            max_turns: 20,
-            val_max_turns: 30,
-            baseline_trials: 3,
-            user_temperature: 0.0,
-            max_tool_rounds: 12,
-        }
-    }
-}
-
-/// Fitness settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FitnessSection {
-    /// Final personas per task.
-    pub n_personas: usize,
-    /// Train tasks per evaluation.
-    pub batch_size: usize,
-    /// Use the curriculum 5→8→10.
-    pub curriculum: bool,
-    /// (epoch threshold, N) pairs.
-    pub n_personas_schedule: Vec<(u64, usize)>,
-    /// Weight of human-likeness (validation and eval; training uses 1 − λb·ramp).
-    pub lambda_h: f64,
-    /// Weight of coverage.
-    pub lambda_b: f64,
-    /// Standardise the coverage space by the human mean/std. Default false, as in the paper's
-    /// τ² runs (`PPol.evolve`'s own default is true).
-    pub standardize: bool,
-    /// K-means centroids replacing the human cloud (0 = off). Default 5: against a cloud of many
-    /// humans, N ≈ 5–10 personas leave the two-sided Chamfer error above its saturation point
-    /// (coverage 0, no gradient); the reference offers the same option for that reason. Set
-    /// `standardize = true, n_clusters = 0` to reproduce `PPol.evolve`'s defaults.
-    pub n_clusters: usize,
-    /// How the archive ranks programs: `fixed` (λh·HL + λb·coverage with the final weights, so
-    /// programs scored at different curriculum stages are comparable — the reference mixes
-    /// scales, ppol-spec §10 item 7) or `ramp` (the reference's ramped training score).
-    pub select_by: SelectBy,
-    /// Discriminator settings.
-    pub discriminator: ForestParams,
-    /// Folds of the grouped held-out AUC.
-    pub folds: usize,
-}
-
-impl Default for FitnessSection {
-    fn default() -> Self {
-        let s = Schedule::default();
-        FitnessSection {
-            n_personas: s.n_personas,
-            batch_size: s.batch_size,
-            curriculum: s.curriculum,
-            n_personas_schedule: s.n_personas_schedule,
-            lambda_h: s.lambda_h,
-            lambda_b: s.lambda_b,
-            standardize: false,
-            n_clusters: 5,
-            select_by: SelectBy::Fixed,
-            discriminator: ForestParams::default(),
-            folds: 5,
-        }
-    }
-}
-
+/// The curriculum of the `[fitness]` settings (they belong to `fitness`; the schedule they
+/// describe is the run's).
 impl FitnessSection {
     /// The schedule these settings describe.
     pub fn schedule(&self) -> Schedule {
@@ -435,27 +387,6 @@ impl FitnessSection {
             ..Schedule::default()
         }
     }
-}
-
-/// Which score the archive ranks programs by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum SelectBy {
-    /// Final weights for every stage.
-    #[default]
-    Fixed,
-    /// The reference's ramped weights.
-    Ramp,
-}
-
-/// Spending limits (applied to the LLM client).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(default, deny_unknown_fields)]
-pub struct BudgetSection {
-    /// US dollars.
-    pub max_usd: Option<f64>,
-    /// Prompt + completion tokens.
-    pub max_tokens: Option<u64>,
 }
 
 /// The whole configuration.
@@ -501,18 +432,7 @@ impl RunConfig {
     /// is within its bounds (at least 1 where it must be, at most its [`crate::limits`] bound),
     /// and the error names the key.
     pub fn validate(&self) -> Result<()> {
-        let r = &self.run;
-        fraction("run.human_holdout", r.human_holdout, false)?;
-        fraction("run.val_fraction", r.val_fraction, false)?;
-        if r.name.trim().is_empty() || r.name.contains(['/', '\\']) {
-            return Err(Error::config(
-                "run.name",
-                format!(
-                    "must be a non-empty name without path separators, got '{}'",
-                    r.name
-                ),
-            ));
-        }
+        self.run.validate()?;
         let spec = self.world_spec()?;
         self.world.validate()?;
         if spec.needs_task_file() && self.world.task_file.is_none() && self.world.protocol < 2 {
@@ -525,165 +445,12 @@ impl RunConfig {
                 ),
             ));
         }
-        let s = &self.search;
-        check("search.iterations", s.iterations, 1, limits::MAX_ITERATIONS)?;
-        check(
-            "search.early_stop_evaluations",
-            s.early_stop_evaluations,
-            0,
-            limits::MAX_ITERATIONS,
-        )?;
-        check(
-            "search.max_requeues",
-            u64::from(s.max_requeues),
-            0,
-            limits::MAX_ITERATIONS,
-        )?;
-        if let Some(w) = s.max_wall_clock_s {
-            positive("search.max_wall_clock_s", w)?;
-        }
-        check(
-            "search.parallel_candidates",
-            s.parallel_candidates,
-            1,
-            limits::MAX_PARALLEL_CANDIDATES,
-        )?;
-        if let Some(g) = s.generation_size {
-            check("search.generation_size", g, 1, limits::MAX_GENERATION)?;
-            if g < s.parallel_candidates {
-                return Err(Error::config(
-                    "search.generation_size",
-                    format!(
-                        "must be at least search.parallel_candidates ({}): a generation is \
-                         what can be in flight at once; got {g}",
-                        s.parallel_candidates
-                    ),
-                ));
-            }
-        }
-        check(
-            "search.cascade_personas",
-            s.cascade_personas,
-            1,
-            limits::MAX_PERSONAS,
-        )?;
-        fraction("search.cascade_quantile", s.cascade_quantile, true)?;
-        if !(s.cascade_margin.is_finite() && s.cascade_margin >= 0.0) {
-            return Err(Error::config(
-                "search.cascade_margin",
-                format!("must be a number at least 0, got {}", s.cascade_margin),
-            ));
-        }
-        let m = &self.mutation;
-        fraction("mutation.crossover_rate", m.crossover_rate, true)?;
-        check(
-            "mutation.rewrite_after_failures",
-            m.rewrite_after_failures as u64,
-            0,
-            limits::MAX_ITERATIONS,
-        )?;
-        if !(m.temperature.is_finite() && (0.0..=2.0).contains(&m.temperature)) {
-            return Err(Error::config(
-                "mutation.temperature",
-                format!("must be in [0, 2], got {}", m.temperature),
-            ));
-        }
-        if let Some(t) = m.max_tokens {
-            at_least("mutation.max_tokens", t, 1)?;
-        }
-        let b = &self.sandbox;
-        seconds("sandbox.timeout_s", b.timeout_s)?;
-        check("sandbox.memory_mb", b.memory_mb, 64, limits::MAX_MEMORY_MB)?;
-        check(
-            "sandbox.max_llm_calls",
-            b.max_llm_calls,
-            0,
-            limits::MAX_LLM_CALLS,
-        )?;
-        check(
-            "sandbox.concurrency",
-            b.concurrency,
-            0,
-            limits::MAX_CONCURRENCY,
-        )?;
-        let e = &self.episodes;
-        check("episodes.max_turns", e.max_turns, 1, limits::MAX_TURNS)?;
-        check(
-            "episodes.val_max_turns",
-            e.val_max_turns,
-            1,
-            limits::MAX_TURNS,
-        )?;
-        check(
-            "episodes.max_tool_rounds",
-            e.max_tool_rounds,
-            1,
-            limits::MAX_TURNS,
-        )?;
-        check(
-            "episodes.baseline_trials",
-            e.baseline_trials,
-            1,
-            limits::MAX_TRIALS,
-        )?;
-        if !(e.user_temperature.is_finite() && (0.0..=2.0).contains(&e.user_temperature)) {
-            return Err(Error::config(
-                "episodes.user_temperature",
-                format!("must be in [0, 2], got {}", e.user_temperature),
-            ));
-        }
-        let f = &self.fitness;
-        check("fitness.n_personas", f.n_personas, 1, limits::MAX_PERSONAS)?;
-        check("fitness.batch_size", f.batch_size, 1, limits::MAX_BATCH)?;
-        for (i, (threshold, n)) in f.n_personas_schedule.iter().enumerate() {
-            if let Err(why) = limits::in_range(n, &1, &limits::MAX_PERSONAS) {
-                return Err(Error::config(
-                    format!("fitness.n_personas_schedule[{i}]"),
-                    format!("({threshold}, {n}): the number of personas {why}"),
-                ));
-            }
-        }
-        check("fitness.n_clusters", f.n_clusters, 0, limits::MAX_CLUSTERS)?;
-        fraction("fitness.lambda_h", f.lambda_h, true)?;
-        fraction("fitness.lambda_b", f.lambda_b, true)?;
-        if f.lambda_h + f.lambda_b <= 0.0 {
-            return Err(Error::config(
-                "fitness.lambda_h",
-                "fitness.lambda_h and fitness.lambda_b are both 0: every score would be 0",
-            ));
-        }
-        check(
-            "fitness.discriminator.n_trees",
-            f.discriminator.n_trees,
-            1,
-            limits::MAX_TREES,
-        )?;
-        if f.discriminator.max_depth == Some(0) {
-            return Err(Error::config(
-                "fitness.discriminator.max_depth",
-                "must be at least 1 (leave it out for unlimited depth)",
-            ));
-        }
-        if let Some(d) = f.discriminator.max_depth {
-            check("fitness.discriminator.max_depth", d, 1, limits::MAX_DEPTH)?;
-        }
-        at_least(
-            "fitness.discriminator.min_samples_split",
-            f.discriminator.min_samples_split,
-            2,
-        )?;
-        at_least(
-            "fitness.discriminator.min_samples_leaf",
-            f.discriminator.min_samples_leaf,
-            1,
-        )?;
-        check("fitness.folds", f.folds, 2, limits::MAX_FOLDS)?;
-        if let Some(usd) = self.budget.max_usd {
-            positive("budget.max_usd", usd)?;
-        }
-        if let Some(t) = self.budget.max_tokens {
-            at_least("budget.max_tokens", t, 1)?;
-        }
+        self.search.validate()?;
+        self.mutation.validate()?;
+        self.sandbox.validate()?;
+        self.episodes.validate()?;
+        self.fitness.validate()?;
+        self.budget.validate()?;
         self.archive.validate()?;
         if let Some(llm) = &self.llm {
             llm.validate()?;
@@ -700,7 +467,8 @@ impl RunConfig {
     }
 
     /// Check, before anything is written, that the files and directories the run reads exist:
-    /// human traces, the τ² data directory, the seed program.
+    /// human traces, the τ² data directory, the seed program (the last step of
+    /// [`crate::evolve::run::check_config`]).
     pub fn check_inputs(&self) -> Result<()> {
         for (i, h) in self.run.human.iter().enumerate() {
             if crate::hub::is_hub_path(h) {
@@ -767,76 +535,9 @@ impl RunConfig {
 /// runs; a first offline run should take seconds).
 pub const QUICK_RUN_ITERATIONS: u64 = 10;
 
-/// A duration in seconds from a configuration value: finite and positive, else an error
-/// naming `key` (`Duration::from_secs_f64` would panic on NaN or a negative value).
-pub fn seconds(key: &str, value: f64) -> Result<std::time::Duration> {
-    positive(key, value)?;
-    std::time::Duration::try_from_secs_f64(value)
-        .map_err(|e| Error::config(key, format!("{value} seconds: {e}")))
-}
-
-fn positive(key: &str, value: f64) -> Result<()> {
-    if value.is_finite() && value > 0.0 {
-        Ok(())
-    } else {
-        Err(Error::config(
-            key,
-            format!("must be a positive number, got {value}"),
-        ))
-    }
-}
-
-fn fraction(key: &str, value: f64, closed: bool) -> Result<()> {
-    let ok = value.is_finite() && value >= 0.0 && if closed { value <= 1.0 } else { value < 1.0 };
-    if ok {
-        Ok(())
-    } else {
-        let range = if closed { "[0, 1]" } else { "[0, 1)" };
-        Err(Error::config(
-            key,
-            format!("must be in {range}, got {value}"),
-        ))
-    }
-}
-
-fn at_least<T: PartialOrd + std::fmt::Display>(key: &str, value: T, min: T) -> Result<()> {
-    if value >= min {
-        Ok(())
-    } else {
-        Err(Error::config(
-            key,
-            format!("must be at least {min}, got {value}"),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn generations_wait_on_an_llm_so_more_run_at_once_with_one() {
-        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let s = SandboxSection::default();
-        assert_eq!(s.sandbox_config(None).unwrap().concurrency, cpus);
-        assert_eq!(
-            s.sandbox_config(Some(256)).unwrap().concurrency,
-            cpus.max(LLM_SANDBOX_CONCURRENCY)
-        );
-        // a server answering one request at a time: no more programs than CPUs wait on it
-        assert_eq!(s.sandbox_config(Some(1)).unwrap().concurrency, cpus);
-        let fixed = SandboxSection {
-            concurrency: 3,
-            ..SandboxSection::default()
-        };
-        assert_eq!(fixed.sandbox_config(Some(256)).unwrap().concurrency, 3);
-        let nan = SandboxSection {
-            timeout_s: f64::NAN,
-            ..SandboxSection::default()
-        };
-        let e = nan.sandbox_config(None).unwrap_err().to_string();
-        assert!(e.contains("sandbox.timeout_s"), "{e}");
-    }
 
     #[test]
     fn defaults_round_trip_and_are_offline() {

@@ -1,7 +1,8 @@
 //! `ppol evolve --print-config`: every key of the run configuration with its value and the
 //! doc comment of its field, keys left unset commented out. The comments are read from the
-//! doc comments of the settings structs themselves (their source is compiled in), so they
-//! cannot drift from the code; a test fails when a printed key has none.
+//! doc comments of the settings structs themselves, in the file of the stage that owns each
+//! section (their source is compiled in), so they cannot drift from the code; a test fails
+//! when a printed key has none.
 
 use toml::Value;
 
@@ -18,15 +19,31 @@ const SECTIONS: [(&str, &str, &str); 10] = [
     ("search", "SearchSection", include_str!("config.rs")),
     ("archive", "ArchiveConfig", include_str!("archive.rs")),
     ("mutation", "MutationSection", include_str!("config.rs")),
-    ("sandbox", "SandboxSection", include_str!("config.rs")),
-    ("episodes", "EpisodesSection", include_str!("config.rs")),
-    ("fitness", "FitnessSection", include_str!("config.rs")),
+    (
+        "sandbox",
+        "SandboxSection",
+        include_str!("../generate/settings.rs"),
+    ),
+    (
+        "episodes",
+        "EpisodesSection",
+        include_str!("../simulate/settings.rs"),
+    ),
+    (
+        "fitness",
+        "FitnessSection",
+        include_str!("../fitness/settings.rs"),
+    ),
     (
         "fitness.discriminator",
         "ForestParams",
         include_str!("../fitness/discriminator.rs"),
     ),
-    ("budget", "BudgetSection", include_str!("config.rs")),
+    (
+        "budget",
+        "BudgetSection",
+        include_str!("../llm/config/mod.rs"),
+    ),
 ];
 
 /// The fields of `pub struct NAME` in `source`, in order, with their doc comments joined.
@@ -132,7 +149,7 @@ pub fn annotated(cfg: &RunConfig) -> String {
     match &cfg.llm {
         Some(llm) => {
             out.push_str(
-                "\n# [llm]: the models of every role (see the module docs of src/llm/config.rs)\n",
+                "\n# [llm]: the models of every role (see the module docs of src/llm/config/mod.rs)\n",
             );
             let wrapped = toml::to_string_pretty(&toml::Table::from_iter([(
                 "llm".to_string(),

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::dialogue::Dialogue;
-use crate::evolve::config::{EpisodeBackend, RunConfig};
+use crate::evolve::config::RunConfig;
 use crate::evolve::evaluate::{SandboxGenerator, TaskContext};
 use crate::evolve::ledger::{Ledger, Metered};
 use crate::evolve::rundir::RunDir;
@@ -24,6 +24,7 @@ use crate::shipped::{DEMO_HUMANS, LLM_SEED, OFFLINE_SEED};
 use crate::simulate::episode::record::{Episode, EpisodeStatus};
 use crate::simulate::episode::runner::Backend;
 use crate::simulate::episode::EpisodeRunner;
+use crate::simulate::settings::EpisodeBackend;
 use crate::simulate::world::{World, WorldDeps};
 use crate::{Error, Result};
 

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::future::join_all;
 
-use crate::evolve::config::SelectBy;
 use crate::evolve::runlog::{EvalMetrics, FailureInfo, PersonaOutcome};
 use crate::fitness::features::Fingerprint;
 use crate::fitness::score::{BatchScore, Rollout, Scorer, Weights};
+use crate::fitness::settings::SelectBy;
 use crate::generate::generator::{generate_in, GenerationOutcome};
 use crate::generate::sandbox::Sandbox;
 use crate::llm::ChatModel;

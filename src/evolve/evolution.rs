@@ -459,9 +459,8 @@ impl Evolution {
         checkpoint: Option<State>,
         control: RunControl,
     ) -> Result<Evolution> {
-        let cfg = &ctx.cfg;
-        check_config(cfg)?;
-        // `[mutation] max_tokens`, else `[llm.roles.mutator] max_tokens`, else the default
+        let cfg = &ctx.cfg; // checked by `run::evolve` / `run::resume` (`check_config`)
+                            // `[mutation] max_tokens`, else `[llm.roles.mutator] max_tokens`, else the default
         let mutation = MutationSection {
             max_tokens: Some(cfg.mutation.completion_cap(cfg.llm.as_ref())),
             ..cfg.mutation.clone()
@@ -1780,11 +1779,17 @@ fn final_weights(cfg: &RunConfig) -> Weights {
     Weights::new(cfg.fitness.lambda_h, cfg.fitness.lambda_b)
 }
 
-/// Refuse, before a run creates or pays for anything, settings only a run can check: the
-/// archive's metrics (below) and the mutation settings ([`Mutator::check`]).
+/// The one check of a run's settings, before it creates or pays for anything, in order: every
+/// section's values ([`RunConfig::validate`], each section's own `validate`), what only a run
+/// can check (the archive's metrics, below, and the mutation settings, [`Mutator::check`]),
+/// then the files and directories it reads ([`RunConfig::check_inputs`]). `run::evolve` and
+/// `run::resume` call it; the front ends call it (as `evolve::run::check_config`) before they
+/// start a run, so a bad setting is exit 2 / `ConfigError` at once.
 pub fn check_config(cfg: &RunConfig) -> Result<()> {
+    cfg.validate()?;
     check_metric_names(cfg)?;
-    Mutator::check(&cfg.mutation, &cfg.archive, !cfg.offline())
+    Mutator::check(&cfg.mutation, &cfg.archive, !cfg.offline())?;
+    cfg.check_inputs()
 }
 
 /// The archive ranks and bins programs by metrics they carry: `fitness_metric` and every

@@ -9,17 +9,16 @@ use std::path::Path;
 
 use crate::evolve::config::RunConfig;
 use crate::evolve::context::RunContext;
-use crate::evolve::evolution::{check_config, Evolution, State, CHECKPOINT_FORMAT};
+use crate::evolve::evolution::{Evolution, State, CHECKPOINT_FORMAT};
 use crate::evolve::rundir::RunDir;
 use crate::evolve::runlog::{self, Event};
 use crate::{Error, Result};
 
 pub use crate::evolve::eval::{evaluate_run, table_text};
-pub use crate::evolve::evolution::{Progress, ProgressFn, RunControl, RunSummary};
+pub use crate::evolve::evolution::{check_config, Progress, ProgressFn, RunControl, RunSummary};
 
 /// Create a run directory and run the evolution.
 pub async fn evolve(cfg: RunConfig, control: RunControl) -> Result<RunSummary> {
-    cfg.validate()?;
     check_config(&cfg)?;
     let dir = RunDir::create(&cfg)?;
     let ctx = RunContext::new(cfg, dir).await?;

@@ -27,15 +27,17 @@ pub struct Schedule {
 }
 
 impl Default for Schedule {
+    /// The schedule of the default `[fitness]` settings (which own the defaults).
     fn default() -> Self {
+        let f = crate::fitness::settings::FitnessSection::default();
         Schedule {
-            n_personas: 10,
-            batch_size: 5,
-            curriculum: true,
-            n_personas_schedule: vec![(1, 5), (2, 8), (3, 10)],
+            n_personas: f.n_personas,
+            batch_size: f.batch_size,
+            curriculum: f.curriculum,
+            n_personas_schedule: f.n_personas_schedule,
             large_pool_stage_iterations: 20,
-            lambda_b: 0.5,
-            lambda_h: 0.5,
+            lambda_b: f.lambda_b,
+            lambda_h: f.lambda_h,
         }
     }
 }

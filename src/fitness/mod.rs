@@ -2,7 +2,7 @@
 //! ([`traces`]), fingerprinted ([`features`]), summarised as the human reference
 //! ([`reference`](mod@reference)), covered by a persona set ([`coverage`], with [`kmeans`] centroids),
 //! separated from simulator dialogues by a [`discriminator`], and scored in one place
-//! ([`score::Scorer`]).
+//! ([`score::Scorer`]); the `[fitness]` settings of a run ([`settings`]).
 //!
 //! Depends only on the shared floor (`dialogue`, `persona`, `error`, `io`, `seed`).
 
@@ -13,4 +13,5 @@ pub mod geometry;
 pub mod kmeans;
 pub mod reference;
 pub mod score;
+pub mod settings;
 pub mod traces;

@@ -147,9 +147,10 @@ fn evolution(
     base_url: &str,
     parallel: usize,
 ) -> anyhow::Result<EvolutionTiming> {
-    use crate::evolve::config::{EpisodeBackend, MutationMode, RunConfig};
+    use crate::evolve::config::{MutationMode, RunConfig};
     use crate::evolve::evolution::{Progress, RunControl};
     use crate::evolve::runlog::{self, Event};
+    use crate::simulate::settings::EpisodeBackend;
     use std::sync::Mutex;
 
     let dir = tempfile::tempdir()?;
@@ -250,7 +251,7 @@ fn evaluate(
         user_temperature: None,
         seed: 0,
         // `ppol episodes`' default.
-        concurrency: 256,
+        concurrency: EpisodesRequest::CONCURRENCY,
         output: None,
     };
     let started = Instant::now();

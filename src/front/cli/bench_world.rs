@@ -68,7 +68,7 @@ pub fn run(args: BenchWorldArgs) -> anyhow::Result<()> {
             max_tool_rounds: None,
             user_temperature: None,
             seed: 0,
-            concurrency: 256,
+            concurrency: EpisodesRequest::CONCURRENCY,
             output: None,
         };
         let started = Instant::now();

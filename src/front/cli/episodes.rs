@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::Outcome;
-use crate::front::ops::{self, EpisodesRequest};
+use crate::front::ops::{self, EpisodesRequest, Overrides};
 use crate::limits;
 
 /// Arguments of `ppol episodes`.
@@ -22,7 +22,7 @@ pub struct EpisodesArgs {
     #[arg(long)]
     pub tau2_data: Option<PathBuf>,
     /// Tasks: a split name (train, test, base), `all`, or comma-separated task ids.
-    #[arg(long, default_value = "all")]
+    #[arg(long, default_value = EpisodesRequest::TASKS)]
     pub tasks: String,
     /// Persona records (JSONL from `ppol generate`); personas without task_id apply to every task.
     /// Without personas, each task is played by the plain simulator.
@@ -30,26 +30,32 @@ pub struct EpisodesArgs {
     pub personas: Option<PathBuf>,
     /// Trials per (task, persona), 1 to 1000; pass^k is reported for k ≤ trials. A request
     /// plays at most 100,000 episodes (tasks × personas × trials).
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+    #[arg(long, default_value_t = EpisodesRequest::TRIALS, allow_negative_numbers = true,
           value_parser = super::count(1, limits::MAX_TRIALS))]
     pub trials: u32,
-    /// `offline` (the scripted user and agent, no LLM; the default), `openai:MODEL[@BASE_URL]`,
-    /// a TOML LLM config (bare or with an `[llm]` section), or `scripted[:FILE]` (test double).
-    #[arg(long, default_value = "offline")]
+    /// `offline` (the scripted user and agent, no LLM; the default, unless --config has an
+    /// `[llm]` section), `openai:MODEL[@BASE_URL]`, a TOML LLM config (bare or with an `[llm]`
+    /// section), or `scripted[:FILE]` (test double).
+    #[arg(long, default_value = EpisodesRequest::LLM)]
     pub llm: String,
+    /// A run configuration (TOML, as for `ppol evolve`): its `[episodes]` settings
+    /// (`val_max_turns`, `max_tool_rounds`, `user_temperature`), its world (`[run] world`,
+    /// `tau2_data`, `[world]`) and its `[llm]` apply where no flag sets them.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// User turns before an episode is cut, 1 to 1000 (default: the configuration's
-    /// episodes.val_max_turns).
+    /// episodes.val_max_turns, 30).
     #[arg(long, allow_negative_numbers = true, value_parser = super::count(1, limits::MAX_TURNS))]
     pub max_turns: Option<usize>,
     /// Tool-call rounds an LLM agent may make before it must answer the user, 1 to 1000
-    /// (default 12).
+    /// (default: the configuration's episodes.max_tool_rounds, 12).
     #[arg(long, allow_negative_numbers = true, value_parser = super::count(1, limits::MAX_TURNS))]
     pub max_tool_rounds: Option<usize>,
     /// Root seed.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = EpisodesRequest::SEED)]
     pub seed: u64,
     /// Episodes in flight at once, 1 to 4096 (the LLM layer also limits concurrent requests).
-    #[arg(long, default_value_t = 256, allow_negative_numbers = true,
+    #[arg(long, default_value_t = EpisodesRequest::CONCURRENCY, allow_negative_numbers = true,
           value_parser = super::count(1, limits::MAX_CONCURRENCY))]
     pub concurrency: usize,
     /// Output JSONL. Episodes are appended to OUTPUT.partial as they finish; rerunning the same
@@ -67,15 +73,18 @@ pub struct EpisodesArgs {
 
 /// Run `ppol episodes`.
 pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
-    let world = args
-        .world
-        .choice(args.domain.as_deref(), args.tau2_data.clone())?;
+    let mut o = Overrides::new();
+    o.set_opt("run.domain", args.domain.as_deref())?
+        .set_opt("run.tau2_data", args.tau2_data.as_ref())?;
+    args.world.apply(&mut o)?;
+    let cfg = ops::load_config(args.config.as_deref(), &o)?;
+    let world = ops::WorldChoice::of_config(&cfg)?;
     let personas = args
         .personas
         .as_deref()
         .map(ops::read_personas)
         .transpose()?;
-    let llm = ops::parse_llm(&args.llm)?;
+    let llm = ops::parse_llm(&args.llm)?.or_else(|| cfg.llm.clone());
     let bar = super::progress(0, "episodes", args.quiet);
     let request = EpisodesRequest {
         world,
@@ -89,7 +98,8 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
         seed: args.seed,
         concurrency: args.concurrency,
         output: Some(args.output.clone()),
-    };
+    }
+    .with_settings(&cfg.episodes);
     let lines = super::progress_lines("episodes", args.quiet);
     let progress = |done: usize, total: usize| {
         bar.set_length(total as u64);

@@ -281,7 +281,8 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
         print!("{}", crate::evolve::config_text::annotated(&cfg));
         return Ok(Outcome::Done);
     }
-    cfg.check_inputs()?;
+    // the run checks again before it creates anything; here a bad setting stops before the banner
+    crate::evolve::run::check_config(&cfg)?;
     if cfg.offline() {
         let spec = cfg.world_spec()?;
         if spec.builtin().is_some() {

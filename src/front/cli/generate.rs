@@ -49,13 +49,13 @@ pub struct GenerateArgs {
     /// LLM for the program's `ppol_llm` requests: `offline` (requests raise LLMError; the
     /// default), `openai:MODEL[@BASE_URL]`, a TOML LLM config, or `scripted[:FILE]` (test double:
     /// canned text, a JSONL replay script, or a JSON file of substring rules).
-    #[arg(long, default_value = "offline")]
+    #[arg(long, default_value = GenerateRequest::LLM)]
     pub llm: String,
     /// A run configuration (TOML): its [sandbox] limits and [llm] section apply.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run seed (passed to the program as PPOL_SEED and to the LLM where supported).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = GenerateRequest::SEED)]
     pub seed: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Jsonl)]

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::fitness::discriminator::{Discriminator, ForestParams, MaxFeatures};
+use crate::fitness::discriminator::{Discriminator, ForestParams};
 use crate::fitness::features::FeatureSet;
-use crate::front::ops::{self, Overrides, ScoreRequest, TraceSource};
+use crate::front::ops::{self, ScoreRequest, TraceSource};
 use crate::limits;
 
 /// Random-forest settings shared by the commands that train one. Unset flags take the
@@ -35,24 +35,21 @@ pub struct ForestFlags {
 }
 
 impl ForestFlags {
-    /// The forest parameters and the number of folds: the configuration's defaults with these
-    /// flags applied, validated like the configuration.
+    /// These flags as the verb's request.
+    pub fn request(&self) -> ops::DiscriminatorRequest {
+        ops::DiscriminatorRequest {
+            trees: self.trees,
+            max_depth: self.max_depth,
+            max_features: self.max_features.clone(),
+            seed: self.seed,
+            folds: self.folds,
+        }
+    }
+
+    /// The forest parameters and the number of folds (see
+    /// [`ops::DiscriminatorRequest::params`]).
     pub fn params(&self) -> anyhow::Result<(ForestParams, usize)> {
-        let mut o = Overrides::new();
-        o.set_opt("fitness.discriminator.n_trees", self.trees)?
-            .set_opt("fitness.discriminator.seed", self.seed)?
-            .set_opt("fitness.folds", self.folds)?;
-        if let Some(mf) = &self.max_features {
-            let parsed: MaxFeatures = mf
-                .parse()
-                .map_err(|e| anyhow::anyhow!("invalid --max-features '{mf}': {e}"))?;
-            o.set("fitness.discriminator.max_features", parsed)?;
-        }
-        let mut f = ops::load_config(None, &o)?.fitness;
-        if let Some(d) = self.max_depth {
-            f.discriminator.max_depth = (d > 0).then_some(d);
-        }
-        Ok((f.discriminator, f.folds))
+        Ok(self.request().params()?)
     }
 }
 

@@ -14,6 +14,7 @@ use crate::llm::{Accounting, ChatModel, LlmClient, LlmConfig};
 use crate::persona::Persona;
 use crate::simulate::episode::record::{pass_hat_k, Episode, EpisodeStatus};
 use crate::simulate::episode::runner::{self, Backend};
+use crate::simulate::settings::EpisodesSection;
 use crate::simulate::world::{self, World, WorldDeps, WorldSettings, WorldSpec};
 use crate::{limits, Error, Result};
 
@@ -96,6 +97,32 @@ pub struct EpisodesRequest {
     /// Write episodes to this JSONL file as they finish (see [`EpisodeSink`]); None: keep them
     /// in memory only.
     pub output: Option<PathBuf>,
+}
+
+impl EpisodesRequest {
+    /// Default of `tasks` (`--tasks`, `tasks=`).
+    pub const TASKS: &'static str = "all";
+    /// Default of `trials` (`--trials`, `trials=`).
+    pub const TRIALS: u32 = 1;
+    /// Default of `seed` (`--seed`, `seed=`).
+    pub const SEED: u64 = 0;
+    /// Default of `concurrency` (`--concurrency`, `concurrency=`, the benches): episodes in
+    /// flight at once; the LLM client bounds requests on its own.
+    pub const CONCURRENCY: usize = 256;
+    /// Default of `--llm` (Python: `llm=None`): no LLM of its own, so the configuration's
+    /// `[llm]`, else the offline scripted simulator.
+    pub const LLM: &'static str = "offline";
+
+    /// Fill what the front end left unset from the `[episodes]` section of its configuration
+    /// (`--config` / `config=`, else the defaults): `max_turns` from `val_max_turns`,
+    /// `max_tool_rounds`, `user_temperature`. The CLI and Python both call this, so they play
+    /// the same episodes from the same configuration.
+    pub fn with_settings(mut self, episodes: &EpisodesSection) -> Self {
+        self.max_turns = self.max_turns.or(Some(episodes.val_max_turns));
+        self.max_tool_rounds = self.max_tool_rounds.or(Some(episodes.max_tool_rounds));
+        self.user_temperature = self.user_temperature.or(Some(episodes.user_temperature));
+        self
+    }
 }
 
 /// Episodes played, with what was spent.
@@ -329,7 +356,7 @@ pub async fn episodes(
     req: EpisodesRequest,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<EpisodesReport> {
-    let defaults = RunConfig::default().episodes;
+    let defaults = EpisodesSection::default();
     let max_turns = req.max_turns.unwrap_or(defaults.val_max_turns);
     limits::check("max_turns", max_turns, 1, limits::MAX_TURNS)?;
     let max_tool_rounds = req.max_tool_rounds.unwrap_or(defaults.max_tool_rounds);

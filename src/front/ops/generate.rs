@@ -25,7 +25,14 @@ pub struct GenerateRequest {
     /// Run seed (passed to the program as `PPOL_SEED`).
     pub seed: u64,
     /// Sandbox limits (timeout, memory, LLM calls, concurrency) from the configuration.
-    pub sandbox: crate::evolve::config::SandboxSection,
+    pub sandbox: crate::generate::settings::SandboxSection,
+}
+
+impl GenerateRequest {
+    /// Default of `seed` (`--seed`, `seed=`).
+    pub const SEED: u64 = 0;
+    /// Default of `--llm` (Python: `llm=None`): the configuration's `[llm]`, else none.
+    pub const LLM: &'static str = "offline";
 }
 
 /// The outcome of one task's generation.

@@ -290,6 +290,46 @@ pub fn train_discriminator(
     crate::fitness::score::train_discriminator(human, baseline, forest, folds)
 }
 
+/// What `ppol discriminator train` and `Discriminator.train()` set of the forest: each unset
+/// field takes the configuration's default (`[fitness.discriminator]`, `fitness.folds`, see
+/// [`crate::fitness::settings::FitnessSection`]); the one place both front ends turn their
+/// arguments into forest parameters.
+#[derive(Debug, Clone, Default)]
+pub struct DiscriminatorRequest {
+    /// Trees, 1 ..= [`crate::limits::MAX_TREES`].
+    pub trees: Option<usize>,
+    /// Maximum depth; 0 = unlimited.
+    pub max_depth: Option<usize>,
+    /// Features tried per split: `sqrt`, `all`, an integer or a fraction.
+    pub max_features: Option<String>,
+    /// Random seed.
+    pub seed: Option<u64>,
+    /// Folds of the grouped held-out AUC, 2 ..= [`crate::limits::MAX_FOLDS`].
+    pub folds: Option<usize>,
+}
+
+impl DiscriminatorRequest {
+    /// The forest parameters and the number of folds: the configuration's defaults with these
+    /// settings applied, validated like the configuration (errors name the key).
+    pub fn params(&self) -> Result<(ForestParams, usize)> {
+        let mut o = Overrides::new();
+        o.set_opt("fitness.discriminator.n_trees", self.trees)?
+            .set_opt("fitness.discriminator.seed", self.seed)?
+            .set_opt("fitness.folds", self.folds)?;
+        if let Some(mf) = &self.max_features {
+            let parsed: crate::fitness::discriminator::MaxFeatures = mf
+                .parse()
+                .map_err(|e| Error::config("max_features", format!("{e}")))?;
+            o.set("fitness.discriminator.max_features", parsed)?;
+        }
+        let mut f = load_config(None, &o)?.fitness;
+        if let Some(d) = self.max_depth {
+            f.discriminator.max_depth = (d > 0).then_some(d);
+        }
+        Ok((f.discriminator, f.folds))
+    }
+}
+
 /// What `ppol score` needs.
 pub struct ScoreRequest<'a> {
     /// The human reference.

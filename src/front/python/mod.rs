@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::dialogue::Dialogue;
-use crate::fitness::discriminator::{Discriminator, MaxFeatures};
+use crate::fitness::discriminator::Discriminator;
 use crate::fitness::features::{fingerprint_many, FeatureSet, FEATURE_NAMES, N_FEATURES};
 use crate::fitness::reference::HumanReference;
 use crate::front::ops::{self, Overrides, TraceSource};
@@ -368,30 +368,18 @@ impl PyDiscriminator {
         folds: Option<usize>,
     ) -> PyResult<Self> {
         let base = dialogues(py, baseline, None)?;
-        let mut o = Overrides::new();
-        let set = |o: &mut Overrides, k: &str, v: Option<usize>| -> PyResult<()> {
-            o.set_opt(k, v).map(|_| ()).map_err(to_py_err)
-        };
-        set(&mut o, "fitness.discriminator.n_trees", trees)?;
-        set(&mut o, "fitness.folds", folds)?;
-        o.set_opt("fitness.discriminator.seed", seed)
-            .map_err(to_py_err)?;
-        if let Some(mf) = max_features {
-            let parsed: MaxFeatures = mf.parse().map_err(|e| {
-                ConfigError::new_err(format!("invalid configuration 'max_features': {e}"))
-            })?;
-            o.set("fitness.discriminator.max_features", parsed)
-                .map_err(to_py_err)?;
+        let (forest, folds) = ops::DiscriminatorRequest {
+            trees,
+            max_depth,
+            max_features: max_features.map(str::to_string),
+            seed,
+            folds,
         }
-        let mut fitness = ops::load_config(None, &o).map_err(to_py_err)?.fitness;
-        if let Some(d) = max_depth {
-            fitness.discriminator.max_depth = (d > 0).then_some(d);
-        }
+        .params()
+        .map_err(to_py_err)?;
         let reference = human.inner.clone();
         let inner = py
-            .detach(|| {
-                ops::train_discriminator(&reference, &base, &fitness.discriminator, fitness.folds)
-            })
+            .detach(|| ops::train_discriminator(&reference, &base, &forest, folds))
             .map_err(to_py_err)?;
         Ok(PyDiscriminator { inner })
     }
@@ -651,13 +639,14 @@ fn episodes<'py>(
         personas,
         trials,
         llm: llm_of(llm.as_deref(), &cfg)?,
-        max_turns: max_turns.or(Some(cfg.episodes.val_max_turns)),
-        max_tool_rounds: Some(cfg.episodes.max_tool_rounds),
-        user_temperature: Some(cfg.episodes.user_temperature),
+        max_turns,
+        max_tool_rounds: None,
+        user_temperature: None,
         seed,
         concurrency,
         output,
-    };
+    }
+    .with_settings(&cfg.episodes);
     let report = block_on(py, ops::episodes(request, &|_, _| {}))?.map_err(to_py_err)?;
     to_py(py, &report)
 }
@@ -774,7 +763,8 @@ fn evolve_start(
                 }
             }
             let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
-            cfg.check_inputs().map_err(to_py_err)?;
+            // raised here, not from the run thread at `wait()`
+            crate::evolve::run::check_config(&cfg).map_err(to_py_err)?;
             ops::EvolveStart::New(Box::new(cfg))
         }
     };

@@ -284,6 +284,11 @@ impl Program {
     }
 }
 
+/// LLM calls one generation may make by default (`[sandbox] max_llm_calls` and
+/// [`SandboxConfig::default`]): a two-stage seed program makes a handful; 64 leaves room for a
+/// program that asks per persona without letting a looping one spend a budget.
+pub const MAX_LLM_CALLS: usize = 64;
+
 /// Limits and protections of the sandbox. [`Sandbox::new`] refuses a configuration that
 /// [`SandboxConfig::validate`] rejects; build the timeout from user input with
 /// [`SandboxConfig::timeout_from_secs`] (a negative, NaN or infinite number is an
@@ -350,7 +355,7 @@ impl Default for SandboxConfig {
             max_open_files: 256,
             output_cap: 1 << 20,
             protocol_cap: 32 << 20,
-            max_llm_calls: 256,
+            max_llm_calls: MAX_LLM_CALLS,
             llm_parallel: 8,
             concurrency: std::thread::available_parallelism()
                 .map(|n| n.get())

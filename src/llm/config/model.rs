@@ -1,110 +1,14 @@
-//! LLM configuration: which provider and model answers each [`CallRole`], and the limits of
-//! the wrapper ([`super::LlmClient`]) around them.
-//!
-//! A configuration comes from a TOML file, from a `--llm` command-line value
-//! ([`LlmConfig::from_cli_value`]) or is built in code. A complete TOML file:
-//!
-//! ```toml
-//! max_concurrency = 256      # simultaneous calls over all roles (a cap; see below)
-//! adaptive_concurrency = true   # per-endpoint limits adapt to the server (AIMD)
-//! max_retries = 4            # retries after the first attempt
-//! backoff_base_ms = 500      # first retry waits about this long, doubling each time
-//! backoff_max_ms = 30000     # cap of one backoff
-//! endpoint_wait_s = 60       # how long to wait for an endpoint that refuses connections
-//! max_response_bytes = 8388608   # larger response bodies are cut off and fail the attempt
-//! cache_dir = ".ppol-cache"  # opt-in response cache (relative to this file)
-//!
-//! [budget]                   # optional hard caps over the whole run
-//! max_usd = 5.0
-//! max_tokens = 2000000
-//!
-//! [default]                  # the model of every role not listed under [roles]
-//! provider = "openai"        # "openai" (any OpenAI-compatible endpoint) or "scripted"
-//! model = "gpt-4o-mini"      # empty: $PPOL_LLM_MODEL
-//! base_url = "http://localhost:8000/v1"   # unset: $OPENAI_BASE_URL, else api.openai.com;
-//!                          # a list is replicas of one model: ["http://a:8000/v1", "http://b:8000/v1"]
-//! api_key_env = "OPENAI_API_KEY"
-//! temperature = 0.7          # used when a request does not set its own
-//! max_tokens = 1024          # unset: a per-role default (CallRole::default_max_tokens)
-//! timeout_s = 60             # one attempt
-//! deadline_s = 150           # one call, retries and waits included (unset: 2.5 × timeout_s)
-//! context_window = 8192      # the model's context in tokens (unset: learned from a 400)
-//! max_concurrency = 4        # cap of requests in flight to each base URL (unset: no extra cap)
-//! stop = ["</answer>"]       # stop sequences sent with every request (unset: none)
-//! tool_argument_max_chars = 200   # every string in tool-call arguments at most 200 characters;
-//!                          # 0: no bounds; unset: identifier-like arguments only (see below)
-//! headers = { "X-Title" = "ppol" }
-//!
-//! [roles.user-sim]           # field-by-field override of [default] for one role
-//! model = "gpt-4o"
-//!
-//! [roles.mutator]
-//! provider = "scripted"
-//! script = "mutator-replies.jsonl"
-//!
-//! [prices."gpt-4o-mini"]     # USD per 1M tokens; unknown models cost 0
-//! prompt = 0.15
-//! completion = 0.60
-//! ```
-//!
-//! **Concurrency.** Each base URL has its own limit of requests in flight, which adapts to
-//! the server by default (see [`super::endpoint`]): it starts at 8, grows while answers come
-//! back at a flat latency, and shrinks on 429 / 503, timeouts and rising latency. The
-//! `max_concurrency` values cap it: the spec's per base URL, the top-level one over all calls
-//! (a call holds its permit through retries and backoff). `max_concurrency = 1` keeps exactly
-//! one request in flight, what a llama.cpp server answering one at a time wants;
-//! `adaptive_concurrency = false` fixes each limit at its cap.
-//!
-//! **Replicas.** A `base_url` list names servers of the same model (vLLM or SGLang replicas,
-//! several llama.cpp processes): each request goes to the replica with the fewest requests in
-//! flight, a replica that fails repeatedly is benched for a while, and the cache and the
-//! accounting see one model. The `--llm` form takes them comma-separated:
-//! `openai:MODEL@http://a:8000/v1,http://b:8000/v1`.
-//!
-//! **Bounded tool arguments.** Servers that constrain tool calls with a grammar built from the
-//! tool's JSON schema (llama.cpp, llama-cpp-python, vLLM's guided decoding) let a weak model
-//! write one string argument until the context window is full; llama-cpp-python 0.3.x even
-//! ignores `max_tokens` there, so one such answer holds the server for minutes (SmolLM2-135M
-//! wrote one `product_id` of 6,629 tokens, 352 s). The tool schemas ppol sends therefore carry
-//! bounds the grammar enforces (`maxLength` on strings, `maxItems` on lists); what the tools
-//! accept does not change. `tool_argument_max_chars` picks them ([`ToolArgumentBound`]):
-//!
-//! * unset (the default): only **identifier-like** strings get a `maxLength` of
-//!   [`IDENTIFIER_MAX_CHARS`] (100), and lists of them a `maxItems` of
-//!   [`TOOL_ARGUMENT_MAX_ITEMS`]. A string argument is identifier-like when a word of its
-//!   property name (split at `_`, `-`, digits and case changes) is one of
-//!   [`IDENTIFIER_WORDS`](super::openai::IDENTIFIER_WORDS) — `id`, `ids`, `uuid`, `guid`,
-//!   `email(s)`, `code(s)`, `zip`, `postcode`, `date`, `dob`, `time`, `number`, `phone`,
-//!   `name` — or when its description gives a one-token example (`such as 'JFK'`,
-//!   `e.g. "1008292230"`: quoted, no spaces, at most 40 characters); a list's items take
-//!   the list's name and description (`item_ids`). Free text — τ²'s `thought`, `summary`,
-//!   `expression`, an address — stays unbounded, so strong models are never cut short, and
-//!   strings with an `enum`, a `const` or a `format` are left to the server
-//!   ([`is_identifier_like`](super::openai::is_identifier_like)).
-//! * `tool_argument_max_chars = N`: every string at most N characters and every list at most
-//!   [`TOOL_ARGUMENT_MAX_ITEMS`] items — for a tiny model that also loops in free text. Keep N
-//!   small for llama-cpp-python: 0.3.36 turns `maxLength` into nested optional rules, and its
-//!   server process crashed (SIGSEGV) on a `maxLength` of 1,024 while 768 worked; `200` (what
-//!   `python -m ppol_rs.local_server` prints for SmolLM2-135M) ended the 352-s argument above
-//!   in 3 s.
-//! * `tool_argument_max_chars = 0`: no bounds, the schemas exactly as the tools define them.
-//!
-//! Role names are `user-sim`, `agent`, `mutator`, `generator` and `reflection`. Every unknown
-//! key is an [`Error::Config`] naming the dotted key (`roles.agent.temprature`).
-//!
-//! The same keys may sit under an `[llm]` table — the form a run configuration uses
-//! (`[llm]`, `[llm.default]`, `[llm.roles.agent]`) — so one file serves `--config` and `--llm`.
-//! In that form the other top-level tables belong to the run and are ignored here, except a
-//! top-level `[budget]` with `max_usd` / `max_tokens`, which fills the LLM budget where
-//! `[llm.budget]` leaves it unset (as a run does); errors then name `llm.`-prefixed keys.
+//! The model of one role: its provider ([`ProviderKind`]), endpoint ([`BaseUrl`], replicas
+//! included), sampling and time limits, the bounds its tool schemas carry
+//! ([`ToolArgumentBound`]) — [`ModelSpec`] — and the field-by-field override of it for one
+//! role ([`ModelPatch`]). The file format is in the docs of [`super`].
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::schema::StructuredOutput;
-use super::CallRole;
+use crate::llm::schema::StructuredOutput;
 use crate::{Error, Result};
 
 /// Longest list a tool-call argument may hold under [`ModelSpec::tool_argument_max_chars`].
@@ -229,7 +133,7 @@ pub enum ProviderKind {
     #[default]
     #[serde(rename = "openai")]
     OpenAi,
-    /// The deterministic offline provider ([`super::ScriptedModel`]).
+    /// The deterministic offline provider ([`crate::llm::ScriptedModel`]).
     Scripted,
 }
 
@@ -290,7 +194,7 @@ pub struct ModelSpec {
     pub deadline_s: Option<f64>,
     /// The model's context window in tokens (prompt + completion). Known, it lets the client
     /// trim long histories before sending; `None`: learned from the endpoint's first
-    /// context-length error (see [`super::context`]).
+    /// context-length error (see [`crate::llm::context`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
     /// Cap of the requests in flight to each of this model's base URLs (on top of the global
@@ -312,13 +216,13 @@ pub struct ModelSpec {
     /// How requests with a JSON schema for the answer (structured mutations, persona JSON) are
     /// sent: `auto` (try OpenAI's `json_schema`, then llama-cpp-python's `json_object` with a
     /// schema, then none, and remember what the endpoint took), `json_schema`, `json_object` or
-    /// `off` (free-text answers). See [`super::schema`].
+    /// `off` (free-text answers). See [`crate::llm::schema`].
     #[serde(default, skip_serializing_if = "is_auto")]
     pub structured_output: StructuredOutput,
     /// Extra HTTP headers sent with every request (`openai` only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
-    /// JSONL replies replayed by the `scripted` provider (see [`super::scripted`]); `None`
+    /// JSONL replies replayed by the `scripted` provider (see [`crate::llm::scripted`]); `None`
     /// answers from a hash of the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<PathBuf>,
@@ -465,7 +369,7 @@ impl ModelSpec {
     /// tool arguments) — part of a cached answer's key; null when nothing. A request with tools
     /// under the default bound (identifier-like arguments) names that bound, so answers cached
     /// before it existed (unbounded schemas) are not reused.
-    pub fn request_shaping(&self, request: &super::ChatRequest) -> serde_json::Value {
+    pub fn request_shaping(&self, request: &crate::llm::ChatRequest) -> serde_json::Value {
         let mut shaping = serde_json::Map::new();
         if !self.stop.is_empty() || self.tool_argument_max_chars.is_some() {
             shaping.insert("stop".into(), serde_json::json!(self.stop));
@@ -498,7 +402,8 @@ impl ModelSpec {
         std::time::Duration::from_secs_f64(secs.max(0.001))
     }
 
-    fn validate(&self, key: &str) -> Result<()> {
+    /// Check the spec's values; errors name `key` (`default`, `roles.agent`).
+    pub(super) fn validate(&self, key: &str) -> Result<()> {
         if !(self.timeout_s.is_finite() && self.timeout_s > 0.0) {
             return Err(Error::config(
                 format!("{key}.timeout_s"),
@@ -741,491 +646,5 @@ impl ModelPatch {
             s.script = Some(p.clone());
         }
         s
-    }
-}
-
-/// Hard caps over the whole run. Once one is reached, new calls fail with
-/// [`Error::BudgetExhausted`]; calls already in flight complete.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Budget {
-    /// Maximum spend in USD (from [`LlmConfig::prices`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_usd: Option<f64>,
-    /// Maximum prompt + completion tokens (cache hits excluded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u64>,
-}
-
-/// Price of a model in USD per one million tokens.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Price {
-    /// USD per 1M prompt tokens.
-    #[serde(default)]
-    pub prompt: f64,
-    /// USD per 1M completion tokens.
-    #[serde(default)]
-    pub completion: f64,
-}
-
-impl Price {
-    /// Cost of a call in USD.
-    pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> f64 {
-        (prompt_tokens as f64 * self.prompt + completion_tokens as f64 * self.completion) / 1e6
-    }
-}
-
-fn default_max_concurrency() -> usize {
-    256
-}
-fn default_adaptive_concurrency() -> bool {
-    true
-}
-fn default_max_retries() -> u32 {
-    4
-}
-fn default_backoff_base_ms() -> u64 {
-    500
-}
-fn default_backoff_max_ms() -> u64 {
-    30_000
-}
-fn default_endpoint_wait_s() -> f64 {
-    60.0
-}
-fn default_max_response_bytes() -> u64 {
-    8 * 1024 * 1024
-}
-
-/// The whole LLM configuration. See the [module docs](self) for the TOML form.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LlmConfig {
-    /// Maximum simultaneous calls over all roles (≥ 1), retries and backoff included; also the
-    /// cap of every endpoint's adaptive limit. Default 256.
-    #[serde(default = "default_max_concurrency")]
-    pub max_concurrency: usize,
-    /// Whether each endpoint's limit of requests in flight adapts to the server (AIMD, see
-    /// [`super::endpoint`]; default) or stays fixed at its cap (`max_concurrency`).
-    #[serde(default = "default_adaptive_concurrency")]
-    pub adaptive_concurrency: bool,
-    /// Retries after the first attempt of a call.
-    #[serde(default = "default_max_retries")]
-    pub max_retries: u32,
-    /// Base of the exponential backoff, in milliseconds.
-    #[serde(default = "default_backoff_base_ms")]
-    pub backoff_base_ms: u64,
-    /// Cap of one backoff, in milliseconds.
-    #[serde(default = "default_backoff_max_ms")]
-    pub backoff_max_ms: u64,
-    /// How long, in seconds, calls wait for an endpoint that refuses connections (a server
-    /// restarting) before failing; the wait is shared by every call to that endpoint, and
-    /// once it has run out later calls fail at once (after one quick connect check) instead
-    /// of each spending its own retries.
-    #[serde(default = "default_endpoint_wait_s")]
-    pub endpoint_wait_s: f64,
-    /// Largest response body read from an endpoint, in bytes; a larger (or endless) body
-    /// fails the attempt without being retried.
-    #[serde(default = "default_max_response_bytes")]
-    pub max_response_bytes: u64,
-    /// Directory of the opt-in on-disk response cache.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_dir: Option<PathBuf>,
-    /// Hard caps.
-    #[serde(default)]
-    pub budget: Budget,
-    /// The model of every role not overridden in [`LlmConfig::roles`].
-    #[serde(default)]
-    pub default: ModelSpec,
-    /// Per-role overrides of [`LlmConfig::default`].
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub roles: BTreeMap<CallRole, ModelPatch>,
-    /// Prices by model name; models not listed cost 0.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub prices: BTreeMap<String, Price>,
-}
-
-impl Default for LlmConfig {
-    /// Wrapper defaults with an `openai` default spec (model from `$PPOL_LLM_MODEL`).
-    fn default() -> Self {
-        LlmConfig::with_default(ModelSpec::default())
-    }
-}
-
-const TOP_KEYS: &[&str] = &[
-    "max_concurrency",
-    "adaptive_concurrency",
-    "max_retries",
-    "backoff_base_ms",
-    "backoff_max_ms",
-    "endpoint_wait_s",
-    "max_response_bytes",
-    "cache_dir",
-    "budget",
-    "default",
-    "roles",
-    "prices",
-];
-const SPEC_KEYS: &[&str] = &[
-    "provider",
-    "model",
-    "base_url",
-    "api_key_env",
-    "temperature",
-    "max_tokens",
-    "timeout_s",
-    "deadline_s",
-    "context_window",
-    "max_concurrency",
-    "stop",
-    "tool_argument_max_chars",
-    "structured_output",
-    "headers",
-    "script",
-];
-const BUDGET_KEYS: &[&str] = &["max_usd", "max_tokens"];
-const PRICE_KEYS: &[&str] = &["prompt", "completion"];
-
-/// `prefix.key`, or `key` without a prefix.
-fn dotted(prefix: &str, key: &str) -> String {
-    if prefix.is_empty() {
-        key.to_string()
-    } else {
-        format!("{prefix}.{key}")
-    }
-}
-
-fn check_keys(table: &toml::Table, prefix: &str, allowed: &[&str], file: &Path) -> Result<()> {
-    for key in table.keys() {
-        if !allowed.contains(&key.as_str()) {
-            let full = if prefix.is_empty() {
-                key.clone()
-            } else {
-                format!("{prefix}.{key}")
-            };
-            return Err(Error::config(
-                full,
-                format!(
-                    "unknown key in '{}'; expected one of: {}",
-                    file.display(),
-                    allowed.join(", ")
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn sub_table<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Table> {
-    table.get(key).and_then(|v| v.as_table())
-}
-
-/// Reject every key the schema does not know, naming it with its dotted path (under
-/// `prefix`, `llm` for the wrapped form).
-fn check_unknown_keys(root: &toml::Table, prefix: &str, file: &Path) -> Result<()> {
-    check_keys(root, prefix, TOP_KEYS, file)?;
-    if let Some(t) = sub_table(root, "budget") {
-        check_keys(t, &dotted(prefix, "budget"), BUDGET_KEYS, file)?;
-    }
-    if let Some(t) = sub_table(root, "default") {
-        check_keys(t, &dotted(prefix, "default"), SPEC_KEYS, file)?;
-    }
-    if let Some(roles) = sub_table(root, "roles") {
-        let names: Vec<&str> = CallRole::ALL.iter().map(|r| r.as_str()).collect();
-        for (role, v) in roles {
-            if !names.contains(&role.as_str()) {
-                return Err(Error::config(
-                    dotted(prefix, &format!("roles.{role}")),
-                    format!(
-                        "unknown role in '{}'; expected one of: {}",
-                        file.display(),
-                        names.join(", ")
-                    ),
-                ));
-            }
-            if let Some(t) = v.as_table() {
-                check_keys(
-                    t,
-                    &dotted(prefix, &format!("roles.{role}")),
-                    SPEC_KEYS,
-                    file,
-                )?;
-            }
-        }
-    }
-    if let Some(prices) = sub_table(root, "prices") {
-        for (model, v) in prices {
-            if let Some(t) = v.as_table() {
-                check_keys(
-                    t,
-                    &dotted(prefix, &format!("prices.\"{model}\"")),
-                    PRICE_KEYS,
-                    file,
-                )?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A run configuration file seen from the LLM side: its `[llm]` table, its top-level
-/// `[budget]` (the run's caps, which a run copies into the LLM budget) and nothing else.
-#[derive(Deserialize)]
-struct Wrapped {
-    llm: LlmConfig,
-    #[serde(default)]
-    budget: Option<RunBudget>,
-}
-
-/// The LLM part of a run's top-level `[budget]` (other keys belong to the run).
-#[derive(Deserialize)]
-struct RunBudget {
-    #[serde(default)]
-    max_usd: Option<f64>,
-    #[serde(default)]
-    max_tokens: Option<u64>,
-}
-
-impl LlmConfig {
-    /// Wrapper defaults with `spec` for every role.
-    pub fn with_default(spec: ModelSpec) -> Self {
-        LlmConfig {
-            max_concurrency: default_max_concurrency(),
-            adaptive_concurrency: default_adaptive_concurrency(),
-            max_retries: default_max_retries(),
-            backoff_base_ms: default_backoff_base_ms(),
-            backoff_max_ms: default_backoff_max_ms(),
-            endpoint_wait_s: default_endpoint_wait_s(),
-            max_response_bytes: default_max_response_bytes(),
-            cache_dir: None,
-            budget: Budget::default(),
-            default: spec,
-            roles: BTreeMap::new(),
-            prices: BTreeMap::new(),
-        }
-    }
-
-    /// Every role on the offline `scripted` provider.
-    pub fn scripted(script: Option<PathBuf>) -> Self {
-        LlmConfig::with_default(ModelSpec::scripted(script))
-    }
-
-    /// Every role on one OpenAI-compatible model.
-    pub fn openai(model: impl Into<String>, base_url: Option<String>) -> Self {
-        LlmConfig::with_default(ModelSpec::openai(model, base_url))
-    }
-
-    /// The resolved spec of one role (default with the role's patch applied).
-    pub fn spec(&self, role: CallRole) -> ModelSpec {
-        match self.roles.get(&role) {
-            Some(patch) => patch.apply(&self.default),
-            None => self.default.clone(),
-        }
-    }
-
-    /// Requests one role can have in flight at most: the client's `max_concurrency`, or the
-    /// role's per-URL cap times its replicas when lower.
-    pub fn request_capacity(&self, role: CallRole) -> usize {
-        let spec = self.spec(role);
-        let per_model = spec.max_concurrency.map_or(usize::MAX, |c| {
-            c.saturating_mul(spec.resolved_base_urls().len().max(1))
-        });
-        self.max_concurrency.min(per_model).max(1)
-    }
-
-    /// Replace one role's model entirely.
-    pub fn set_role(&mut self, role: CallRole, spec: &ModelSpec) {
-        self.roles.insert(role, ModelPatch::from_spec(spec));
-    }
-
-    /// The price of a model (0 when unknown).
-    pub fn price(&self, model: &str) -> Price {
-        self.prices.get(model).copied().unwrap_or_default()
-    }
-
-    /// Check value ranges; errors name the offending key.
-    pub fn validate(&self) -> Result<()> {
-        crate::limits::check(
-            "max_concurrency",
-            self.max_concurrency,
-            1,
-            crate::limits::MAX_CONCURRENCY,
-        )?;
-        if !(self.endpoint_wait_s.is_finite() && self.endpoint_wait_s >= 0.0) {
-            return Err(Error::config(
-                "endpoint_wait_s",
-                format!(
-                    "must be a non-negative number of seconds, got {}",
-                    self.endpoint_wait_s
-                ),
-            ));
-        }
-        crate::limits::check(
-            "max_response_bytes",
-            self.max_response_bytes,
-            1024,
-            crate::limits::MAX_INPUT_BYTES,
-        )?;
-        if self.backoff_max_ms < self.backoff_base_ms {
-            return Err(Error::config(
-                "backoff_max_ms",
-                format!(
-                    "must be at least backoff_base_ms ({} < {})",
-                    self.backoff_max_ms, self.backoff_base_ms
-                ),
-            ));
-        }
-        if let Some(usd) = self.budget.max_usd {
-            if !(usd.is_finite() && usd >= 0.0) {
-                return Err(Error::config(
-                    "budget.max_usd",
-                    format!("must be a non-negative number, got {usd}"),
-                ));
-            }
-        }
-        for (model, p) in &self.prices {
-            let ok = |x: f64| x.is_finite() && x >= 0.0;
-            if !(ok(p.prompt) && ok(p.completion)) {
-                return Err(Error::config(
-                    format!("prices.\"{model}\""),
-                    "prices must be non-negative numbers (USD per 1M tokens)",
-                ));
-            }
-        }
-        self.default.validate("default")?;
-        for role in self.roles.keys() {
-            self.spec(*role)
-                .validate(&format!("roles.{}", role.as_str()))?;
-        }
-        Ok(())
-    }
-
-    /// Parse TOML text. `file` is used in error messages and relative `cache_dir` / `script`
-    /// paths are resolved against its directory.
-    ///
-    /// Both the bare form (keys at the top level) and the run-configuration form (under
-    /// `[llm]`, see the [module docs](self)) are accepted.
-    pub fn from_toml_str(text: &str, file: &Path) -> Result<Self> {
-        let toml_error = |e: toml::de::Error| Error::toml(file, text, &e);
-        let root: toml::Table = toml::from_str(text).map_err(toml_error)?;
-        let wrapped = matches!(root.get("llm"), Some(toml::Value::Table(_)));
-        let prefix = if wrapped { "llm" } else { "" };
-        let cfg = match &root.get("llm") {
-            Some(toml::Value::Table(inner)) => {
-                check_unknown_keys(inner, prefix, file)?;
-                let w: Wrapped = toml::from_str(text).map_err(toml_error)?;
-                let mut cfg = w.llm;
-                if let Some(b) = w.budget {
-                    cfg.budget.max_usd = cfg.budget.max_usd.or(b.max_usd);
-                    cfg.budget.max_tokens = cfg.budget.max_tokens.or(b.max_tokens);
-                }
-                cfg
-            }
-            Some(_) => {
-                return Err(Error::config(
-                    "llm",
-                    format!(
-                        "in '{}' must be a table ([llm] with [llm.default], [llm.roles.<role>])",
-                        file.display()
-                    ),
-                ))
-            }
-            None => {
-                check_unknown_keys(&root, prefix, file)?;
-                toml::from_str::<LlmConfig>(text).map_err(toml_error)?
-            }
-        };
-        let mut cfg = cfg;
-        let base = file
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map(Path::to_path_buf);
-        if let Some(base) = base {
-            let fix = |p: &mut PathBuf| {
-                if p.is_relative() {
-                    *p = base.join(&*p);
-                }
-            };
-            if let Some(p) = cfg.cache_dir.as_mut() {
-                fix(p);
-            }
-            if let Some(p) = cfg.default.script.as_mut() {
-                fix(p);
-            }
-            for patch in cfg.roles.values_mut() {
-                if let Some(p) = patch.script.as_mut() {
-                    fix(p);
-                }
-            }
-        }
-        cfg.validate().map_err(|e| match e {
-            Error::Config { key, message } if wrapped => Error::Config {
-                key: dotted(prefix, &key),
-                message,
-            },
-            other => other,
-        })?;
-        Ok(cfg)
-    }
-
-    /// Read a TOML file.
-    pub fn from_toml_file(path: &Path) -> Result<Self> {
-        let text = crate::io::read_to_string(path)?;
-        LlmConfig::from_toml_str(&text, path)
-    }
-
-    /// Parse a `--llm` value:
-    ///
-    /// * `scripted` — every role on the offline scripted provider (hash answers);
-    /// * `scripted:FILE.jsonl` — the scripted provider replaying a script;
-    /// * `openai:MODEL` or `openai:MODEL@BASE_URL` — every role on one OpenAI-compatible model
-    ///   (`openai:@http://...` takes the model from `$PPOL_LLM_MODEL`); replicas of the model
-    ///   comma-separated: `openai:MODEL@http://a/v1,http://b/v1`;
-    /// * a path to a TOML file (see the [module docs](self)).
-    pub fn from_cli_value(value: &str) -> Result<Self> {
-        let v = value.trim();
-        if v == "scripted" {
-            return Ok(LlmConfig::scripted(None));
-        }
-        if let Some(script) = v.strip_prefix("scripted:") {
-            if script.is_empty() {
-                return Err(Error::config(
-                    "--llm",
-                    "'scripted:' needs a script file path",
-                ));
-            }
-            return Ok(LlmConfig::scripted(Some(PathBuf::from(script))));
-        }
-        if let Some(rest) = v.strip_prefix("openai:") {
-            let (model, base) = match rest.rfind("@http") {
-                Some(i) => (&rest[..i], Some(rest[i + 1..].to_string())),
-                None => (rest, None),
-            };
-            let mut cfg = LlmConfig::openai(model.trim(), None);
-            cfg.default.base_url = base.map(|b| {
-                BaseUrl::from(
-                    b.split(',')
-                        .map(|u| u.trim().to_string())
-                        .collect::<Vec<_>>(),
-                )
-            });
-            cfg.validate().map_err(|e| match e {
-                Error::Config { message, .. } => Error::config("--llm", message),
-                other => other,
-            })?;
-            return Ok(cfg);
-        }
-        let path = Path::new(v);
-        if path.is_file() {
-            return LlmConfig::from_toml_file(path);
-        }
-        Err(Error::config(
-            "--llm",
-            format!(
-                "'{value}' is not 'scripted', 'scripted:SCRIPT.jsonl', 'openai:MODEL[@BASE_URL]' \
-                 or an existing TOML file"
-            ),
-        ))
     }
 }

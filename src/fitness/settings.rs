@@ -1,0 +1,139 @@
+//! `[fitness]`: how candidates are scored — personas per task and its curriculum, the weights
+//! of human-likeness and coverage, the coverage space, the discriminator and its folds — with
+//! their defaults and their check. `evolve` turns them into its schedule; `fitness` owns them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::fitness::discriminator::ForestParams;
+use crate::limits::{self, check};
+use crate::{Error, Result};
+
+/// Fitness settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FitnessSection {
+    /// Final personas per task.
+    pub n_personas: usize,
+    /// Train tasks per evaluation.
+    pub batch_size: usize,
+    /// Use the curriculum 5→8→10.
+    pub curriculum: bool,
+    /// (epoch threshold, N) pairs.
+    pub n_personas_schedule: Vec<(u64, usize)>,
+    /// Weight of human-likeness (validation and eval; training uses 1 − λb·ramp).
+    pub lambda_h: f64,
+    /// Weight of coverage.
+    pub lambda_b: f64,
+    /// Standardise the coverage space by the human mean/std. Default false, as in the paper's
+    /// τ² runs (`PPol.evolve`'s own default is true).
+    pub standardize: bool,
+    /// K-means centroids replacing the human cloud (0 = off). Default 5: against a cloud of many
+    /// humans, N ≈ 5–10 personas leave the two-sided Chamfer error above its saturation point
+    /// (coverage 0, no gradient); the reference offers the same option for that reason. Set
+    /// `standardize = true, n_clusters = 0` to reproduce `PPol.evolve`'s defaults.
+    pub n_clusters: usize,
+    /// How the archive ranks programs: `fixed` (λh·HL + λb·coverage with the final weights, so
+    /// programs scored at different curriculum stages are comparable — the reference mixes
+    /// scales, ppol-spec §10 item 7) or `ramp` (the reference's ramped training score).
+    pub select_by: SelectBy,
+    /// Discriminator settings.
+    pub discriminator: ForestParams,
+    /// Folds of the grouped held-out AUC.
+    pub folds: usize,
+}
+
+impl Default for FitnessSection {
+    fn default() -> Self {
+        FitnessSection {
+            n_personas: 10,
+            batch_size: 5,
+            curriculum: true,
+            n_personas_schedule: vec![(1, 5), (2, 8), (3, 10)],
+            lambda_h: 0.5,
+            lambda_b: 0.5,
+            standardize: false,
+            n_clusters: 5,
+            select_by: SelectBy::Fixed,
+            discriminator: ForestParams::default(),
+            folds: 5,
+        }
+    }
+}
+
+impl FitnessSection {
+    /// Check the values serde cannot (the error names the key).
+    pub fn validate(&self) -> Result<()> {
+        check(
+            "fitness.n_personas",
+            self.n_personas,
+            1,
+            limits::MAX_PERSONAS,
+        )?;
+        check("fitness.batch_size", self.batch_size, 1, limits::MAX_BATCH)?;
+        for (i, (threshold, n)) in self.n_personas_schedule.iter().enumerate() {
+            if let Err(why) = limits::in_range(n, &1, &limits::MAX_PERSONAS) {
+                return Err(Error::config(
+                    format!("fitness.n_personas_schedule[{i}]"),
+                    format!("({threshold}, {n}): the number of personas {why}"),
+                ));
+            }
+        }
+        check(
+            "fitness.n_clusters",
+            self.n_clusters,
+            0,
+            limits::MAX_CLUSTERS,
+        )?;
+        limits::fraction("fitness.lambda_h", self.lambda_h, true)?;
+        limits::fraction("fitness.lambda_b", self.lambda_b, true)?;
+        if self.lambda_h + self.lambda_b <= 0.0 {
+            return Err(Error::config(
+                "fitness.lambda_h",
+                "fitness.lambda_h and fitness.lambda_b are both 0: every score would be 0",
+            ));
+        }
+        let d = &self.discriminator;
+        check(
+            "fitness.discriminator.n_trees",
+            d.n_trees,
+            1,
+            limits::MAX_TREES,
+        )?;
+        if d.max_depth == Some(0) {
+            return Err(Error::config(
+                "fitness.discriminator.max_depth",
+                "must be at least 1 (leave it out for unlimited depth)",
+            ));
+        }
+        if let Some(depth) = d.max_depth {
+            check(
+                "fitness.discriminator.max_depth",
+                depth,
+                1,
+                limits::MAX_DEPTH,
+            )?;
+        }
+        limits::at_least(
+            "fitness.discriminator.min_samples_split",
+            d.min_samples_split,
+            2,
+        )?;
+        limits::at_least(
+            "fitness.discriminator.min_samples_leaf",
+            d.min_samples_leaf,
+            1,
+        )?;
+        check("fitness.folds", self.folds, 2, limits::MAX_FOLDS)
+    }
+}
+
+/// Which score the archive ranks programs by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SelectBy {
+    /// Final weights for every stage.
+    #[default]
+    Fixed,
+    /// The reference's ramped weights.
+    Ramp,
+}

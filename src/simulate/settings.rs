@@ -1,0 +1,81 @@
+//! `[episodes]`: which simulator plays, how long an episode may run (user turns, an agent's
+//! tool rounds), the user simulator's temperature and the baseline's trials, with their
+//! defaults and their check. `ppol episodes` and `ppol_rs.episodes()` read the same section
+//! (from `--config` / `config=`), so a default exists once.
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::{self, check};
+use crate::simulate::episode::llm::DEFAULT_MAX_TOOL_ROUNDS;
+use crate::Result;
+
+/// Which simulator plays episodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EpisodeBackend {
+    /// LLMs when configured, else scripted.
+    #[default]
+    Auto,
+    /// The offline scripted simulator.
+    Scripted,
+    /// LLM user simulator and agent.
+    Llm,
+}
+
+/// Episode settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EpisodesSection {
+    /// auto | scripted | llm.
+    pub backend: EpisodeBackend,
+    /// User turns per training episode.
+    pub max_turns: usize,
+    /// User turns per validation / eval episode.
+    pub val_max_turns: usize,
+    /// Persona-free episodes per task for the baseline the discriminator is trained on.
+    pub baseline_trials: u32,
+    /// User-simulator temperature (LLM backend).
+    pub user_temperature: f32,
+    /// Rounds of tool calls an LLM agent may make before it must answer the user (a weak
+    /// model can call tools forever; each round is a request).
+    pub max_tool_rounds: usize,
+}
+
+impl Default for EpisodesSection {
+    fn default() -> Self {
+        EpisodesSection {
+            backend: EpisodeBackend::Auto,
+            max_turns: 20,
+            val_max_turns: 30,
+            baseline_trials: 3,
+            user_temperature: 0.0,
+            max_tool_rounds: DEFAULT_MAX_TOOL_ROUNDS,
+        }
+    }
+}
+
+impl EpisodesSection {
+    /// Check the values serde cannot (the error names the key).
+    pub fn validate(&self) -> Result<()> {
+        check("episodes.max_turns", self.max_turns, 1, limits::MAX_TURNS)?;
+        check(
+            "episodes.val_max_turns",
+            self.val_max_turns,
+            1,
+            limits::MAX_TURNS,
+        )?;
+        check(
+            "episodes.max_tool_rounds",
+            self.max_tool_rounds,
+            1,
+            limits::MAX_TURNS,
+        )?;
+        check(
+            "episodes.baseline_trials",
+            self.baseline_trials,
+            1,
+            limits::MAX_TRIALS,
+        )?;
+        limits::temperature("episodes.user_temperature", self.user_temperature)
+    }
+}
