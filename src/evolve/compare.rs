@@ -8,7 +8,7 @@ use crate::dialogue::Dialogue;
 #[cfg(doc)]
 use crate::evolve::evaluate::evaluate_candidate;
 use crate::evolve::evaluate::{rollouts, Generation, PersonaGenerator, TaskContext};
-use crate::evolve::runlog::{EvalRow, EvalTable};
+use crate::evolve::rundir::runlog::{EvalRow, EvalTable};
 use crate::fitness::score::{Rollout, Scorer, Weights};
 use crate::persona::Persona;
 use crate::seed::derive_seed;

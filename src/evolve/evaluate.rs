@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use futures::future::join_all;
 
 use crate::evolve::config::SelectBy;
-use crate::evolve::runlog::{EvalMetrics, FailureInfo, PersonaOutcome};
+use crate::evolve::rundir::runlog::{EvalMetrics, FailureInfo, PersonaOutcome};
 use crate::fitness::features::Fingerprint;
 use crate::fitness::score::{BatchScore, Rollout, Scorer, Weights};
 use crate::generate::generator::{generate_in, GenerationOutcome};

@@ -75,6 +75,7 @@ pub mod diff;
 pub mod dispatch;
 pub mod edits;
 pub mod prompt;
+pub mod reflection;
 pub mod structural;
 
 pub use diff::{
@@ -94,7 +95,7 @@ pub use structural::{
 /// The Python interpreter used for syntax checks and structural mutation.
 pub(crate) const PYTHON: &str = "python3";
 
-pub use crate::evolve::program::{ChildFailure, FailureKind};
+pub use crate::evolve::archive::program::{ChildFailure, FailureKind};
 
 /// A child failure from a [`DiffError`] (kind [`FailureKind::NoProgram`] for
 /// [`DiffError::NoProgram`], else [`FailureKind::DiffNotApplied`]).
@@ -116,7 +117,7 @@ pub fn template_hashes() -> BTreeMap<&'static str, String> {
     let mut m = prompt::template_hashes();
     m.insert(
         "mutate_ast.py",
-        crate::evolve::program::code_hash(structural::SCRIPT),
+        crate::evolve::archive::program::code_hash(structural::SCRIPT),
     );
     m
 }
