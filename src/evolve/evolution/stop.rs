@@ -84,6 +84,8 @@ impl Evolution {
 
     /// Log `run_stopped` and summarise the run; both name the run's best ([`State::best`]) with
     /// its own numbers.
+    ///
+    /// [`State::best`]: crate::evolve::rundir::checkpoint::State::best
     pub(super) fn finish(mut self, reason: String) -> Result<RunSummary> {
         let records = runlog::read(&self.ctx.dir.log_path()).unwrap_or_default();
         let best = self.state.best.take();

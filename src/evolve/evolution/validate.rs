@@ -164,6 +164,8 @@ impl Evolution {
     /// The one place the run's best changes: when `program` (validated as `validation`)
     /// [displaces](RunBest::displaces) the best held, it becomes [`State::best`] and `best/` is
     /// written with it (and the personas and episodes of its validation).
+    ///
+    /// [`State::best`]: crate::evolve::rundir::checkpoint::State::best
     pub(super) fn offer_best(
         &mut self,
         program: &Program,

@@ -13,6 +13,8 @@
 //!   with [`CallRole::Mutator`]. The caller makes the call.
 //! - [`structural`]: offline mutation and crossover of a program's literal data
 //!   (`DIVERSITY_AXES`, weights, template fragments) through Python's `ast`, no LLM.
+//! - [`reflection`]: the critique attached to every evaluated program and shown to the
+//!   mutator when that program becomes a parent.
 //!
 //! Failures of children (a diff that did not apply, a program that does not compile, a
 //! sandbox failure) are recorded by the caller as [`ChildFailure`]s and shown to the mutator

@@ -1,8 +1,9 @@
 //! The checkpoint: the evolution's [`State`] between two iterations, written whole to
-//! `<run>/checkpoint.json` at every commit point ([`crate::evolve::evolution::Evolution::commit`])
-//! and read back by `ppol resume`. Its serialised form is the format [`CHECKPOINT_FORMAT`]
-//! names: fields are only ever added (with serde defaults), so run directories written by
-//! earlier versions resume.
+//! `<run>/checkpoint.json` at every commit point
+//! ([`Evolution::commit`](crate::evolve::evolution::Evolution::commit)) and read back by
+//! `ppol resume`. Its serialised form is the format [`CHECKPOINT_FORMAT`] names: fields are
+//! only ever added (with serde defaults), so run directories written by earlier versions
+//! resume.
 
 use std::collections::{BTreeMap, VecDeque};
 

@@ -15,6 +15,9 @@
 //! <run>/eval-<split>.json        the `ppol eval` table of a split
 //! ```
 //!
+//! The files with a format of their own have their modules: [`runlog`] (`log.jsonl`),
+//! [`ledger`] (`costs.jsonl`) and [`checkpoint`] (`checkpoint.json`: the evolution's state).
+//!
 //! The checkpoint is the commit point: a resumed run first cuts the log back to the checkpoint's
 //! sequence number ([`RunDir::truncate_log`]), so nothing written after the last commit is kept.
 //!
