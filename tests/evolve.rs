@@ -688,7 +688,8 @@ async fn progress_reports_the_configured_fitness_metric() {
 async fn step_then_commit_saves_the_state_as_the_checkpoint() {
     use ppol::evolve::config::RunConfig;
     use ppol::evolve::context::RunContext;
-    use ppol::evolve::evolution::{Evolution, State, Step};
+    use ppol::evolve::evolution::{Evolution, Step};
+    use ppol::evolve::rundir::checkpoint::State;
     use ppol::evolve::rundir::RunDir;
     let tmp = tempfile::tempdir().unwrap();
     let mut cfg = RunConfig::default();

@@ -46,7 +46,7 @@
 //!
 //! ```
 //! use ppol::evolve::archive::{Archive, ArchiveConfig};
-//! use ppol::evolve::program::Program;
+//! use ppol::evolve::archive::program::Program;
 //!
 //! let mut archive = Archive::new(ArchiveConfig::default(), 42).unwrap();
 //! let seed = Program::seed("seed", "DIVERSITY_AXES = []\n").with_metrics([
@@ -67,8 +67,10 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::evolve::program::ChildFailure;
-use crate::evolve::program::{Program, ProgramId};
+pub mod program;
+
+use crate::evolve::archive::program::ChildFailure;
+use crate::evolve::archive::program::{Program, ProgramId};
 use crate::{Error, Result};
 
 /// Identifier of the checkpoint format written by [`Archive::to_json`].
@@ -559,7 +561,7 @@ impl Archive {
         debug_assert!(fitness.is_finite());
         let descriptors = self.descriptors_of(&program)?;
         let mut program = program;
-        program.code_hash = crate::evolve::program::code_hash(&program.code);
+        program.code_hash = crate::evolve::archive::program::code_hash(&program.code);
         program.island = island;
         program.descriptors = descriptors;
         Ok(self.insert(program))

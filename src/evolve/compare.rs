@@ -7,11 +7,12 @@ use futures::future::join_all;
 use crate::dialogue::Dialogue;
 #[cfg(doc)]
 use crate::evolve::evaluate::evaluate_candidate;
-use crate::evolve::evaluate::{rollouts, Generation, PersonaGenerator, TaskContext};
-use crate::evolve::runlog::{EvalRow, EvalTable};
+use crate::evolve::evaluate::{
+    generate_all, jobs, play, rollouts, Generation, PersonaGenerator, TaskContext,
+};
+use crate::evolve::rundir::runlog::{EvalRow, EvalTable};
 use crate::fitness::score::{Rollout, Scorer, Weights};
 use crate::persona::Persona;
-use crate::seed::derive_seed;
 use crate::seed::mix;
 use crate::simulate::episode::record::Episode;
 use crate::simulate::episode::record::EpisodeStatus;
@@ -161,10 +162,11 @@ pub async fn compare(
     }
 }
 
-/// A persona condition's row, task by task: each task's personas are generated (a task whose
-/// generation fails, or that gets fewer personas than asked, is reported, not fatal), every
-/// generated persona is played, and the row scores what was played. The row is skipped only
-/// when no persona at all could be generated. Seeds are those of [`evaluate_candidate`].
+/// A persona condition's row, task by task, through the steps of
+/// [`evaluate_candidate`] (same seeds, same episodes): each task's personas are generated (a
+/// task whose generation fails, or that gets fewer personas than asked, is reported, not
+/// fatal), every generated persona is played, and the row scores what was played. The row is
+/// skipped only when no persona at all could be generated.
 #[allow(clippy::too_many_arguments)]
 async fn program_row(
     name: &str,
@@ -176,18 +178,12 @@ async fn program_row(
     scorer: &Scorer,
     seed: u64,
 ) -> EvalRow {
-    let gens = join_all(
-        tasks
-            .iter()
-            .enumerate()
-            .map(|(i, t)| generator.generate(code, t, n, mix(seed, i as u64))),
-    )
-    .await;
+    let gens = generate_all(code, tasks, n, generator, seed).await;
     let mut failures = Vec::new();
-    let mut jobs: Vec<(&str, Persona, usize)> = Vec::new();
+    let mut per_task: Vec<(&TaskContext, Vec<Persona>)> = Vec::new();
     for (t, g) in tasks.iter().zip(gens) {
         match g {
-            Generation::Personas(ps) => {
+            Generation::Personas(mut ps) => {
                 if ps.len() < n {
                     failures.push(format!(
                         "task {}: {} of {n} personas generated",
@@ -195,10 +191,11 @@ async fn program_row(
                         ps.len()
                     ));
                 }
-                for (j, mut p) in ps.into_iter().take(n).enumerate() {
+                ps.truncate(n);
+                for p in &mut ps {
                     p.task_id = Some(t.task_id.clone());
-                    jobs.push((t.task_id.as_str(), p, j));
                 }
+                per_task.push((t, ps));
             }
             Generation::Failed(f) => failures.push(format!(
                 "task {}: generation failed ({}): {}",
@@ -209,6 +206,7 @@ async fn program_row(
             }
         }
     }
+    let jobs = jobs(&per_task);
     let wanted = n * tasks.len();
     if jobs.is_empty() {
         let mut row = skipped(
@@ -222,15 +220,7 @@ async fn program_row(
         row.failures = failures;
         return row;
     }
-    let episodes: Vec<Episode> = join_all(jobs.iter().map(|(task, p, j)| {
-        runner.run(
-            task,
-            Some(p),
-            0,
-            mix(derive_seed(seed ^ 0x9e37_79b9, task), *j as u64),
-        )
-    }))
-    .await;
+    let episodes = play(runner, seed, &jobs).await;
     for e in episodes
         .iter()
         .filter(|e| e.status == EpisodeStatus::Failed)

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::dialogue::Dialogue;
 use crate::evolve::config::RunConfig;
 use crate::evolve::evaluate::{SandboxGenerator, TaskContext};
-use crate::evolve::ledger::{Ledger, Metered};
+use crate::evolve::rundir::ledger::{Ledger, Metered};
 use crate::evolve::rundir::RunDir;
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::evolve::compare::{compare, render_table, Condition};
 use crate::evolve::context::RunContext;
+use crate::evolve::rundir::runlog::EvalTable;
 use crate::evolve::rundir::RunDir;
-use crate::evolve::runlog::EvalTable;
 use crate::fitness::coverage::CoverageOptions;
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;

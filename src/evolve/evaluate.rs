@@ -1,6 +1,7 @@
 //! Evaluating one candidate program on one batch of tasks: sandboxed generation of N personas
-//! per task ([`SandboxGenerator`]), one episode per persona (all concurrently), then the run's
-//! [`Scorer`] — this module is the glue between episodes and fitness ([`score_episodes`]), and
+//! per task ([`SandboxGenerator`], [`generate_all`]), one episode per persona (all
+//! concurrently, [`play`]), then the run's [`Scorer`] ([`rollouts`]). The loop and `ppol eval`
+//! ([`crate::evolve::compare`]) both go through these steps. This module is the glue between episodes and fitness ([`score_episodes`]), and
 //! says which metrics a program carries into the archive ([`program_metrics`]). Failures are
 //! data: a generation failure makes the candidate `Failed`; an endpoint outage makes it
 //! `Infrastructure` (re-queued, never scored 0).
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::future::join_all;
 
-use crate::evolve::runlog::{EvalMetrics, FailureInfo, PersonaOutcome};
+use crate::evolve::rundir::runlog::{EvalMetrics, FailureInfo, PersonaOutcome};
 use crate::fitness::features::Fingerprint;
 use crate::fitness::score::{BatchScore, Rollout, Scorer, Weights};
 use crate::fitness::settings::SelectBy;
@@ -270,13 +271,7 @@ pub async fn evaluate_in_stages(
         stage_score: None,
         stopped: false,
     };
-    let gens = join_all(
-        tasks
-            .iter()
-            .enumerate()
-            .map(|(i, t)| generator.generate(code, t, n, mix(seed, i as u64))),
-    )
-    .await;
+    let gens = generate_all(code, tasks, n, generator, seed).await;
     let mut per_task: Vec<(&TaskContext, Vec<Persona>)> = Vec::new();
     for (t, g) in tasks.iter().zip(gens) {
         match g {
@@ -304,14 +299,7 @@ pub async fn evaluate_in_stages(
             Generation::Infrastructure(why) => return done(CandidateOutcome::Infrastructure(why)),
         }
     }
-    let jobs: Vec<(&str, &Persona, usize)> = per_task
-        .iter()
-        .flat_map(|(t, ps)| {
-            ps.iter()
-                .enumerate()
-                .map(move |(j, p)| (t.task_id.as_str(), p, j))
-        })
-        .collect();
+    let jobs = jobs(&per_task);
     let stage = stage.filter(|s| s.personas < n);
     let (episodes, stage_score, stopped) = match stage {
         None => (play(runner, seed, &jobs).await, None, false),
@@ -367,13 +355,42 @@ pub async fn evaluate_in_stages(
     }
 }
 
-/// Play one episode per job, all at once (the seed of each depends only on its task and
-/// persona index).
-async fn play(
-    runner: &dyn EpisodeRunner,
+/// The generation step: `n` personas of `code` for every task, all at once (task `i`'s seed is
+/// `mix(seed, i)`), in task order.
+pub async fn generate_all(
+    code: &str,
+    tasks: &[TaskContext],
+    n: usize,
+    generator: &dyn PersonaGenerator,
     seed: u64,
-    jobs: &[(&str, &Persona, usize)],
-) -> Vec<Episode> {
+) -> Vec<Generation> {
+    join_all(
+        tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| generator.generate(code, t, n, mix(seed, i as u64))),
+    )
+    .await
+}
+
+/// One episode to play: the task id, the persona, and the persona's index within its task.
+pub type Job<'a> = (&'a str, &'a Persona, usize);
+
+/// The episodes to play for generated personas: task by task, persona by persona.
+pub fn jobs<'a>(per_task: &'a [(&'a TaskContext, Vec<Persona>)]) -> Vec<Job<'a>> {
+    per_task
+        .iter()
+        .flat_map(|(t, ps)| {
+            ps.iter()
+                .enumerate()
+                .map(move |(j, p)| (t.task_id.as_str(), p, j))
+        })
+        .collect()
+}
+
+/// The play step: one episode per job, all at once (the seed of each depends only on `seed`,
+/// its task and its persona index), in job order.
+pub async fn play(runner: &dyn EpisodeRunner, seed: u64, jobs: &[Job<'_>]) -> Vec<Episode> {
     join_all(jobs.iter().map(|&(task, p, j)| {
         runner.run(
             task,
@@ -407,7 +424,7 @@ fn infrastructure_failure(episodes: &[Episode]) -> Option<String> {
 /// The scored outcome of `episodes`, one per job (`n`: personas per task played).
 fn scored(
     scorer: &Scorer,
-    jobs: &[(&str, &Persona, usize)],
+    jobs: &[Job<'_>],
     episodes: Vec<Episode>,
     weights: Weights,
     n: usize,

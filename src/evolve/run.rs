@@ -9,13 +9,15 @@ use std::path::Path;
 
 use crate::evolve::config::RunConfig;
 use crate::evolve::context::RunContext;
-use crate::evolve::evolution::{Evolution, State, CHECKPOINT_FORMAT};
+use crate::evolve::evolution::Evolution;
+use crate::evolve::rundir::checkpoint::{State, CHECKPOINT_FORMAT};
+use crate::evolve::rundir::runlog::{self, Event};
 use crate::evolve::rundir::RunDir;
-use crate::evolve::runlog::{self, Event};
 use crate::{Error, Result};
 
+pub use crate::evolve::check::check_config;
 pub use crate::evolve::eval::{evaluate_run, table_text};
-pub use crate::evolve::evolution::{check_config, Progress, ProgressFn, RunControl, RunSummary};
+pub use crate::evolve::evolution::{Progress, ProgressFn, RunControl, RunSummary};
 
 /// Create a run directory and run the evolution.
 pub async fn evolve(cfg: RunConfig, control: RunControl) -> Result<RunSummary> {
@@ -67,7 +69,7 @@ pub async fn resume(
     check_history(&dir, checkpoint.as_ref())?;
     // The checkpoint is the commit point: drop log lines written after it — but not the
     // money they record.
-    crate::evolve::ledger::absorb(&dir)?;
+    crate::evolve::rundir::ledger::absorb(&dir)?;
     dir.truncate_log(checkpoint.as_ref().map(|c| c.log_seq))?;
     let ctx = RunContext::new(cfg, dir).await?;
     run_then_shut_down(ctx, checkpoint, control).await
@@ -79,11 +81,14 @@ pub async fn resume(
 /// the checkpoint's commit.
 /// Whether the run's cost ledger records any LLM call (an unreadable one counts as yes).
 fn ledger_records_calls(dir: &RunDir) -> bool {
-    crate::evolve::ledger::read(&crate::evolve::ledger::path(dir)).map_or(true, |lines| {
-        lines
-            .iter()
-            .any(|l| l.at != "start" || l.roles.values().any(|r| r.calls > 0))
-    })
+    crate::evolve::rundir::ledger::read(&crate::evolve::rundir::ledger::path(dir)).map_or(
+        true,
+        |lines| {
+            lines
+                .iter()
+                .any(|l| l.at != "start" || l.roles.values().any(|r| r.calls > 0))
+        },
+    )
 }
 
 fn check_history(dir: &RunDir, checkpoint: Option<&State>) -> Result<()> {

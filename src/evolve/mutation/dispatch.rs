@@ -24,6 +24,9 @@
 
 use std::sync::Arc;
 
+use crate::evolve::archive::program::{
+    code_hash, raw_reply, MutationInfo, MutationKind, Program, ProgramId,
+};
 use crate::evolve::archive::{Archive, ArchiveConfig, Inspiration};
 use crate::evolve::config::{EditFormat, MutationMode, MutationSection};
 use crate::evolve::mutation::diff::{apply_diff, check_python_syntax, extract_full_program};
@@ -34,9 +37,6 @@ use crate::evolve::mutation::structural::{
 };
 use crate::evolve::mutation::{
     edits, failure_from_diff_error, head, ChildFailure, FailureKind, PYTHON,
-};
-use crate::evolve::program::{
-    code_hash, raw_reply, MutationInfo, MutationKind, Program, ProgramId,
 };
 use crate::llm::{CallRole, ChatModel};
 use crate::seed::mix;

@@ -13,6 +13,8 @@
 //!   with [`CallRole::Mutator`]. The caller makes the call.
 //! - [`structural`]: offline mutation and crossover of a program's literal data
 //!   (`DIVERSITY_AXES`, weights, template fragments) through Python's `ast`, no LLM.
+//! - [`reflection`]: the critique attached to every evaluated program and shown to the
+//!   mutator when that program becomes a parent.
 //!
 //! Failures of children (a diff that did not apply, a program that does not compile, a
 //! sandbox failure) are recorded by the caller as [`ChildFailure`]s and shown to the mutator
@@ -75,6 +77,7 @@ pub mod diff;
 pub mod dispatch;
 pub mod edits;
 pub mod prompt;
+pub mod reflection;
 pub mod structural;
 
 pub use diff::{
@@ -94,7 +97,7 @@ pub use structural::{
 /// The Python interpreter used for syntax checks and structural mutation.
 pub(crate) const PYTHON: &str = "python3";
 
-pub use crate::evolve::program::{ChildFailure, FailureKind};
+pub use crate::evolve::archive::program::{ChildFailure, FailureKind};
 
 /// A child failure from a [`DiffError`] (kind [`FailureKind::NoProgram`] for
 /// [`DiffError::NoProgram`], else [`FailureKind::DiffNotApplied`]).
@@ -116,7 +119,7 @@ pub fn template_hashes() -> BTreeMap<&'static str, String> {
     let mut m = prompt::template_hashes();
     m.insert(
         "mutate_ast.py",
-        crate::evolve::program::code_hash(structural::SCRIPT),
+        crate::evolve::archive::program::code_hash(structural::SCRIPT),
     );
     m
 }

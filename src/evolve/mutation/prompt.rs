@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{head, tail, ChildFailure};
 use crate::dialogue::{Role, Turn};
+use crate::evolve::archive::program::Program;
 use crate::evolve::archive::{Inspiration, InspirationKind};
-use crate::evolve::program::Program;
 use crate::llm::context::TOKENS_PER_MESSAGE;
 use crate::llm::{CallRole, ChatRequest, ContextBudget};
 use crate::{Error, Result};
@@ -59,7 +59,7 @@ pub const PLACEHOLDERS: [&str; 13] = [
 /// One focus for a mutation round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct MutationAngle {
-    /// Short stable id, recorded in [`crate::evolve::program::MutationInfo::angle`].
+    /// Short stable id, recorded in [`crate::evolve::archive::program::MutationInfo::angle`].
     pub id: &'static str,
     /// The instruction shown to the mutator.
     pub text: &'static str,
@@ -98,7 +98,7 @@ pub fn sample_angle(seed: u64) -> &'static MutationAngle {
 
 /// SHA-256 of each embedded template and of the angle texts.
 pub(crate) fn template_hashes() -> BTreeMap<&'static str, String> {
-    let hash = crate::evolve::program::code_hash;
+    let hash = crate::evolve::archive::program::code_hash;
     let angles: String = MUTATION_ANGLES
         .iter()
         .map(|a| format!("{}\t{}\n", a.id, a.text))

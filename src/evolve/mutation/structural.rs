@@ -91,7 +91,7 @@ pub const AXIS_EFFECT_PREFIX: &str = "axis_effect:";
 /// the run's own train personas and the P(human) the run's discriminator: no held-out human
 /// reaches it.
 pub fn axis_evidence(
-    personas: &[crate::evolve::runlog::PersonaOutcome],
+    personas: &[crate::evolve::rundir::runlog::PersonaOutcome],
 ) -> std::collections::BTreeMap<String, f64> {
     let scored: Vec<(&[String], f64)> = personas
         .iter()

@@ -29,8 +29,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::evolve::rundir::runlog::{self, Event, ProcessShare};
 use crate::evolve::rundir::RunDir;
-use crate::evolve::runlog::{self, Event, ProcessShare};
 use crate::llm::client::{Accounting, LlmClient, RoleAccounting};
 use crate::llm::{CallRole, ChatModel, ChatRequest, ChatResponse};
 use crate::{Error, Result};

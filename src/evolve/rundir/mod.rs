@@ -15,6 +15,9 @@
 //! <run>/eval-<split>.json        the `ppol eval` table of a split
 //! ```
 //!
+//! The files with a format of their own have their modules: [`runlog`] (`log.jsonl`),
+//! [`ledger`] (`costs.jsonl`) and [`checkpoint`] (`checkpoint.json`: the evolution's state).
+//!
 //! The checkpoint is the commit point: a resumed run first cuts the log back to the checkpoint's
 //! sequence number ([`RunDir::truncate_log`]), so nothing written after the last commit is kept.
 //!
@@ -32,9 +35,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::json;
 
+pub mod checkpoint;
+pub mod ledger;
+pub mod runlog;
+
+use crate::evolve::archive::program::{MutationInfo, Program};
 use crate::evolve::config::RunConfig;
-use crate::evolve::program::{MutationInfo, Program};
-use crate::evolve::runlog::{self, EvalMetrics};
+use crate::evolve::rundir::runlog::EvalMetrics;
 use crate::{Error, Result};
 
 /// A run directory (locked for writing when made by [`RunDir::create`] or
@@ -208,7 +215,7 @@ impl RunBest {
     /// `candidate_evaluated`, its lineage from the parent ids (for runs whose checkpoint
     /// predates [`RunBest`], and readers without `best/`).
     pub fn from_log(records: &[runlog::Record]) -> Option<RunBest> {
-        use crate::evolve::runlog::Event;
+        use crate::evolve::rundir::runlog::Event;
         use std::collections::HashMap;
         let mut evaluated: HashMap<&str, &runlog::Event> = HashMap::new();
         let mut parents: HashMap<&str, Option<&str>> = HashMap::new();
@@ -635,7 +642,7 @@ pub fn new_bests(records: &[runlog::Record]) -> std::collections::BTreeMap<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evolve::runlog::{Event, RunLog};
+    use crate::evolve::rundir::runlog::{Event, RunLog};
 
     /// The rule replayed from a log: a failed validation holds the place only until one
     /// succeeds; then the highest validation wins, a later equal one taking its place; each
@@ -678,7 +685,7 @@ mod tests {
         let failed = |k: u64| Event::ValidationFailed {
             iteration: k,
             program_id: format!("p{k}"),
-            failure: crate::evolve::runlog::FailureInfo {
+            failure: crate::evolve::rundir::runlog::FailureInfo {
                 stage: "sandbox:generate".into(),
                 reason: "boom".into(),
                 ..Default::default()

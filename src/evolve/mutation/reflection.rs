@@ -4,7 +4,7 @@
 //! on, by the reflection model's critique of sample dialogues.
 
 use crate::dialogue::{Role, Turn};
-use crate::evolve::runlog::EvalMetrics;
+use crate::evolve::rundir::runlog::EvalMetrics;
 use crate::fitness::features::Fingerprint;
 use crate::fitness::score::Scorer;
 use crate::llm::{CallRole, ChatModel, ChatRequest};

@@ -1,0 +1,111 @@
+//! What a run reports and how it is steered from outside: [`Progress`] (and its callback),
+//! [`RunControl`] (stop flag, test hooks) and the [`RunSummary`] a run ends with.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::evolve::rundir::runlog::{self, EvalMetrics, ProcessShare};
+use crate::llm::client::RoleAccounting;
+
+/// What `evolve` reports as it goes (for progress bars and notebooks).
+#[derive(Debug, Clone, Serialize)]
+pub struct Progress {
+    /// Iterations completed.
+    pub iteration: u64,
+    /// Iterations planned.
+    pub iterations: u64,
+    /// Best fitness so far: the archive's `fitness_metric` (`combined` by default) of its best
+    /// program, on its train batch.
+    pub best_combined: Option<f64>,
+    /// What just happened.
+    pub message: String,
+}
+
+/// Callback receiving progress.
+pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// How a run ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// Why it stopped.
+    pub reason: String,
+    /// Iterations completed.
+    pub iterations: u64,
+    /// The run's best program ([`RunBest`](crate::evolve::rundir::RunBest): the program that
+    /// validates best, the one in `best/`).
+    pub best_program_id: Option<String>,
+    /// Its train metrics (those of its own evaluation).
+    pub best_metrics: Option<EvalMetrics>,
+    /// Its validation metrics (None when its validation failed).
+    pub best_validation: Option<EvalMetrics>,
+    /// Whether it ran offline.
+    pub offline: bool,
+    /// What became of every attempted child, over the whole run
+    /// ([`runlog::mutation_outcomes`]).
+    pub mutations: BTreeMap<String, u64>,
+    /// Which operator made each program that became the run's best
+    /// ([`crate::evolve::rundir::new_bests`]).
+    #[serde(default)]
+    pub new_bests: BTreeMap<String, u64>,
+    /// LLM usage and cost over every process of the run (None offline).
+    #[serde(default)]
+    pub cost: Option<RoleAccounting>,
+    /// What each process of the run (`evolve`, then each `resume`) spent.
+    #[serde(default)]
+    pub processes: Vec<ProcessShare>,
+    /// Episodes the run played: baseline, candidates in full, stopped early by the cascade,
+    /// validations (None for a run halted by the test hook).
+    #[serde(default)]
+    pub episodes: Option<runlog::EpisodeCounts>,
+}
+
+/// Options of a run beyond its configuration.
+#[derive(Clone, Default)]
+pub struct RunControl {
+    /// Set to stop after the current evaluation (Ctrl-C, Python stop handle).
+    pub stop: Arc<AtomicBool>,
+    /// Progress callback.
+    pub progress: Option<ProgressFn>,
+    /// Test hook: stop (as if killed) after this many iterations of this process.
+    pub halt_after: Option<u64>,
+    /// Test hook: at this point — `baseline:N` (N more baseline episodes played and saved) or
+    /// `checkpoint:N` (the N-th commit of this process) — say so on stderr and wait to be
+    /// killed, with no LLM call in flight.
+    pub pause_at: Option<String>,
+}
+
+impl RunControl {
+    /// The N of the `pause_at` test hook when it names this point.
+    pub(super) fn pause_point(&self, point: &str) -> Option<usize> {
+        let (p, n) = self.pause_at.as_deref()?.split_once(':')?;
+        (p == point).then(|| n.parse().ok()).flatten()
+    }
+
+    pub(super) fn say(&self, progress: Progress) {
+        if let Some(p) = &self.progress {
+            p(&progress);
+        }
+    }
+}
+
+/// Wait for `task`, checking `stop` every 200 ms: `None` when a stop is requested first (the
+/// task is left running; the caller aborts or keeps it).
+pub(super) async fn join_unless_stopped<T>(
+    task: &mut tokio::task::JoinHandle<T>,
+    stop: &AtomicBool,
+) -> Option<std::result::Result<T, tokio::task::JoinError>> {
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), &mut *task).await {
+            Ok(joined) => return Some(joined),
+            Err(_) if stop.load(Ordering::SeqCst) => return None,
+            Err(_) => {}
+        }
+    }
+}
