@@ -699,11 +699,16 @@ async fn seeds_run_and_satisfy_the_contract() {
     .unwrap();
     let helped = hm.personas().unwrap_or_else(|| panic!("{hm:?}"));
     assert_eq!(
-        helped.iter().map(|p| p.persona_id.as_str()).collect::<Vec<_>>(),
+        helped
+            .iter()
+            .map(|p| p.persona_id.as_str())
+            .collect::<Vec<_>>(),
         ["busy_bob", "busy_bob_2", "busy_bob_3"]
     );
     assert_eq!(helped[0].axis_placement["terse"], json!(true));
-    assert!(helped[0].text.starts_with("You are the customer described here: Bob is in a hurry"));
+    assert!(helped[0]
+        .text
+        .starts_with("You are the customer described here: Bob is in a hurry"));
 
     // Without an LLM the LLM seeds fail cleanly at the generate stage.
     let none = generate_in(
