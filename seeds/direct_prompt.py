@@ -4,7 +4,7 @@ One LLM call asks for N complete persona blocks as JSON, with a JSON schema
 (``{"personas": [{"persona_id", "description", "reasoning", "text"}, ...]}``) that an endpoint
 taking one (OpenAI's ``json_schema``, llama-cpp-python's ``json_object``) constrains the answer
 to. Every persona records where it came from in ``source``: ``model-json`` (the model's JSON used
-as is), ``repaired`` (read by the repair below from a malformed or prose answer) or ``fallback``
+as is), ``repaired`` (read by the JSON repair from a malformed or prose answer) or ``fallback``
 (a copy cycled in to reach N). If fewer valid ones come back they
 are cycled (with suffixed ids) up to N, as the reference's baseline does. Unlike it, the
 answer is read with JSON repair (fences, chatter, single quotes, trailing commas, truncated
@@ -13,14 +13,15 @@ and an answer with no usable persona is asked for once more. When neither answer
 persona, persona descriptions written as prose (a numbered list, paragraphs, at least
 PROSE_MIN_WORDS words each, not a refusal) are taken as the personas' texts: this baseline's
 personas are prose anyway. Only then does the program raise; the error carries the first 2 KB
-of each raw reply. Repairs and prose fallbacks are reported on stderr.
+of each raw reply. Repairs and prose fallbacks are reported on stderr. The JSON repair and the
+reporting come from ``ppol_personas`` (the sandbox's helper module); the prompt and every
+threshold are literals here.
 """
 
-import json
 import re
-import sys
 
 import ppol_llm
+from ppol_personas import FENCE, model_rows, note, persona_rows, personas_object_schema, raw_replies_text
 
 DIVERSITY_AXES = []
 
@@ -28,6 +29,7 @@ TEMPERATURE = 0.8
 TOKENS_PER_PERSONA = 700
 MIN_TOKENS = 1800
 TEXT_KEYS = ("text", "persona", "expanded_instruction", "instruction")
+RAW_EXCERPT_CHARS = 2048  # of each raw reply, in failure messages
 
 SYSTEM = "You write personas for people who contact customer support. You answer with JSON only."
 
@@ -59,16 +61,7 @@ def personas_schema(n):
         "required": ["persona_id", "description", "reasoning", "text"],
         "additionalProperties": False,
     }
-    people = {"type": "array", "items": persona}
-    if n <= SCHEMA_MAX_ITEMS:
-        people["minItems"] = n
-        people["maxItems"] = n
-    return {
-        "type": "object",
-        "properties": {"personas": people},
-        "required": ["personas"],
-        "additionalProperties": False,
-    }
+    return personas_object_schema(persona, n, SCHEMA_MAX_ITEMS)
 
 PROSE_MIN_WORDS = 25
 _PROSE_MARKER = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|#+|(?:\*\*)?persona\s*\d*\s*[:.)-])\s*", re.I)
@@ -77,219 +70,12 @@ _NOT_A_PERSONA = re.compile(r"^(?:i'?m sorry|i am sorry|sorry|i cannot|i can'?t|
 RETRY_NOTE = "\n\nYour previous answer contained no usable persona. Answer again with only the JSON object whose \"personas\" array holds {n} objects, each with a non-empty \"text\"."
 
 
-# --- ppol json repair: identical in seeds/two_stage_llm.py, seeds/direct_prompt.py and
-# --- generators/ppol/evolution/_generator_utils.py (python/tests/test_seeds.py checks it) ---
-_FENCE = re.compile(r"```[A-Za-z0-9_-]*")
-_SMART_QUOTES = {"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"}
-_LITERALS = {"true": "true", "false": "false", "null": "null", "True": "true",
-             "False": "false", "None": "null", "NaN": "null", "nan": "null"}
-_DANGLING_KEY = re.compile(r'(?:,\s*)?"(?:[^"\\]|\\.)*"\s*:\s*$')
-_LONE_KEY = re.compile(r'(?<=[{,])\s*"(?:[^"\\]|\\.)*"\s*$')
-_TRAILING_COMMA = re.compile(r",\s*$")
-RAW_EXCERPT_CHARS = 2048
-
-
-def raw_excerpt(text, limit=RAW_EXCERPT_CHARS):
-    """The first ``limit`` characters of a model's reply, for failure messages."""
-    text = "" if text is None else str(text)
-    return text if len(text) <= limit else text[:limit] + " [...]"
-
-
-def _close(out, opener):
-    """Close the innermost open structure of the repaired text ``out`` (a list of pieces)."""
-    text = "".join(out)
-    text = _DANGLING_KEY.sub("", text) if opener == "{" else text
-    if opener == "{":
-        text = _LONE_KEY.sub("", text)
-    text = _TRAILING_COMMA.sub("", text)
-    out[:] = [text, "}" if opener == "{" else "]"]
-
-
-def _repair_one(s, i):
-    """Repair the JSON value starting at ``s[i]`` (a ``[`` or ``{``). Returns (text, end,
-    safe) where ``safe`` lists (text, stack) snapshots after each completed container."""
-    out, stack, safe = [], [], []
-    quote, last, n = None, None, len(s)
-    while i < n:
-        c = s[i]
-        if quote:
-            if c == "\\" and i + 1 < n:
-                out.append(s[i:i + 2])
-                i += 2
-                continue
-            if c == quote:
-                # A quote that is not followed by a delimiter is part of the text (an
-                # apostrophe in a single-quoted string, unescaped quotes in a double-quoted one).
-                j = i + 1
-                while j < n and s[j] in " \t":
-                    j += 1
-                if j < n and s[j] not in ",:}]\"'\r\n":
-                    out.append("'" if c == "'" else '\\"')
-                    i += 1
-                    continue
-                out.append('"')
-                quote, last = None, "value"
-            elif c == '"':
-                out.append('\\"')
-            elif c == "\n":
-                out.append("\\n")
-            elif c == "\t":
-                out.append("\\t")
-            elif c != "\r":
-                out.append(c)
-            i += 1
-            continue
-        if c in " \t\r\n":
-            i += 1
-            continue
-        if (c == "/" and s[i:i + 2] == "//") or c == "#":
-            while i < n and s[i] != "\n":
-                i += 1
-            continue
-        if c in "]}":
-            if stack:
-                _close(out, stack.pop())
-                last = "value"
-                safe.append(("".join(out), tuple(stack)))
-            i += 1
-            if not stack:
-                return "".join(out), i, safe
-            continue
-        if c == ",":
-            if last in ("value",):
-                out.append(",")
-                last = "comma"
-            i += 1
-            continue
-        if c == ":":
-            out.append(":")
-            last = "colon"
-            i += 1
-            continue
-        # The start of a value (or key): a comma is missing after a complete value.
-        if last == "value" and stack:
-            out.append(",")
-        if c in "[{":
-            stack.append(c)
-            out.append(c)
-            last = "open"
-            i += 1
-            continue
-        if c in "\"'":
-            quote = c
-            out.append('"')
-            i += 1
-            continue
-        m = re.match(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", s[i:])
-        if m:
-            out.append(m.group(0))
-            i += len(m.group(0))
-            last = "value"
-            continue
-        m = re.match(r"[A-Za-z_][A-Za-z0-9_\-]*", s[i:])
-        if m:
-            word = m.group(0)
-            i += len(word)
-            j = i
-            while j < n and s[j] in " \t":
-                j += 1
-            if j < n and s[j] == ":":
-                out.append(json.dumps(word))  # an unquoted key
-            elif word in _LITERALS:
-                out.append(_LITERALS[word])
-            else:
-                # Unquoted text: up to the next delimiter.
-                k = i
-                while k < n and s[k] not in ",}]\n":
-                    k += 1
-                out.append(json.dumps((word + s[i:k]).strip()))
-                i = k
-            last = "value"
-            continue
-        i += 1  # anything else outside strings is dropped
-    # Truncated: close the open string and structures.
-    if quote:
-        out.append('"')
-    while stack:
-        _close(out, stack.pop())
-    return "".join(out), n, safe
-
-
-def _loads_repaired(s, i):
-    """One repaired value from ``s[i]``, cut back to the last complete element when closing
-    alone does not parse. Returns (value or None, end)."""
-    text, end, safe = _repair_one(s, i)
-    try:
-        return json.loads(text), end
-    except ValueError:
-        pass
-    for snapshot, stack in reversed(safe[-50:]):
-        out = [snapshot]
-        for opener in reversed(stack):
-            _close(out, opener)
-        try:
-            return json.loads("".join(out)), end
-        except ValueError:
-            continue
-    return None, end
-
-
-def json_values(text):
-    """Every top-level JSON value in a model's answer, repaired where needed: code fences,
-    chatter, single quotes, Python literals, unquoted keys, comments, missing or trailing
-    commas, and a truncated end (the last complete elements are kept)."""
-    s = _FENCE.sub(" ", "" if text is None else str(text))
-    for a, b in _SMART_QUOTES.items():
-        s = s.replace(a, b)
-    decoder = json.JSONDecoder()
-    found, i = [], 0
-    while i < len(s):
-        if s[i] not in "[{":
-            i += 1
-            continue
-        try:
-            value, end = decoder.raw_decode(s, i)
-        except ValueError:
-            value, end = _loads_repaired(s, i)
-            if value is None:
-                i += 1
-                continue
-        found.append(value)
-        i = max(end, i + 1)
-    return found
-
-
-def persona_rows(text):
-    """The persona objects of an answer: the first list of objects (also one under a key, as
-    in ``{"personas": [...]}``), else every top-level object."""
-    values = json_values(text)
-    for v in values:
-        if isinstance(v, list) and any(isinstance(x, dict) for x in v):
-            return [x for x in v if isinstance(x, dict)]
-        if isinstance(v, dict):
-            for inner in v.values():
-                if isinstance(inner, list) and inner and all(isinstance(x, dict) for x in inner):
-                    return list(inner)
-    return [v for v in values if isinstance(v, dict)]
-# --- end of ppol json repair ---
-
-
 def _text(value):
     if isinstance(value, str):
         return value.strip()
     if isinstance(value, (list, tuple)):
         return " ".join(_text(v) for v in value if _text(v))
     return ""
-
-
-def model_rows(value):
-    """The persona rows of an answer that parsed as JSON: ``{"personas": [...]}`` or a bare
-    list of objects; None otherwise."""
-    if isinstance(value, dict):
-        value = value.get("personas")
-    if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
-        return value
-    return None
 
 
 def read_answer(answer):
@@ -341,7 +127,7 @@ def _prose_personas(raw):
     if raw.startswith("(no reply"):
         return []
     blocks, cur = [], []
-    for line in _FENCE.sub("", raw).splitlines():
+    for line in FENCE.sub("", raw).splitlines():
         stripped = line.replace("**", "").strip()
         looks_json = stripped[:1] in "{}[]" and stripped != "" or re.search(r'"\s*:', stripped)
         if not stripped or looks_json or _PROSE_MARKER.match(stripped):
@@ -378,7 +164,7 @@ def _prose_personas(raw):
 
 
 def _note(message):
-    print("direct_prompt: " + message, file=sys.stderr, flush=True)
+    note(message, who="direct_prompt")
 
 
 def generate_personas_detailed(task_context, axes, n):
@@ -402,7 +188,7 @@ def generate_personas_detailed(task_context, axes, n):
         valid = read_answer(answer)
         if valid:
             break
-    excerpts = "\n".join("raw reply %d (first 2 KB): %s" % (i + 1, raw_excerpt(r)) for i, r in enumerate(raws))
+    excerpts = raw_replies_text(raws, RAW_EXCERPT_CHARS)
     if not valid:
         seen = set()
         for r in raws:

@@ -684,6 +684,32 @@ async fn seeds_run_and_satisfy_the_contract() {
         ["terse", "skeptical"]
     );
 
+    // The helper module the LLM seeds share (`ppol_personas`) is there for any program, also
+    // one without an LLM, under the same confinement.
+    let hm = generate_in(
+        &sandbox,
+        &Program::Path(fixture("ok/helper_module.py")),
+        task,
+        None,
+        3,
+        None,
+        1,
+    )
+    .await
+    .unwrap();
+    let helped = hm.personas().unwrap_or_else(|| panic!("{hm:?}"));
+    assert_eq!(
+        helped
+            .iter()
+            .map(|p| p.persona_id.as_str())
+            .collect::<Vec<_>>(),
+        ["busy_bob", "busy_bob_2", "busy_bob_3"]
+    );
+    assert_eq!(helped[0].axis_placement["terse"], json!(true));
+    assert!(helped[0]
+        .text
+        .starts_with("You are the customer described here: Bob is in a hurry"));
+
     // Without an LLM the LLM seeds fail cleanly at the generate stage.
     let none = generate_in(
         &sandbox,

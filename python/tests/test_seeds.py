@@ -10,7 +10,6 @@ prose) and check what comes out. The end-to-end path through the real sandbox is
 import importlib.util
 import json
 import pathlib
-import re
 import sys
 import types
 
@@ -19,8 +18,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SEEDS = ROOT / "seeds"
 UTILS = ROOT / "generators" / "ppol" / "evolution" / "_generator_utils.py"
-
-BLOCK = re.compile(r"# --- ppol json repair.*?# --- end of ppol json repair ---", re.S)
+HELPERS = ROOT / "generators" / "ppol_personas.py"
 
 
 class LLMError(RuntimeError):
@@ -81,8 +79,17 @@ class ScriptedLLM:
         return out
 
 
-def load(path, llm, monkeypatch):
+def _provide(llm, monkeypatch):
+    """What the sandbox provides beside the program: ``ppol_llm`` (here ``llm``), and the
+    helper modules under ``generators/`` imported afresh (they bind ``ppol_llm`` at import)."""
     monkeypatch.setitem(sys.modules, "ppol_llm", llm)
+    for name in [m for m in sys.modules if m in ("ppol", "ppol_personas") or m.startswith("ppol.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(ROOT / "generators"))
+
+
+def load(path, llm, monkeypatch):
+    _provide(llm, monkeypatch)
     spec = importlib.util.spec_from_file_location("seed_under_test_%s" % path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -90,10 +97,7 @@ def load(path, llm, monkeypatch):
 
 
 def load_utils(llm, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ppol_llm", llm)
-    for name in [m for m in sys.modules if m == "ppol" or m.startswith("ppol.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(str(ROOT / "generators"))
+    _provide(llm, monkeypatch)
     import ppol.evolution._generator_utils as utils  # noqa: E402
 
     return utils
@@ -114,10 +118,17 @@ PROSE = "It's not possible to create a JSON array containing exactly 5 different
 INSTRUCTION = "You are in a hurry and type short messages without greetings. " * 4
 
 
-def test_repair_block_is_identical_everywhere():
-    blocks = [BLOCK.search(p.read_text()).group(0) for p in
-              (SEEDS / "two_stage_llm.py", SEEDS / "direct_prompt.py", UTILS)]
-    assert blocks[0] == blocks[1] == blocks[2]
+def test_the_helpers_live_in_one_module():
+    """The JSON repair and the persona helpers are ``ppol_personas``'s alone: the seeds and the
+    reference shim import them instead of carrying copies (they drifted apart before)."""
+    helpers = ("def _repair_one", "def json_values", "def persona_rows", "def pad_population",
+               "def fallback_instruction", "def clean_instruction", "def raw_excerpt")
+    assert all(h in HELPERS.read_text() for h in helpers)
+    for path in (SEEDS / "two_stage_llm.py", SEEDS / "direct_prompt.py", UTILS):
+        code = path.read_text()
+        assert "from ppol_personas import" in code, path
+        assert not [h for h in helpers if h in code], path
+        assert "_SMART_QUOTES" not in code, path
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -133,16 +144,16 @@ def test_repair_block_is_identical_everywhere():
     (PROSE, []),
 ])
 def test_json_repair(text, expected, monkeypatch):
-    seed = load(SEEDS / "two_stage_llm.py", ScriptedLLM(lambda p, r: ""), monkeypatch)
-    assert [r.get("persona_id") for r in seed.persona_rows(text)] == expected
+    helpers = load(HELPERS, ScriptedLLM(lambda p, r: ""), monkeypatch)
+    assert [r.get("persona_id") for r in helpers.persona_rows(text)] == expected
 
 
 def test_repair_keeps_what_it_can_of_a_truncated_answer(monkeypatch):
-    seed = load(SEEDS / "two_stage_llm.py", ScriptedLLM(lambda p, r: ""), monkeypatch)
-    rows = seed.persona_rows(TRUNCATED)
+    helpers = load(HELPERS, ScriptedLLM(lambda p, r: ""), monkeypatch)
+    rows = helpers.persona_rows(TRUNCATED)
     assert rows[1]["axis_placement"] == {"terse": True}
-    assert seed.raw_excerpt("x" * 5000).startswith("x" * 2048)
-    assert len(seed.raw_excerpt("x" * 5000)) < 2100
+    assert helpers.raw_excerpt("x" * 5000).startswith("x" * 2048)
+    assert len(helpers.raw_excerpt("x" * 5000)) < 2100
 
 
 def test_two_stage_retries_pads_and_falls_back_per_persona(monkeypatch, capsys):

@@ -55,10 +55,17 @@ pub const PPOL_LLM_PY: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/generators/ppol_llm.py"
 ));
+/// The helper module given to programs (`import ppol_personas`): JSON repair, stage-1 profiles,
+/// fallback instructions; shared by the LLM seeds and the `ppol.evolution._generator_utils` shim.
+pub const PPOL_PERSONAS_PY: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/generators/ppol_personas.py"
+));
 /// Support files written into every run directory: (relative path, contents).
 pub const SUPPORT_FILES: &[(&str, &str)] = &[
     ("harness.py", HARNESS_PY),
     ("ppol_llm.py", PPOL_LLM_PY),
+    ("ppol_personas.py", PPOL_PERSONAS_PY),
     (
         "ppol/__init__.py",
         include_str!(concat!(
