@@ -631,6 +631,12 @@ fn run_log_hashes_the_feature_banks_text() {
         let banks = std::fs::read(root().join("fitness").join(file)).unwrap();
         let logged = run_started_hashes(&out)["feature_banks"].clone();
         assert_eq!(logged, sha256_hex(&banks), "{set}");
+        // and every file the sandbox gives a program: the helpers are part of what ran
+        let hashes = run_started_hashes(&out);
+        for support in ["harness.py", "ppol_llm.py", "ppol_personas.py"] {
+            let text = std::fs::read(root().join("generators").join(support)).unwrap();
+            assert_eq!(hashes[support], sha256_hex(&text), "{support}");
+        }
         seen.push(logged);
     }
     assert_ne!(seen[0], seen[1]);

@@ -337,10 +337,10 @@ pub(super) fn run_started(ctx: &RunContext) -> Event {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-    hashes.insert(
-        "harness.py".into(),
-        code_hash(crate::generate::sandbox::HARNESS_PY),
-    );
+    // every file the sandbox gives a program (harness, ppol_llm, ppol_personas, the ppol package)
+    for (path, text) in crate::generate::sandbox::SUPPORT_FILES {
+        hashes.insert((*path).into(), code_hash(text));
+    }
     hashes.insert(
         "feature_banks".into(),
         code_hash(cfg.run.feature_set.banks().1),
