@@ -17,7 +17,7 @@ const SECTIONS: [(&str, &str, &str); 10] = [
         include_str!("../simulate/world/mod.rs"),
     ),
     ("search", "SearchSection", include_str!("config.rs")),
-    ("archive", "ArchiveConfig", include_str!("archive.rs")),
+    ("archive", "ArchiveConfig", include_str!("archive/mod.rs")),
     ("mutation", "MutationSection", include_str!("config.rs")),
     (
         "sandbox",
