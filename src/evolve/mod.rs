@@ -28,3 +28,4 @@ pub mod run;
 pub mod rundir;
 pub mod runlog;
 pub mod schedule;
+pub mod summary;
