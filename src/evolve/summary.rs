@@ -492,6 +492,104 @@ pub fn sum_costs<'a>(costs: impl Iterator<Item = &'a CostSummary>) -> CostSummar
 mod tests {
     use super::*;
 
+    fn m(c: f64) -> EvalMetrics {
+        EvalMetrics {
+            combined: c,
+            ..EvalMetrics::default()
+        }
+    }
+
+    fn evaluated(k: u64, parent: Option<&str>, combined: f64, new_best: bool) -> Event {
+        Event::CandidateEvaluated {
+            iteration: k,
+            program_id: format!("p{k}"),
+            parent_id: parent.map(str::to_string),
+            second_parent_id: None,
+            island: 0,
+            mutation: "structural".into(),
+            mutation_summary: String::new(),
+            prompt_fit: None,
+            epoch: 0,
+            batch_in_epoch: 0,
+            tasks: Vec::new(),
+            metrics: m(combined),
+            new_elite: true,
+            new_best,
+            stage_score: None,
+            bar: None,
+            personas: Vec::new(),
+            reflection: String::new(),
+            code_hash: String::new(),
+            code: String::new(),
+            seconds: 0.0,
+            cost: Default::default(),
+        }
+    }
+
+    fn records(events: Vec<Event>) -> Vec<Record> {
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| Record {
+                seq: i as u64 + 1,
+                time: format!("t{i}"),
+                event,
+            })
+            .collect()
+    }
+
+    /// The four sources of the run's best, each used only when the ones before it are missing.
+    #[test]
+    fn the_best_comes_from_program_json_then_run_stopped_then_validations_then_train() {
+        let mut log = records(vec![
+            evaluated(1, None, 0.3, true),
+            evaluated(2, Some("p1"), 0.9, false),
+            evaluated(3, Some("p1"), 0.5, true),
+        ]);
+        // no validation: the last new train best
+        assert_eq!(best_program_id(&log, None).as_deref(), Some("p3"));
+        assert_eq!(lineage_from_log(&log, Some("p3")), ["p1", "p3"]);
+        // no new best either: the highest combined
+        let plain = records(vec![
+            evaluated(1, None, 0.3, false),
+            evaluated(2, Some("p1"), 0.9, false),
+        ]);
+        assert_eq!(best_program_id(&plain, None).as_deref(), Some("p2"));
+        // validations replayed
+        log.extend(records(vec![Event::Validation {
+            iteration: 2,
+            program_id: "p2".into(),
+            metrics: m(0.7),
+        }]));
+        assert_eq!(best_program_id(&log, None).as_deref(), Some("p2"));
+        let (train, source) = best_train_metrics(&log, None, "p2").unwrap();
+        assert_eq!(
+            (train.combined, source.as_str()),
+            (0.9, "candidate_evaluated of p2")
+        );
+        assert_eq!(best_validation(&log, None, "p2"), Some(Ok(m(0.7))));
+        // best/program.json wins over everything
+        let program = BestProgram {
+            program_id: "p1".into(),
+            metrics: m(0.3),
+            validation: None,
+            validation_failure: Some("sandbox: boom".into()),
+            lineage: vec!["p1".into()],
+        };
+        let overview = RunOverview::of(Path::new("/nonexistent"), &log, Some(&program));
+        let best = overview.best.unwrap();
+        assert_eq!(best.program_id, "p1");
+        assert_eq!(best.train_source.as_deref(), Some("best/program.json"));
+        assert_eq!(best.validation_failure.as_deref(), Some("sandbox: boom"));
+        assert_eq!(
+            overview.status,
+            RunStatus::NotStopped {
+                last_event: Some("t0".into())
+            }
+        );
+        assert_eq!(overview.iterations, 3);
+    }
+
     #[test]
     fn cost_summaries_of_either_shape() {
         let flat: CostSummary = serde_json::from_value(serde_json::json!({
