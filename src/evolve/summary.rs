@@ -244,7 +244,7 @@ pub fn best_program_id(log: &[Record], program: Option<&BestProgram>) -> Option<
             _ => None,
         })
     };
-    if let Some((id, _, _)) = evaluated().filter(|e| e.2).last() {
+    if let Some((id, _, _)) = evaluated().rfind(|e| e.2) {
         return Some(id.clone());
     }
     evaluated()
@@ -267,15 +267,13 @@ fn validated_best(log: &[Record]) -> Option<&str> {
                 program_id,
                 metrics,
                 ..
-            } => {
-                if RunBest::displaces(best.and_then(|b| b.1), Some(metrics)) {
-                    best = Some((program_id, Some(metrics)));
-                }
+            } if RunBest::displaces(best.and_then(|b| b.1), Some(metrics)) => {
+                best = Some((program_id, Some(metrics)));
             }
-            Event::ValidationFailed { program_id, .. } => {
-                if RunBest::displaces(best.and_then(|b| b.1), None) {
-                    best = Some((program_id, None));
-                }
+            Event::ValidationFailed { program_id, .. }
+                if RunBest::displaces(best.and_then(|b| b.1), None) =>
+            {
+                best = Some((program_id, None));
             }
             _ => {}
         }
