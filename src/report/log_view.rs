@@ -5,6 +5,7 @@
 
 use crate::evolve::runlog::{EvalMetrics, Event, Record};
 
+/// A `candidate_evaluated` event: a candidate scored in full on its train batch.
 pub(crate) struct Evaluated<'a> {
     pub(crate) iteration: u64,
     pub(crate) program_id: &'a str,
@@ -15,6 +16,7 @@ pub(crate) struct Evaluated<'a> {
     pub(crate) seconds: f64,
 }
 
+/// A `candidate_failed` or `validation_failed` event.
 pub(crate) struct Failed<'a> {
     pub(crate) iteration: u64,
     pub(crate) program_id: Option<&'a str>,
@@ -26,6 +28,7 @@ pub(crate) struct Failed<'a> {
     pub(crate) requeued: bool,
 }
 
+/// The log's events by kind, borrowed from the records.
 pub(crate) struct LogView<'a> {
     pub(crate) started: Option<&'a Record>,
     pub(crate) stopped: Option<&'a Record>,

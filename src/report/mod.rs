@@ -21,7 +21,7 @@
 //! | costs | `run_stopped.cost` (else the sum of `candidate_evaluated.cost`), event times |
 //!
 //! The work is split by job: extraction of plain data from the run directory — [`files`] (the
-//! files, loaded and checked), [`log_view`] (the log's events by kind), the run's state and
+//! files, loaded and checked), `log_view` (the log's events by kind), the run's state and
 //! best program from [`crate::evolve::summary`], and [`page`] / [`charts`] / [`best`] (one
 //! serialisable struct per section) — then rendering, [`html`]: the templates of
 //! `src/report/templates/` fed by that data, with the charts drawn by [`svg`].

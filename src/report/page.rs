@@ -1,5 +1,5 @@
 //! Extraction, last step: the page as plain data ([`Page`]), one serialisable struct per
-//! section, built from the run's files ([`RunFiles`]), its log ([`LogView`]) and its state
+//! section, built from the run's files ([`RunFiles`]), its log (`LogView`) and its state
 //! ([`RunOverview`]). No HTML here: [`super::html`] renders these through the templates.
 //! This file builds the page, the summary, the evaluation tables and the costs; the charts'
 //! sections are in [`super::charts`], the best program's in [`super::best`].
