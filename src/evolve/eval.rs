@@ -31,10 +31,7 @@ pub async fn evaluate_run(
     let cfg = run.load_config()?;
     let split = split.unwrap_or(&cfg.run.test_split).to_string();
     // the id names the code evaluated: both from best/
-    let (best_code, best_program_id) = match run.read_best() {
-        Some(b) => (b.code, Some(b.program_id)),
-        None => (run.best_code()?, None),
-    };
+    let (best_code, best_program_id) = crate::evolve::rundir::summary::best_code(&run)?;
     let mut eval_cfg = cfg.clone();
     eval_cfg.run.test_split = split.clone();
     let ctx = RunContext::new(eval_cfg, run.clone()).await?;

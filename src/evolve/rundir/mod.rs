@@ -38,6 +38,7 @@ use serde_json::json;
 pub mod checkpoint;
 pub mod ledger;
 pub mod runlog;
+pub mod summary;
 
 use crate::evolve::archive::program::{MutationInfo, Program};
 use crate::evolve::config::RunConfig;
