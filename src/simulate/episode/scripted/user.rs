@@ -48,14 +48,14 @@ enum Driver {
     /// A persona's behaviour axes, or no persona.
     Axes(AxisVoice),
     /// A persona's roleplay text that plays at least one behaviour mechanic.
-    Text(TextVoice),
+    Text(Box<TextVoice>),
 }
 
 impl Driver {
     fn get(&mut self) -> &mut dyn Voice {
         match self {
             Driver::Axes(v) => v,
-            Driver::Text(v) => v,
+            Driver::Text(v) => v.as_mut(),
         }
     }
 }
@@ -158,7 +158,7 @@ impl ScriptedUser {
             last_agent: String::new(),
         };
         let voice = if play.active {
-            Driver::Text(TextVoice::new(play))
+            Driver::Text(Box::new(TextVoice::new(play)))
         } else {
             Driver::Axes(AxisVoice)
         };
