@@ -692,7 +692,7 @@ fn sha256_file(path: &Path) -> Result<String> {
         }
         h.update(&buf[..n]);
     }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(crate::io::hex(&h.finalize()))
 }
 
 /// `snapshots/COMMIT/PATH` → a relative link to `blobs/ETAG` (a copy where links fail).
@@ -750,21 +750,10 @@ impl FileLock {
             .open(path)
             .map_err(|e| Error::io("opening lock file", path, e))?;
         #[cfg(unix)]
-        {
-            use std::os::unix::io::AsRawFd;
-            loop {
-                // SAFETY: `flock` is called on a file descriptor owned by `file`, which stays
-                // open for the lifetime of the returned lock; it does not touch memory.
-                let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-                if rc == 0 {
-                    break;
-                }
-                let e = io::Error::last_os_error();
-                if e.kind() != ErrorKind::Interrupted {
-                    return Err(Error::io("locking", path, e));
-                }
-            }
-        }
+        rustix::io::retry_on_intr(|| {
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        })
+        .map_err(|e| Error::io("locking", path, e.into()))?;
         Ok(FileLock { _file: file })
     }
 }

@@ -1,5 +1,7 @@
 //! File helpers every stage uses: reading text (a UTF-8 byte-order mark is dropped, so files
-//! saved by Windows editors load everywhere), atomic writes, JSON Lines, and RFC 3339 time.
+//! saved by Windows editors load everywhere), atomic writes, JSON Lines, and RFC 3339 time; and
+//! the small helpers around them: lowercase hex and SHA-256 digests ([`hex`], [`sha256_hex`]),
+//! and the CPU time of this process ([`cpu_time`]).
 
 use std::path::{Path, PathBuf};
 
@@ -594,6 +596,46 @@ pub fn parse_rfc3339(s: &str) -> Option<f64> {
     t.duration_since(std::time::UNIX_EPOCH)
         .ok()
         .map(|d| d.as_secs_f64())
+}
+
+/// Lowercase hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// Lowercase hex SHA-256 of some bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex(&sha2::Sha256::digest(bytes))
+}
+
+/// CPU time (user + system) this process has used so far; with `children`, also that of its
+/// waited-for children. Zero when the system does not say.
+pub fn cpu_time(children: bool) -> std::time::Duration {
+    use std::time::Duration;
+    fn of(who: libc::c_int) -> Duration {
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage writes a `rusage` into the pointer it is given, which points to
+        // memory of that type owned by this frame; `who` is RUSAGE_SELF or RUSAGE_CHILDREN.
+        let usage = unsafe {
+            if libc::getrusage(who, usage.as_mut_ptr()) != 0 {
+                return Duration::ZERO;
+            }
+            usage.assume_init()
+        };
+        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+        tv(usage.ru_utime) + tv(usage.ru_stime)
+    }
+    let mut t = of(libc::RUSAGE_SELF);
+    if children {
+        t += of(libc::RUSAGE_CHILDREN);
+    }
+    t
 }
 
 #[cfg(test)]

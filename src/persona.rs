@@ -68,6 +68,12 @@ pub fn persona_block(persona_text: &str) -> String {
     .to_string()
 }
 
+/// Read persona records (JSON Lines, as `ppol generate` writes them) in bounded memory (see
+/// [`crate::io::read_jsonl`]), naming file and line on errors. The one persona-file reader.
+pub fn read_jsonl(path: &std::path::Path) -> crate::Result<Vec<Persona>> {
+    crate::io::read_jsonl(path, "a persona record {\"persona_id\", \"text\", ...}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,6 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
 use super::{ChatRequest, ChatResponse};
 use crate::{Error, Result};
@@ -38,16 +37,6 @@ pub fn canonical_json(value: &Value) -> String {
         }
     }
     sorted(value).to_string()
-}
-
-/// Lowercase hex SHA-256 of some bytes.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut s = String::with_capacity(64);
-    for b in digest.iter() {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
 }
 
 /// A directory of cached responses.
@@ -99,7 +88,7 @@ impl ResponseCache {
         if !shaping.is_null() {
             material["shaping"] = shaping.clone();
         }
-        sha256_hex(canonical_json(&material).as_bytes())
+        crate::io::sha256_hex(canonical_json(&material).as_bytes())
     }
 
     /// Where the entry of `key` lives.

@@ -46,19 +46,20 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::context::{self, Calibration};
-use super::endpoint::{Endpoint, EndpointStats, Overload, Reachability, Slot};
+use super::endpoint::{Endpoint, EndpointStats};
 use super::{
-    llm_error, AttemptError, Budget, CallRole, ChatModel, ChatRequest, ChatResponse, ContextBudget,
-    FailureKind, LlmConfig, ModelSpec, OpenAiProvider, Provider, ProviderKind, ResponseCache,
-    ScriptedModel,
+    llm_error, Budget, CallRole, ChatModel, ChatRequest, ChatResponse, ContextBudget, LlmConfig,
+    ModelSpec, OpenAiProvider, Provider, ProviderKind, ResponseCache, ScriptedModel,
 };
 use crate::{Error, Result};
+
+mod attempts;
 
 /// Longest wait honoured from a `Retry-After` header.
 const RETRY_AFTER_CAP: Duration = Duration::from_secs(120);
@@ -643,16 +644,32 @@ impl LlmClient {
         }
     }
 
+    /// One call: the cache, the budget (checked again once a permit is had), then the
+    /// attempts ([`LlmClient::attempts`]); an answer is stored in the cache.
     async fn call(&self, request: &ChatRequest) -> Result<ChatResponse> {
         let role = request.role;
         let route = &self.inner.routes[&role];
-        let provider = route.provider().clone();
-        // The model's endpoint (all replicas) until an attempt names the replica it went to.
-        let mut endpoint = route.group.clone();
-        let mut request = self.effective(request);
+        let request = self.effective(request);
+        let cache_key = self.cache_key(route, &request);
+        if let Some(hit) = self.cache_hit(role, &route.group, cache_key.as_deref()) {
+            return Ok(hit);
+        }
+        self.refuse_when_exhausted(role, &route.group)?;
+        let _permit = self.inner.semaphore.permit().await;
+        // A call that waited for a permit is not in flight yet: check again.
+        self.refuse_when_exhausted(role, &route.group)?;
+        let response = self.attempts(route, request).await?;
+        if let Some(key) = cache_key {
+            self.cache_put(key, &response).await;
+        }
+        Ok(response)
+    }
 
-        let cache_key = self
-            .inner
+    /// The cache key of `request` (sent to the model's endpoint, all replicas), when there
+    /// is a cache and the provider's answers may be cached.
+    fn cache_key(&self, route: &Route, request: &ChatRequest) -> Option<String> {
+        let provider = route.provider();
+        self.inner
             .cache
             .as_ref()
             .filter(|_| provider.cacheable())
@@ -660,437 +677,56 @@ impl LlmClient {
                 ResponseCache::key_shaped(
                     provider.name(),
                     provider.model(),
-                    &endpoint,
-                    &route.spec.request_shaping(&request),
-                    &request,
+                    &route.group,
+                    &route.spec.request_shaping(request),
+                    request,
                 )
-            });
-        if let (Some(cache), Some(key)) = (&self.inner.cache, &cache_key) {
-            if let Some(hit) = cache.get(key) {
-                self.record(role, Outcome::Hit);
-                tracing::debug!(role = role.as_str(), %endpoint, "LLM cache hit");
-                return Ok(hit);
-            }
-        }
+            })
+    }
 
-        if let Some(why) = self.budget_exhausted() {
-            self.record(role, Outcome::Refused);
-            return Err(Error::BudgetExhausted(format!(
-                "{why}; {} call to {endpoint} refused",
-                role.as_str()
-            )));
-        }
-        let _permit = self.inner.semaphore.permit().await;
-        // A call that waited for a permit is not in flight yet: check again.
-        if let Some(why) = self.budget_exhausted() {
-            self.record(role, Outcome::Refused);
-            return Err(Error::BudgetExhausted(format!(
-                "{why}; {} call to {endpoint} refused",
-                role.as_str()
-            )));
-        }
+    /// The cached answer under `key`, counted as a cache hit.
+    fn cache_hit(&self, role: CallRole, endpoint: &str, key: Option<&str>) -> Option<ChatResponse> {
+        let hit = self.inner.cache.as_ref()?.get(key?)?;
+        self.record(role, Outcome::Hit);
+        tracing::debug!(role = role.as_str(), %endpoint, "LLM cache hit");
+        Some(hit)
+    }
 
-        let started = Instant::now();
-        let deadline_len = route.spec.deadline();
-        // Moved later by the time spent waiting in ppol's own queue for a request slot.
-        let mut deadline = started + deadline_len;
-        let fail = |endpoint: &str, message: String| {
-            self.record(role, Outcome::Failed);
-            Err(llm_error(endpoint, role, message))
+    /// Store an answer in the cache (a failure to write is logged, not an error).
+    async fn cache_put(&self, key: String, response: &ChatResponse) {
+        let Some(cache) = &self.inner.cache else {
+            return;
         };
-        let max_retries = self.inner.max_retries;
-        let mut retry = 0u32;
-        let mut context_resends = 0u32;
-        let mut reconnects = 0u32;
-        let mut attempts = 0u32;
-        let mut notes: Vec<String> = Vec::new();
-        // The replica that failed the last attempt (a retry prefers another one).
-        let mut avoid: Option<usize> = None;
-        loop {
-            let (sent, fit_note) = match self.fit(role, &request) {
-                Ok(x) => x,
-                Err(why) => return fail(&endpoint, format!("{why} (not sent)")),
-            };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return fail(
-                    &endpoint,
-                    format!(
-                        "deadline of {:.1} s (deadline_s) reached after {attempts} attempt(s)",
-                        deadline_len.as_secs_f64()
-                    ),
-                );
-            }
-            // Waiting for a slot is ppol's own queue, not the server's time: it does not count
-            // towards the deadline (the requests ahead have timeouts of their own).
-            let queued_at = Instant::now();
-            let (index, slot) = acquire(route, avoid).await;
-            deadline += queued_at.elapsed();
-            // A call that waited for an endpoint slot was not in flight yet: the budget may
-            // have run out meanwhile (a first attempt only: a retry finishes what was paid for).
-            if attempts == 0 {
-                if let Some(why) = self.budget_exhausted() {
-                    drop(slot);
-                    self.record(role, Outcome::Refused);
-                    return Err(Error::BudgetExhausted(format!(
-                        "{why}; {} call to {endpoint} refused",
-                        role.as_str()
-                    )));
-                }
-            }
-            let replica = &route.replicas[index];
-            endpoint = replica.endpoint.url().to_string();
-            let left = deadline.saturating_duration_since(Instant::now());
-            let timeout = route.spec.timeout().min(left.max(Duration::from_millis(1)));
-            self.count_attempt(role, retry > 0);
-            attempts += 1;
-            let attempt_started = Instant::now();
-            let result = match tokio::time::timeout(timeout, replica.provider.attempt(&sent)).await
-            {
-                Ok(r) => r,
-                Err(_) => Err(AttemptError::new(
-                    FailureKind::Timeout,
-                    if timeout < route.spec.timeout() {
-                        format!(
-                            "no answer within {:.3} s (what was left of the call's deadline)",
-                            timeout.as_secs_f64()
-                        )
-                    } else {
-                        format!(
-                            "no answer within {:.3} s{}",
-                            timeout.as_secs_f64(),
-                            unbounded_tools_hint(&sent, &route.spec)
-                        )
-                    },
-                )),
-            };
-            let latency = attempt_started.elapsed();
-            let ticket = slot.ticket();
-            let in_flight = ticket.in_flight_at_start();
-            drop(slot);
-            let error = match result {
-                Ok(mut response) => {
-                    replica
-                        .endpoint
-                        .answered(ticket, latency, route.spec.timeout());
-                    response.cached = false;
-                    if response.usage.prompt_tokens > 0 {
-                        let p = response.usage.prompt_tokens;
-                        self.update_window(&route.window_key, |w| w.calibration.observe(&sent, p));
-                    }
-                    self.record(
-                        role,
-                        Outcome::Answered(&response, attempt_started.elapsed().as_secs_f64()),
-                    );
-                    let mut all = std::mem::take(&mut notes);
-                    all.extend(fit_note);
-                    all.append(&mut response.notes);
-                    response.notes = all;
-                    if let (Some(cache), Some(key)) = (&self.inner.cache, &cache_key) {
-                        let (cache, key, r) = (cache.clone(), key.clone(), response.clone());
-                        let stored = tokio::task::spawn_blocking(move || cache.put(&key, &r)).await;
-                        match stored {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => tracing::warn!("LLM cache write failed: {e}"),
-                            Err(e) => tracing::warn!("LLM cache write failed: {e}"),
-                        }
-                    }
-                    return Ok(response);
-                }
-                Err(e) => e,
-            };
-            let mut error = error;
-            let several = route.replicas.len() > 1;
-            avoid = several.then_some(index);
-            match error.kind {
-                FailureKind::Timeout => {
-                    if let Some(limit) =
-                        replica
-                            .endpoint
-                            .overloaded(ticket, Overload::Timeout, error.retry_after)
-                    {
-                        tracing::warn!(
-                            %endpoint,
-                            in_flight,
-                            limit,
-                            "an attempt timed out with {in_flight} requests in flight: at most \
-                             {limit} from now on (set max_concurrency for this model to choose)"
-                        );
-                        notes.push(format!(
-                            "timed out with {in_flight} requests in flight at the endpoint; its \
-                             concurrency limit was lowered to {limit}"
-                        ));
-                    }
-                }
-                FailureKind::RateLimited | FailureKind::Server(503) => {
-                    if let Some(limit) =
-                        replica
-                            .endpoint
-                            .overloaded(ticket, Overload::Busy, error.retry_after)
-                    {
-                        tracing::info!(
-                            %endpoint,
-                            in_flight,
-                            limit,
-                            "the endpoint is busy ({}): at most {limit} requests in flight from \
-                             now on",
-                            error.kind.label()
-                        );
-                    }
-                    if error.kind != FailureKind::RateLimited && replica.endpoint.failed(false) {
-                        tracing::warn!(%endpoint, "replica benched after failing repeatedly");
-                    }
-                }
-                FailureKind::Server(_) | FailureKind::Connection => {
-                    let benched = replica.endpoint.failed(false);
-                    if benched && several {
-                        tracing::warn!(
-                            %endpoint,
-                            "replica benched after failing repeatedly: {error}"
-                        );
-                    }
-                }
-                FailureKind::Unreachable
-                    if several
-                        && reconnects < MAX_RECONNECTS * route.replicas.len() as u32
-                        && route
-                            .replicas
-                            .iter()
-                            .enumerate()
-                            .any(|(i, r)| i != index && !r.endpoint.is_benched()) =>
-                {
-                    // Another replica can answer: bench this one and go there at once.
-                    replica.endpoint.failed(true);
-                    reconnects += 1;
-                    tracing::warn!(
-                        %endpoint,
-                        "replica refuses connections; benched, sending to another: {error}"
-                    );
-                    notes.push(format!(
-                        "{endpoint} refused the connection; sent to another replica"
-                    ));
-                    continue;
-                }
-                FailureKind::Unreachable => {
-                    if reconnects >= MAX_RECONNECTS {
-                        return fail(
-                            &endpoint,
-                            format!(
-                                "gave up after {attempts} attempt(s): the endpoint accepted TCP \
-                             connections again {reconnects} times but the request still could \
-                             not connect; last error: {error}"
-                            ),
-                        );
-                    }
-                    match replica
-                        .endpoint
-                        .wait_until_reachable(&error.message, self.inner.endpoint_wait, deadline)
-                        .await
-                    {
-                        Reachability::Back(waited) => {
-                            reconnects += 1;
-                            if !waited.is_zero() {
-                                tracing::warn!(
-                                    %endpoint,
-                                    waited_s = waited.as_secs_f64(),
-                                    "the endpoint accepts connections again"
-                                );
-                                notes.push(format!(
-                                    "waited {:.1} s for the endpoint to accept connections",
-                                    waited.as_secs_f64()
-                                ));
-                            }
-                            continue;
-                        }
-                        Reachability::Down(why) => {
-                            return fail(&endpoint, format!("{why} (after {attempts} attempt(s))"));
-                        }
-                    }
-                }
-                FailureKind::ContextLength => {
-                    let overflow = context::parse_overflow(&error.message).unwrap_or_default();
-                    let w = self.window(&route.window_key);
-                    let estimate = w.calibration.estimate(&sent);
-                    let runaway = overflow.prompt_tokens.is_some_and(|p| {
-                        let p = f64::from(p);
-                        let e = f64::from(estimate);
-                        (w.calibration.measured && p > 1.5 * e + 64.0)
-                            || (!w.calibration.measured
-                                && attempt_started.elapsed() > Duration::from_secs(15)
-                                && p > e)
-                    });
-                    if let Some(window) = overflow.window {
-                        self.update_window(&route.window_key, |w| w.learned = Some(window));
-                    }
-                    if runaway {
-                        // The endpoint generated until its context was full (it ignores
-                        // max_tokens): a failure of the content, not of the prompt's length.
-                        let msg = format!(
-                            "the endpoint kept generating until its context{} was full \
-                             although max_tokens was {} (it ignores max_tokens: \
-                             llama-cpp-python's function calling does); {}",
-                            overflow
-                                .window
-                                .map(|w| format!(" of {w} tokens"))
-                                .unwrap_or_default(),
-                            sent.max_tokens.unwrap_or(0),
-                            error.message
-                        );
-                        notes.push(
-                            "the endpoint ran away (generated until its context was full)"
-                                .to_string(),
-                        );
-                        error = AttemptError::new(FailureKind::Truncated, msg);
-                    } else {
-                        context_resends += 1;
-                        if context_resends > MAX_CONTEXT_RESENDS {
-                            return fail(
-                                &endpoint,
-                                format!(
-                                "{error} — still too long after trimming {MAX_CONTEXT_RESENDS} \
-                                 times (not retried)"
-                            ),
-                            );
-                        }
-                        if let Some(p) = overflow.prompt_tokens {
-                            self.update_window(&route.window_key, |w| {
-                                w.calibration.observe(&sent, u64::from(p))
-                            });
-                        }
-                        if overflow.window.is_none() {
-                            // No number given: aim a quarter below what was sent.
-                            let guess =
-                                (self.window(&route.window_key).calibration.estimate(&sent)
-                                    + sent.max_tokens.unwrap_or(0))
-                                    * 3
-                                    / 4;
-                            let guess = guess.max(256);
-                            let current = self.context_window(role).unwrap_or(u32::MAX);
-                            self.update_window(&route.window_key, |w| {
-                                w.learned = Some(guess.min(current))
-                            });
-                        }
-                        let window = self.context_window(role).unwrap_or(0);
-                        tracing::warn!(
-                            role = role.as_str(),
-                            %endpoint,
-                            window,
-                            "context window exceeded; trimming the history and sending again: {error}"
-                        );
-                        notes.push(format!(
-                            "the endpoint rejected the prompt as too long for its context \
-                             window ({window} tokens); sent again trimmed"
-                        ));
-                        continue;
-                    }
-                }
-                _ => {}
-            }
-            if !error.kind.is_retryable() {
-                return fail(&endpoint, format!("{error} (not retried)"));
-            }
-            if retry >= max_retries {
-                return fail(
-                    &endpoint,
-                    format!(
-                        "gave up after {} attempt(s) ({} retries); last error: {error}",
-                        attempts, retry
-                    ),
-                );
-            }
-            let delay = self.backoff(retry, error.retry_after);
-            if Instant::now() + delay >= deadline {
-                return fail(
-                    &endpoint,
-                    format!(
-                    "deadline of {:.1} s (deadline_s) reached after {attempts} attempt(s); last \
-                     error: {error}",
-                    deadline_len.as_secs_f64()
-                ),
-                );
-            }
-            if error.kind.is_about_content() {
-                let t = RETRY_TEMPERATURES[(retry as usize).min(RETRY_TEMPERATURES.len() - 1)];
-                request.temperature = Some(request.temperature.unwrap_or(0.0).max(t));
-                if let Some(seed) = request.seed.as_mut() {
-                    *seed = seed.wrapping_add(1);
-                }
-                notes.push(format!(
-                    "retried after '{}' with temperature {t}{}",
-                    error.kind.label(),
-                    request
-                        .seed
-                        .map(|s| format!(" and seed {s}"))
-                        .unwrap_or_default()
-                ));
-            }
-            tracing::warn!(
-                role = role.as_str(),
-                endpoint = %endpoint,
-                attempt = attempts,
-                max_retries,
-                delay_ms = delay.as_millis() as u64,
-                "LLM call failed, retrying: {error}"
-            );
-            tokio::time::sleep(delay).await;
-            retry += 1;
+        let (cache, r) = (cache.clone(), response.clone());
+        let stored = tokio::task::spawn_blocking(move || cache.put(&key, &r)).await;
+        match stored {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("LLM cache write failed: {e}"),
+            Err(e) => tracing::warn!("LLM cache write failed: {e}"),
         }
     }
-}
 
-/// A request slot at one of the route's replicas: among those not benched (all, when every
-/// one is), the one with the fewest requests in flight that has a free slot, preferring any
-/// but `avoid` (the replica that just failed); ties rotate. Waits for a slot to free up.
-async fn acquire(route: &Route, avoid: Option<usize>) -> (usize, Slot<'_>) {
-    use std::sync::atomic::Ordering;
-    let n = route.replicas.len();
-    if n == 1 {
-        return (0, route.replicas[0].endpoint.slot().await);
+    /// Refuse the call (counted) when the budget is spent.
+    fn refuse_when_exhausted(&self, role: CallRole, endpoint: &str) -> Result<()> {
+        match self.budget_exhausted() {
+            Some(why) => Err(self.refuse(role, endpoint, why)),
+            None => Ok(()),
+        }
     }
-    // Counted as demand at every replica while waiting (lets their limits grow), each at the
-    // caller's place in line.
-    let key = super::endpoint::line_key();
-    let mut waiting = Vec::new();
-    loop {
-        let mut released: Vec<_> = route
-            .replicas
-            .iter()
-            .map(|r| Box::pin(r.endpoint.released()))
-            .collect();
-        for r in released.iter_mut() {
-            r.as_mut().enable();
-        }
-        let mut candidates: Vec<usize> = (0..n)
-            .filter(|i| !route.replicas[*i].endpoint.is_benched())
-            .collect();
-        if candidates.is_empty() {
-            candidates = (0..n).collect();
-        }
-        if candidates.len() > 1 {
-            if let Some(a) = avoid {
-                candidates.retain(|i| *i != a);
-            }
-        }
-        let start = route.next.fetch_add(1, Ordering::Relaxed);
-        candidates.sort_by_key(|i| {
-            (
-                route.replicas[*i].endpoint.in_flight(),
-                (i + n - start % n) % n,
-            )
-        });
-        for i in candidates {
-            if let Some(slot) = route.replicas[i].endpoint.try_slot_as(key) {
-                return (i, slot);
-            }
-        }
-        if waiting.is_empty() {
-            waiting = route
-                .replicas
-                .iter()
-                .map(|r| r.endpoint.waiting_as(key))
-                .collect();
-        }
-        futures::future::select_all(released).await;
+
+    /// A call refused (counted) because the budget is spent (`why`).
+    fn refuse(&self, role: CallRole, endpoint: &str, why: String) -> Error {
+        self.record(role, Outcome::Refused);
+        Error::BudgetExhausted(format!(
+            "{why}; {} call to {endpoint} refused",
+            role.as_str()
+        ))
+    }
+
+    /// A failed call (counted), with what went wrong.
+    fn fail(&self, role: CallRole, endpoint: &str, message: String) -> Error {
+        self.record(role, Outcome::Failed);
+        llm_error(endpoint, role, message)
     }
 }
 

@@ -38,12 +38,13 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::cache::{canonical_json, sha256_hex};
+use super::cache::canonical_json;
 use super::{
     check_answer_for, llm_error, AttemptError, CallRole, ChatModel, ChatRequest, ChatResponse,
     FailureKind, Provider, ScriptToolCall, Usage,
 };
 use crate::dialogue::{Role, ToolCall, Turn};
+use crate::io::sha256_hex;
 use crate::{Error, Result};
 
 /// One line of a script.

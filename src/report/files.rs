@@ -73,7 +73,7 @@ impl RunFiles {
         let baseline = optional(&dir.join("baseline/episodes.jsonl"), load_episodes)?;
         let best_source = optional(&dir.join("best/program.py"), crate::io::read_to_string)?;
         let best_program = optional(&dir.join("best/program.json"), BestProgram::load)?;
-        let best_personas = optional(&dir.join("best/personas.jsonl"), load_personas)?;
+        let best_personas = optional(&dir.join("best/personas.jsonl"), crate::persona::read_jsonl)?;
         let best_episodes = optional(&dir.join("best/episodes.jsonl"), load_episodes)?;
         let mut evals = Vec::new();
         let entries = std::fs::read_dir(dir).map_err(|e| Error::io("listing", dir, e))?;
@@ -125,21 +125,4 @@ fn parse_json<T: serde::de::DeserializeOwned>(text: &str, path: &Path, what: &st
             format!("{what}: {e}"),
         )
     })
-}
-
-fn load_personas(path: &Path) -> Result<Vec<Persona>> {
-    let text = crate::io::read_to_string(path)?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| {
-                Error::parse(
-                    path,
-                    format!("line {}", i + 1),
-                    format!("not a persona record: {e}"),
-                )
-            })
-        })
-        .collect()
 }

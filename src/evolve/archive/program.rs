@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// Identifier of a program, unique within a run (and an archive).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -241,17 +240,7 @@ impl Program {
 
 /// SHA-256 of a program's source, lowercase hex.
 pub fn code_hash(code: &str) -> String {
-    hex(&Sha256::digest(code.as_bytes()))
-}
-
-/// Lowercase hex of bytes.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use fmt::Write;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
+    crate::io::sha256_hex(code.as_bytes())
 }
 
 #[cfg(test)]

@@ -106,22 +106,6 @@ fn row<'a>(t: &'a EvalTable, name: &str) -> Option<&'a EvalRow> {
         .find(|r| r.name == name && r.skipped.is_none())
 }
 
-/// CPU seconds used so far by this process and by its waited-for children.
-fn cpu_seconds() -> f64 {
-    let secs = |who: libc::c_int| -> f64 {
-        // SAFETY: `getrusage` only writes into the zeroed struct we pass; `who` is one of the
-        // two constants the call accepts.
-        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: as above; `u` is a valid, writable `rusage`.
-        if unsafe { libc::getrusage(who, &mut u) } != 0 {
-            return 0.0;
-        }
-        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-        tv(u.ru_utime) + tv(u.ru_stime)
-    };
-    secs(libc::RUSAGE_SELF) + secs(libc::RUSAGE_CHILDREN)
-}
-
 fn config(
     args: &BenchEvolveArgs,
     seed: u64,
@@ -209,9 +193,12 @@ fn measure_arm(
         );
         let cfg = config(args, seed, dir.clone(), cascade)?;
         let cascade = cfg.search.cascade;
-        let (cpu0, t0) = (cpu_seconds(), Instant::now());
+        let (cpu0, t0) = (crate::io::cpu_time(true).as_secs_f64(), Instant::now());
         let summary = ops::block_on(ops::evolve(cfg, RunControl::default()))??;
-        let (wall_s, cpu_s) = (t0.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
+        let (wall_s, cpu_s) = (
+            t0.elapsed().as_secs_f64(),
+            crate::io::cpu_time(true).as_secs_f64() - cpu0,
+        );
         anyhow::ensure!(
             !summary.reason.starts_with("infrastructure"),
             "run seed {seed} stopped early: {} ({})",

@@ -259,21 +259,6 @@ fn evaluate(
     Ok((started.elapsed(), report))
 }
 
-/// CPU time (user + system) of this process so far.
-fn cpu_time() -> Duration {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes a `rusage` into the pointer it is given, which points to
-    // memory of that type owned by this frame; RUSAGE_SELF is always valid.
-    let usage = unsafe {
-        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
-            return Duration::ZERO;
-        }
-        usage.assume_init()
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
 fn endpoint_json(report: &EpisodesReport) -> Value {
     report
         .llm
@@ -420,7 +405,7 @@ pub fn run(args: BenchLlmArgs) -> anyhow::Result<()> {
     if wants("c") {
         let mock = MockChild::start(&["--latency-ms".to_string(), "0".to_string()])?;
         let all = personas(&task_ids, args.personas);
-        let before = cpu_time();
+        let before = crate::io::cpu_time(false);
         let (wall, r) = evaluate(
             &domain,
             &task_ids,
@@ -428,7 +413,7 @@ pub fn run(args: BenchLlmArgs) -> anyhow::Result<()> {
             mock_llm(&mock.base_url),
             args.max_turns,
         )?;
-        let cpu = cpu_time().saturating_sub(before);
+        let cpu = crate::io::cpu_time(false).saturating_sub(before);
         let calls = r.llm.as_ref().map_or(0, |a| a.total.attempts).max(1);
         let per_call_us = cpu.as_secs_f64() * 1e6 / calls as f64;
         say(format!(

@@ -302,8 +302,7 @@ impl EpisodeSink {
 /// Read persona records (JSONL, as `ppol generate` writes them) in bounded memory (see
 /// [`crate::io::read_jsonl`]), naming file and line on errors.
 pub fn read_personas(path: &Path) -> Result<Vec<Persona>> {
-    let ps: Vec<Persona> =
-        crate::io::read_jsonl(path, "a persona record {\"persona_id\", \"text\", ...}")?;
+    let ps = crate::persona::read_jsonl(path)?;
     if ps.is_empty() {
         return Err(Error::parse(path, "file", "no persona records"));
     }

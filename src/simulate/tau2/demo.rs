@@ -1,32 +1,23 @@
 //! The built-in `demo` domain: a tiny gift shop invented for ppol (not τ² data), in τ²'s file
-//! format, so episodes can run without downloading anything. The data lives in `src/tau2/demo/`.
-
-use std::path::Path;
+//! format, so episodes can run without downloading anything: its embedded files (in
+//! `src/simulate/tau2/demo/`, parsed by `data::Domain::load`), its database and its tools.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::data::Domain;
 use super::pycall::{self, key, Ret, ToolRes, Validator};
 use super::pyjson::py_round;
 use super::{en, get_mut, s, Table, ToolDef};
 
-const DB: &str = include_str!("demo/db.json");
-const TASKS: &str = include_str!("demo/tasks.json");
-const POLICY: &str = include_str!("demo/policy.md");
-const SPLITS: &str = include_str!("demo/split_tasks.json");
-
-/// The demo domain, parsed from the embedded files.
-pub(crate) fn domain() -> crate::Result<Domain> {
-    Domain::from_parts(
-        "demo",
-        POLICY.to_string(),
-        (TASKS, Path::new("<ppol demo>/tasks.json")),
-        Some((SPLITS, Path::new("<ppol demo>/split_tasks.json"))),
-        (DB, Path::new("<ppol demo>/db.json")),
-        None,
-    )
-}
+/// The demo domain's files, embedded (`data::Domain::load` parses them): each with the path
+/// its errors name.
+pub(crate) const DB: (&str, &str) = (include_str!("demo/db.json"), "<ppol demo>/db.json");
+pub(crate) const TASKS: (&str, &str) = (include_str!("demo/tasks.json"), "<ppol demo>/tasks.json");
+pub(crate) const POLICY: &str = include_str!("demo/policy.md");
+pub(crate) const SPLITS: (&str, &str) = (
+    include_str!("demo/split_tasks.json"),
+    "<ppol demo>/split_tasks.json",
+);
 
 /// A customer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

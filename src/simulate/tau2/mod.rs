@@ -306,10 +306,7 @@ impl Env {
 
     /// τ²'s DB hash: SHA-256 (hex) of `json.dumps(db.model_dump(), sort_keys=True)`.
     pub fn db_hash(&self) -> String {
-        use sha2::Digest;
-        let text = pyjson::dumps(&self.db_json(), true);
-        let digest = sha2::Sha256::digest(text.as_bytes());
-        digest.iter().map(|b| format!("{b:02x}")).collect()
+        crate::io::sha256_hex(pyjson::dumps(&self.db_json(), true).as_bytes())
     }
 
     /// Whether two environments hold the same database (what τ²'s hash comparison decides).

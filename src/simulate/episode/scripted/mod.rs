@@ -53,9 +53,13 @@
 //! empty plan it explains that policy does not allow the request.
 
 mod agent;
+mod axis_voice;
 mod facts;
+mod intent;
 pub mod mechanics;
 mod style;
+mod text_voice;
+mod turns;
 mod user;
 
 pub use agent::ScriptedAgent;
