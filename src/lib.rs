@@ -32,7 +32,7 @@ pub mod io;
 pub mod limits;
 pub mod llm;
 pub mod persona;
-pub mod seed;
+pub mod rng;
 pub mod shipped;
 
 pub mod evolve;

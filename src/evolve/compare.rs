@@ -13,7 +13,7 @@ use crate::evolve::evaluate::{
 use crate::evolve::rundir::runlog::{EvalRow, EvalTable};
 use crate::fitness::score::{Rollout, Scorer, Weights};
 use crate::persona::Persona;
-use crate::seed::mix;
+use crate::rng::mix;
 use crate::simulate::episode::record::Episode;
 use crate::simulate::episode::record::EpisodeStatus;
 use crate::simulate::episode::EpisodeRunner;

@@ -19,7 +19,7 @@ use crate::fitness::traces::{self, LoadOptions};
 use crate::generate::sandbox::Sandbox;
 use crate::llm::client::LlmClient;
 use crate::llm::ChatModel;
-use crate::seed::{derive_seed, mix};
+use crate::rng::{derive_seed, mix};
 use crate::shipped::{DEMO_HUMANS, LLM_SEED, OFFLINE_SEED};
 use crate::simulate::episode::record::{Episode, EpisodeStatus};
 use crate::simulate::episode::runner::Backend;

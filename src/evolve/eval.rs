@@ -14,7 +14,7 @@ use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::score::Scorer;
 use crate::fitness::traces::{self, LoadOptions};
-use crate::seed::derive_seed;
+use crate::rng::derive_seed;
 use crate::shipped::DIRECT_SEED;
 use crate::{Error, Result};
 

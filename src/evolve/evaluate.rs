@@ -20,7 +20,7 @@ use crate::generate::generator::{generate_in, GenerationOutcome};
 use crate::generate::sandbox::Sandbox;
 use crate::llm::ChatModel;
 use crate::persona::Persona;
-use crate::seed::{derive_seed, mix};
+use crate::rng::{derive_seed, mix};
 use crate::simulate::episode::record::{Episode, EpisodeStatus};
 use crate::simulate::episode::EpisodeRunner;
 

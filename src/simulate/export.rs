@@ -777,7 +777,7 @@ pub fn held_out(persona_id: &str, fraction: f64, seed: u64) -> bool {
     if persona_id == "none" || fraction <= 0.0 {
         return false;
     }
-    let h = crate::seed::derive_seed(seed, persona_id);
+    let h = crate::rng::derive_seed(seed, persona_id);
     ((h >> 11) as f64 / (1u64 << 53) as f64) < fraction
 }
 

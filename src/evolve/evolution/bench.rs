@@ -19,7 +19,7 @@ use crate::evolve::rundir::runlog::{EvalMetrics, FailureInfo, PersonaOutcome};
 use crate::evolve::schedule::{BatchPlan, Schedule};
 use crate::fitness::score::{Scorer, Weights};
 use crate::llm::ChatModel;
-use crate::seed::derive_seed;
+use crate::rng::derive_seed;
 
 /// What evaluating a candidate needs, shared by the tasks that evaluate candidates in parallel.
 #[derive(Clone)]

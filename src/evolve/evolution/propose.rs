@@ -5,7 +5,7 @@
 use crate::evolve::archive::program::{code_hash, Program, ProgramId};
 use crate::evolve::evolution::Evolution;
 use crate::evolve::rundir::checkpoint::Proposed;
-use crate::seed::mix;
+use crate::rng::mix;
 use crate::Result;
 
 /// What a generation's proposal needs before its mutation runs.

@@ -20,7 +20,7 @@ use crate::evolve::rundir::runlog::{self, Event, FailureInfo};
 use crate::evolve::schedule::{BatchPlan, Schedule};
 use crate::fitness::score::{Scorer, Weights};
 use crate::llm::CallRole;
-use crate::seed::derive_seed;
+use crate::rng::derive_seed;
 use crate::simulate::episode::record::Episode;
 use crate::{Error, Result};
 

@@ -39,7 +39,7 @@ use crate::evolve::mutation::{
     edits, failure_from_diff_error, head, ChildFailure, FailureKind, PYTHON,
 };
 use crate::llm::{CallRole, ChatModel};
-use crate::seed::mix;
+use crate::rng::mix;
 use crate::{Error, Result};
 
 /// Previous children of the parent shown to the LLM mutator.

@@ -15,7 +15,7 @@ use crate::evolve::config::RunConfig;
 use crate::evolve::rundir::runlog::EvalMetrics;
 use crate::evolve::rundir::RunBest;
 use crate::llm::client::Accounting;
-use crate::seed::derive_seed;
+use crate::rng::derive_seed;
 use crate::Result;
 
 /// Identifier of the checkpoint format (`checkpoint.json`).

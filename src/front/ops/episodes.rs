@@ -445,7 +445,7 @@ async fn play(
             let (client, sink, done, sink_error) = (client.as_ref(), &sink, &done, &sink_error);
             let (domain, backend) = (world.domain(), world.backend());
             async move {
-                let seed = crate::seed::mix(root_seed, i as u64);
+                let seed = crate::rng::mix(root_seed, i as u64);
                 let ep = match client.and_then(|c| c.budget_exhausted()) {
                     Some(why) => Episode::failed(
                         &task,

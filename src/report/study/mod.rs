@@ -416,7 +416,7 @@ pub fn make(conditions: &[Condition], opts: &MakeOptions) -> Result<Study> {
         .as_ref()
         .map(|d| FeatureSet::parse(&d.feature_set))
         .transpose()?;
-    let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::derive_seed(opts.seed, "study"));
+    let mut rng = ChaCha8Rng::seed_from_u64(crate::rng::derive_seed(opts.seed, "study"));
     let mut pool: Vec<(ShownItem, KeyItem)> = Vec::new();
     let mut key_conditions = Vec::new();
     for c in conditions {

@@ -391,7 +391,7 @@ pub struct WorldDeps {
 /// the first episode, except a v2 simulator that lists its own tasks).
 pub async fn open(spec: &WorldSpec, deps: WorldDeps) -> Result<Arc<dyn World>> {
     deps.settings.validate()?;
-    let split_seed = crate::seed::derive_seed(deps.seed, "world_split");
+    let split_seed = crate::rng::derive_seed(deps.seed, "world_split");
     let file_tasks = |required: bool| -> Result<Option<TaskList>> {
         match &deps.settings.task_file {
             Some(f) => Ok(Some(TaskList::new(

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::seed::mix;
+use crate::rng::mix;
 use crate::{Error, Result};
 
 /// One task of a world.

@@ -1,5 +1,6 @@
-//! Seeds: every random choice in ppol derives from one root seed, each part through its own
-//! stream ([`derive_seed`]), each item through [`mix`]. Same seed, same run.
+//! Random seeds (not the seed programs of `seeds/`): every random choice in ppol derives from
+//! one root seed, each part through its own stream ([`derive_seed`]), each item through
+//! [`mix`]. Same seed, same run.
 
 /// Derive a sub-seed (SplitMix64 of the pair).
 pub fn mix(seed: u64, i: u64) -> u64 {
