@@ -297,20 +297,8 @@ impl Voice for AxisVoice {
                     "No, thank you. You have been extremely helpful, and I appreciate you resolving this so quickly. Have a great day!",
                 ])
             }
-        } else if refused {
-            c.pick(&[
-                "oh ok. no that's it",
-                "hm ok, no thanks",
-                "ok, that's all then",
-            ])
         } else {
-            c.pick(&[
-                "no that's all, thanks",
-                "nope, that's it. thanks",
-                "no, thank you",
-                "no thanks",
-                "that's it, thanks",
-            ])
+            c.plain_closing(refused)
         };
         vec![text.to_string()]
     }

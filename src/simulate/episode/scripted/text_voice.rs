@@ -270,20 +270,8 @@ impl Voice for TextVoice {
                     "No, that's everything I needed. Thank you for your patience. Have a wonderful day!",
                 ])
             }
-        } else if refused {
-            c.pick(&[
-                "oh ok. no that's it",
-                "hm ok, no thanks",
-                "ok, that's all then",
-            ])
         } else {
-            c.pick(&[
-                "no that's all, thanks",
-                "nope, that's it. thanks",
-                "no, thank you",
-                "no thanks",
-                "that's it, thanks",
-            ])
+            c.plain_closing(refused)
         };
         vec![text.to_string()]
     }

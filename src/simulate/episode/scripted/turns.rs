@@ -106,6 +106,26 @@ impl Core {
         xs[self.rng.random_range(0..xs.len())]
     }
 
+    /// The closing both users end on when nothing in their style says otherwise: resigned after
+    /// a refusal, else a short thanks.
+    pub(super) fn plain_closing(&mut self, refused: bool) -> &'static str {
+        if refused {
+            self.pick(&[
+                "oh ok. no that's it",
+                "hm ok, no thanks",
+                "ok, that's all then",
+            ])
+        } else {
+            self.pick(&[
+                "no that's all, thanks",
+                "nope, that's it. thanks",
+                "no, thank you",
+                "no thanks",
+                "that's it, thanks",
+            ])
+        }
+    }
+
     /// Wrap every identifier the user knows in `text` so transforms keep it verbatim.
     pub(super) fn mark_ids(&self, text: &str) -> String {
         let f = &self.facts;
