@@ -183,8 +183,8 @@ def laptop_run_toml(llm_section: str, iterations: int = LAPTOP_ITERATIONS) -> st
     (a short policy: an agent turn takes seconds, not tens of them), one train, one validation
     and one test task, two personas per candidate, one user turn per episode, short answers,
     the LLM as mutator and reflection, then ``llm_section`` (:func:`llm_toml`) with each role's
-    completion capped: 4 iterations (the seed and three LLM mutations). CI's real-model step
-    runs it cut to 2 iterations (418 s on 2 busy cores).
+    completion capped: 4 iterations (the seed and three LLM mutations), 444 s on 2 cores
+    (then ``ppol eval --n 1``: 69 s).
 
     >>> text = laptop_run_toml(llm_toml("http://127.0.0.1:8000/v1"))
     >>> "iterations = 4" in text and "[llm.roles.user-sim]" in text
@@ -200,7 +200,7 @@ def laptop_run_toml(llm_section: str, iterations: int = LAPTOP_ITERATIONS) -> st
         "max_tokens = 96\n",
     )
     return """# A small evolution with the local model, sized to finish in minutes (ppol evolve --config
-# this file; cut to 2 iterations it took 418 s on 2 busy cores). Raise iterations, n_personas and max_turns for runs that mean something.
+# this file; 444 s on 2 cores, then 69 s for ppol eval --n 1). Raise iterations, n_personas and max_turns for runs that mean something.
 [run]
 domain = "demo"             # the built-in demo domain: its short policy keeps agent turns fast
 train_split = "0,1"         # one train and one validation task (the validation is carved out)
