@@ -5,10 +5,10 @@
 use serde::Serialize;
 
 use super::files::RunFiles;
-use super::html::f3;
 use super::log_view::{Evaluated, LogView};
 use super::pca;
 use super::svg::{BarChart, Point, Series, Style, XyChart};
+use super::text::f3;
 use crate::evolve::rundir::summary::RunOverview;
 use crate::evolve::runlog::EvalMetrics;
 use crate::fitness::features::{fingerprint_many, FEATURE_NAMES};

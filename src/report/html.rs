@@ -1,6 +1,6 @@
 //! Rendering: the report's plain data ([`super::page::Page`]) through the templates of
-//! `src/report/templates/` (embedded in the binary), plus the text helpers every piece of HTML
-//! of the report uses ([`esc`], [`f3`]).
+//! `src/report/templates/` (embedded in the binary). The text helpers every piece of HTML of
+//! the report uses ([`esc`], [`f3`], ...) are in [`super::text`].
 //!
 //! Templates are [minijinja](https://docs.rs/minijinja) templates with auto-escaping through
 //! [`esc`], the report's one escaper: every value a template prints is escaped unless it is
@@ -15,6 +15,8 @@
 use minijinja::value::{Serde, Value};
 use minijinja::{AutoEscape, Environment};
 use serde::Serialize;
+
+use super::text::{duration, esc, f3, grouped};
 
 /// The page shell: `<head>` with the style sheet, header, sections, footer.
 const PAGE: &str = include_str!("templates/page.html");
@@ -33,70 +35,6 @@ pub(crate) const SECTIONS: [(&str, &str); 10] = [
     ("mechanics", include_str!("templates/mechanics.html")),
     ("costs", include_str!("templates/costs.html")),
 ];
-
-/// HTML-escape text for element content and attribute values. Bidi controls, which would
-/// reorder what a reader sees, are shown as `\u{202e}` escapes
-/// ([`crate::io::neutralize_bidi`]); letters of right-to-left scripts are kept.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            c if crate::io::is_bidi_control(c) => out.push_str(&c.escape_unicode().to_string()),
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            // the colon of `scheme://` is escaped too, so that no URL appears in the page source
-            ':' if chars.peek() == Some(&'/') => out.push_str("&#58;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A number to 3 decimals (`–` when not finite).
-pub fn f3(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.3}")
-    } else {
-        "–".into()
-    }
-}
-
-/// An integer with thousands separators (`1,234,567`).
-pub(crate) fn grouped(n: i64) -> String {
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 {
-        format!("-{out}")
-    } else {
-        out
-    }
-}
-
-/// Seconds as `1 h 02 min 05 s`, `3 min 04 s` or `12.3 s` (`–` when not a duration).
-pub(crate) fn duration(secs: f64) -> String {
-    if !secs.is_finite() || secs < 0.0 {
-        return "–".into();
-    }
-    let s = secs.round() as u64;
-    let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
-    if h > 0 {
-        format!("{h} h {m:02} min {s:02} s")
-    } else if m > 0 {
-        format!("{m} min {s:02} s")
-    } else {
-        format!("{secs:.1} s")
-    }
-}
 
 /// A section template as loaded: line breaks and the indentation after them dropped.
 fn unindent(source: &str) -> String {

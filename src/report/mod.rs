@@ -45,6 +45,7 @@ pub mod page;
 pub mod pca;
 pub mod study;
 pub mod svg;
+pub mod text;
 
 use std::path::{Path, PathBuf};
 
@@ -52,8 +53,8 @@ use crate::Result;
 
 pub use crate::evolve::rundir::summary::BestProgram;
 pub use files::RunFiles;
-pub use html::{esc, f3};
 pub use page::Page;
+pub use text::{esc, f3};
 
 /// Personas shown in the "sample personas" section.
 pub const N_SAMPLE_PERSONAS: usize = 4;

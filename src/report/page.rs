@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::best::{Dialogues, Lineage, Mechanics, Personas};
 use super::charts::{Dice, Map, Scores};
 use super::files::RunFiles;
-use super::html::duration;
 use super::log_view::LogView;
+use super::text::duration;
 use crate::evolve::rundir::summary::{cost_rows, Counters, RunOverview};
 use crate::evolve::runlog::{self, Event, Record};
 
@@ -116,7 +116,7 @@ pub struct Summary {
 
 /// "0.512 (HL 0.400, coverage 0.624)".
 fn scores_line(m: &runlog::EvalMetrics) -> String {
-    use super::html::f3;
+    use super::text::f3;
     format!(
         "{} (HL {}, coverage {})",
         f3(m.combined),
@@ -261,7 +261,7 @@ impl Summary {
                 fact(
                     &mut facts,
                     "discriminator grouped AUC",
-                    grouped_auc.map_or_else(|| "–".into(), super::html::f3),
+                    grouped_auc.map_or_else(|| "–".into(), super::text::f3),
                 );
                 fact(
                     &mut facts,

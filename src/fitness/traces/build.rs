@@ -5,7 +5,6 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::general::parse_turns;
 use super::tau_usi::clean_tau_usi;
 use crate::dialogue::{Dialogue, Role, ToolCall, Turn};
 use crate::{Error, Result};
@@ -181,4 +180,77 @@ pub(super) fn kind(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// Turns of a conversation (a JSON list of `{"role", "content", "tool_calls"?,
+/// "tool_call_id"?}`); errors name `path` and the turn (`loc[i]`).
+pub fn parse_turns(conv: &Value, path: &Path, loc: &str) -> Result<Vec<Turn>> {
+    let arr = conv.as_array().ok_or_else(|| {
+        Error::parse(
+            path,
+            loc,
+            format!("expected a list of turns, found {}", kind(conv)),
+        )
+    })?;
+    arr.iter()
+        .enumerate()
+        .map(|(i, t)| parse_turn(t, path, &format!("{loc}[{i}]")))
+        .collect()
+}
+
+pub(super) fn parse_turn(t: &Value, path: &Path, loc: &str) -> Result<Turn> {
+    let obj = t.as_object().ok_or_else(|| {
+        Error::parse(
+            path,
+            loc,
+            format!(
+                "expected a turn object {{\"role\", \"content\"}}, found {}",
+                kind(t)
+            ),
+        )
+    })?;
+    let role_v = obj
+        .get("role")
+        .ok_or_else(|| Error::parse(path, loc, "missing key 'role'"))?;
+    let role_s = role_v.as_str().ok_or_else(|| {
+        Error::parse(
+            path,
+            format!("{loc}.role"),
+            format!("expected a string, found {}", kind(role_v)),
+        )
+    })?;
+    let role = role_of(role_s).ok_or_else(|| {
+        Error::parse(
+            path,
+            format!("{loc}.role"),
+            format!("unknown role '{role_s}' (expected user, assistant, tool or system)"),
+        )
+    })?;
+    let content = match obj.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            return Err(Error::parse(
+                path,
+                format!("{loc}.content"),
+                format!("expected a string, found {}", kind(other)),
+            ))
+        }
+    };
+    let tool_calls = match obj.get("tool_calls") {
+        Some(Value::Array(calls)) => read_tool_calls(calls).map_err(|j| {
+            Error::parse(path, format!("{loc}.tool_calls[{j}]"), "missing tool name")
+        })?,
+        _ => Vec::new(),
+    };
+    let tool_call_id = obj
+        .get("tool_call_id")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Ok(Turn {
+        role,
+        content,
+        tool_calls,
+        tool_call_id,
+    })
 }

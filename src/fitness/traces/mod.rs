@@ -39,7 +39,7 @@
 //! This file: the loading API (options, skipped dialogues, repeated ids) and the dispatch by
 //! format. [`read`]: the bounded read and the UTF-8 check. [`detect`]: telling the formats apart.
 //! [`jsonl`], [`text`]: the line-based formats. [`typed`]: the typed pass; [`general`]: the
-//! general reader; [`build`]: the dialogue-building both share; [`tau_usi`]: τ-USI's
+//! general reader; [`build`]: the dialogue-building both share (turns included); [`tau_usi`]: τ-USI's
 //! scaffolding; [`stats`]: per-domain statistics.
 
 use std::collections::HashMap;
@@ -61,14 +61,14 @@ mod tau_usi;
 mod text;
 mod typed;
 
+pub use build::parse_turns;
 pub use detect::detect;
-pub use general::parse_turns;
 pub use read::read_text;
 pub use stats::{stats, DomainStats};
 pub use tau_usi::clean_tau_usi;
 
-use detect::sniff;
-use general::parse_whole_value_located;
+use detect::{detect_value, sniff};
+use general::{dialogue_from_value, parse_json_array, parse_tau_usi};
 use jsonl::parse_jsonl_located;
 use text::parse_text_located;
 use typed::typed_whole;
@@ -368,6 +368,24 @@ fn stem(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "stdin".into())
+}
+
+/// Parse the whole text with the general reader; each dialogue with where it was found.
+pub(super) fn parse_whole_value_located(
+    text: &str,
+    path: &Path,
+) -> Result<Vec<(String, Dialogue)>> {
+    let (format, whole) = detect_value(text, path)?;
+    match (format, whole) {
+        (TraceFormat::TauUsi, Some(v)) => Ok(locate(format, parse_tau_usi(v, path)?)),
+        (TraceFormat::JsonArray, Some(v)) => Ok(locate(format, parse_json_array(v, path)?)),
+        (TraceFormat::JsonObject, Some(v)) => Ok(locate(
+            format,
+            vec![dialogue_from_value(v, path, "$", &stem(path))?],
+        )),
+        (TraceFormat::Text, _) => parse_text_located(text, path),
+        _ => parse_jsonl_located(text, path, Keep::All),
+    }
 }
 
 #[cfg(test)]
