@@ -430,6 +430,13 @@ fn file_cycles(src: &Path) -> Vec<Violation> {
     out
 }
 
+/// Write `text` to `src/rel` of a fabricated tree.
+fn write_file(src: &Path, rel: &str, text: &str) {
+    let p = src.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
 fn render(v: &[Violation]) -> String {
     v.iter()
         .map(|v| format!("src/{}:{}: {} ({})", v.file, v.line, v.path, v.why))
@@ -462,11 +469,7 @@ fn no_source_file_is_over_the_line_limit() {
 fn the_file_checks_catch_a_sibling_cycle_and_a_long_file_but_not_a_parent_or_tests() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path();
-    let write = |rel: &str, text: &str| {
-        let p = src.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    };
+    let write = |rel: &str, text: &str| write_file(src, rel, text);
     write("lib.rs", "pub mod simulate;\n");
     // siblings reaching each other: one through crate::, one through super::
     write(
@@ -515,11 +518,7 @@ fn the_file_checks_catch_a_sibling_cycle_and_a_long_file_but_not_a_parent_or_tes
 fn the_checker_catches_an_upward_import_a_cycle_and_testing_use() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path();
-    let write = |rel: &str, text: &str| {
-        let p = src.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    };
+    let write = |rel: &str, text: &str| write_file(src, rel, text);
     write("lib.rs", "pub mod fitness;\n");
     // fitness (stage 1) reaching up into evolve (stage 4), in a brace group over two lines
     write(

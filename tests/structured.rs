@@ -68,18 +68,27 @@ async fn run(
         ),
         ..Default::default()
     });
-    let iterations = attempts + 1;
-    let script = MockScript {
-        rules,
-        default: MockReply::text("fine"),
-        ..Default::default()
-    };
     let options = MockOptions {
         strict: MockStrictness {
             response_format: format,
             ..MockStrictness::default()
         },
         ..MockOptions::default()
+    };
+    run_script(rules, options, attempts + 1, extra).await
+}
+
+/// Run `iterations` iterations against a mock server answering by `rules` ("fine" otherwise).
+async fn run_script(
+    rules: Vec<MockRule>,
+    options: MockOptions,
+    iterations: u32,
+    extra: &str,
+) -> Ran {
+    let script = MockScript {
+        rules,
+        default: MockReply::text("fine"),
+        ..Default::default()
     };
     let server = serve_with(script, options).await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
@@ -360,29 +369,9 @@ async fn a_scripted_strong_model_loses_no_calls_to_edits_that_do_not_apply() {
             ..Default::default()
         }));
         async move {
-            let script = MockScript {
-                rules,
-                default: MockReply::text("fine"),
-                ..Default::default()
-            };
-            let server = serve_with(script, MockOptions::default()).await.unwrap();
-            let tmp = tempfile::tempdir().unwrap();
             let extra = format!("edit_format = \"{format}\"\n");
-            let cfg = config(tmp.path(), &server.base_url(), N as u32 + 1, &extra);
-            let out = tmp.path().join("run");
-            let (cfg_s, out_s) = (
-                cfg.to_str().unwrap().to_string(),
-                out.to_str().unwrap().to_string(),
-            );
-            let res = tokio::task::spawn_blocking(move || {
-                run_ppol(&["evolve", "--config", &cfg_s, "--out", &out_s, "--quiet"])
-            })
-            .await
-            .unwrap();
-            assert_eq!(res.0, 0, "{}", res.2);
-            let log = read(&out.join("log.jsonl")).unwrap();
-            let records = server.records();
-            server.stop();
+            let ran = run_script(rules, MockOptions::default(), N as u32 + 1, &extra).await;
+            let (log, records) = (ran.log, ran.records);
             let a = attempts(&log);
             let landed = a.iter().filter(|(_, o)| o == "applied").count();
             let failed: Vec<&String> = a
