@@ -20,7 +20,7 @@
 //!    and the Python binding.
 //!
 //! The floor every stage may use: [`error`], [`io`], [`limits`] (the bound of every count and
-//! size), [`hub`] (`hf://` paths), [`seed`],
+//! size), [`hub`] (`hf://` paths), [`rng`],
 //! [`shipped`], [`dialogue`], [`persona`] and [`llm`] (one client for every OpenAI-compatible
 //! endpoint).
 #![deny(missing_docs)]

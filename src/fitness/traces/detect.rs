@@ -14,7 +14,7 @@ use super::TraceFormat;
 use crate::{Error, Result};
 
 /// Decide the format from the content. A text starting with `[` is a JSON array (a syntax error
-/// in it is reported by [`parse`]); one starting with `{` is scanned once, without building
+/// in it is reported by `parse`); one starting with `{` is scanned once, without building
 /// anything, to tell a single dialogue, a τ-USI file and JSON Lines apart.
 pub fn detect(text: &str, path: &Path) -> Result<TraceFormat> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);

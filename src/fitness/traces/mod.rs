@@ -25,7 +25,7 @@
 //!
 //! The file is read into memory once (bounded, see above) and checked to be UTF-8 in parallel pieces (a bad byte is
 //! reported with its line). JSON is then deserialized in one typed pass: each
-//! conversation goes straight into [`Turn`]s, and only what a dialogue keeps as free-form
+//! conversation goes straight into [`Turn`](crate::dialogue::Turn)s, and only what a dialogue keeps as free-form
 //! metadata ([`Dialogue::meta`]) is read as [`serde_json::Value`]. JSON Lines are parsed in
 //! parallel, one line per task, and come back in file order. Whatever the typed pass does not
 //! accept (malformed JSON, a value of an unexpected type, a repeated key) is read again by the
@@ -37,10 +37,10 @@
 //! # Where each job lives
 //!
 //! This file: the loading API (options, skipped dialogues, repeated ids) and the dispatch by
-//! format. [`read`]: the bounded read and the UTF-8 check. [`detect`]: telling the formats apart.
-//! [`jsonl`], [`text`]: the line-based formats. [`typed`]: the typed pass; [`general`]: the
-//! general reader; [`build`]: the dialogue-building both share (turns included); [`tau_usi`]: τ-USI's
-//! scaffolding; [`stats`]: per-domain statistics.
+//! format. `read`: the bounded read and the UTF-8 check. `detect`: telling the formats apart.
+//! `jsonl`, `text`: the line-based formats. `typed`: the typed pass; `general`: the
+//! general reader; `build`: the dialogue-building both share (turns included); `tau_usi`: τ-USI's
+//! scaffolding; `stats`: per-domain statistics.
 
 use std::collections::HashMap;
 use std::fmt;

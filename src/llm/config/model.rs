@@ -198,8 +198,8 @@ pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
     /// Cap of the requests in flight to each of this model's base URLs (on top of the global
-    /// [`LlmConfig::max_concurrency`]); under it the limit adapts to the server (see
-    /// [`LlmConfig::adaptive_concurrency`]). A local server that answers one request at a time
+    /// [`super::LlmConfig::max_concurrency`]); under it the limit adapts to the server (see
+    /// [`super::LlmConfig::adaptive_concurrency`]). A local server that answers one request at a time
     /// wants 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<usize>,
@@ -519,7 +519,7 @@ impl ModelSpec {
     }
 }
 
-/// A field-by-field override of [`LlmConfig::default`] for one role (`[roles.<role>]`).
+/// A field-by-field override of [`super::LlmConfig::default`] for one role (`[roles.<role>]`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPatch {
