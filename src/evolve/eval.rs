@@ -9,7 +9,6 @@ use crate::evolve::compare::{compare, render_table, Condition};
 use crate::evolve::context::RunContext;
 use crate::evolve::rundir::runlog::EvalTable;
 use crate::evolve::rundir::RunDir;
-use crate::fitness::coverage::CoverageOptions;
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::score::Scorer;
@@ -37,15 +36,7 @@ pub async fn evaluate_run(
     let ctx = RunContext::new(eval_cfg, run.clone()).await?;
     let reference = HumanReference::load(&run.join("human_ref.json"))?;
     let discriminator = Discriminator::load(&run.join("discriminator.json"))?;
-    let scorer = Scorer::new(
-        reference,
-        discriminator,
-        CoverageOptions {
-            standardize: cfg.fitness.standardize,
-            n_clusters: cfg.fitness.n_clusters,
-            seed: 0,
-        },
-    )?;
+    let scorer = Scorer::new(reference, discriminator, cfg.fitness.coverage())?;
     let (humans, human_source) = if human.is_empty() {
         let held = run.join("human_heldout.jsonl");
         let ds = if std::fs::metadata(&held).is_ok_and(|m| m.len() > 0) {

@@ -61,6 +61,15 @@ impl Default for FitnessSection {
 }
 
 impl FitnessSection {
+    /// How a run prepares the human cloud for coverage (k-means seed 0, as the reference).
+    pub fn coverage(&self) -> crate::fitness::coverage::CoverageOptions {
+        crate::fitness::coverage::CoverageOptions {
+            standardize: self.standardize,
+            n_clusters: self.n_clusters,
+            seed: 0,
+        }
+    }
+
     /// Check the values serde cannot (the error names the key).
     pub fn validate(&self) -> Result<()> {
         check(

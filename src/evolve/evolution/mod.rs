@@ -81,7 +81,6 @@ use crate::evolve::mutation::dispatch::Mutator;
 use crate::evolve::rundir::checkpoint::{Proposed, State};
 use crate::evolve::rundir::runlog::{self, Event, RunLog};
 use crate::evolve::rundir::RunBest;
-use crate::fitness::coverage::CoverageOptions;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::score::Scorer;
 use crate::persona::Persona;
@@ -193,15 +192,7 @@ impl Evolution {
                 &baseline_progress,
             )
             .await?;
-        let scorer = Scorer::new(
-            reference,
-            discriminator,
-            CoverageOptions {
-                standardize: cfg.fitness.standardize,
-                n_clusters: cfg.fitness.n_clusters,
-                seed: 0,
-            },
-        )?;
+        let scorer = Scorer::new(reference, discriminator, cfg.fitness.coverage())?;
         let schedule = cfg.fitness.schedule();
         let records = runlog::read(&ctx.dir.log_path())?;
         if checkpoint.is_none()
