@@ -426,9 +426,10 @@ fn r24_the_operations_python_calls_have_the_same_bounds() {
         seed: 0,
         concurrency: 4,
         output: None,
+        stop: None,
     };
     for (trials, says) in [(0, "at least 1"), (1_000_000_000, "at most 1000")] {
-        let e = ops::block_on(ops::episodes(request(trials), &|_, _| {}))
+        let e = ops::block_on(ops::episodes(request(trials), &|_| {}))
             .unwrap()
             .unwrap_err()
             .to_string();

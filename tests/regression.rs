@@ -248,9 +248,10 @@ fn r12_episodes_resume_from_the_partial_file() {
         seed: 3,
         concurrency: 4,
         output,
+        stop: None,
     };
     let rt = ppol::front::ops::runtime().unwrap();
-    let full = rt.block_on(episodes(request(None), &|_, _| {})).unwrap();
+    let full = rt.block_on(episodes(request(None), &|_| {})).unwrap();
     assert_eq!(full.episodes.len(), 6);
     // an interrupted run left three finished episodes (and a torn line) in the partial file
     let partial = dir.path().join("eps.jsonl.partial");
@@ -262,7 +263,7 @@ fn r12_episodes_resume_from_the_partial_file() {
     text.push_str("{\"id\": \"torn");
     std::fs::write(&partial, text).unwrap();
     let resumed = rt
-        .block_on(episodes(request(Some(out.clone())), &|_, _| {}))
+        .block_on(episodes(request(Some(out.clone())), &|_| {}))
         .unwrap();
     assert_eq!(resumed.resumed, 3);
     assert_eq!(

@@ -120,9 +120,7 @@ fn ctrl_c_stops_the_baseline_within_seconds_and_resume_pays_for_nothing_twice() 
         std::fs::read_to_string(p)
             .unwrap()
             .lines()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).unwrap()["episode"]["id"].to_string()
-            })
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string())
             .collect()
     };
     let kept_ids = ids(&run.join("baseline/partial.jsonl"));

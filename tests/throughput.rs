@@ -90,8 +90,9 @@ async fn episodes(
         seed: 0,
         concurrency: 256,
         output: None,
+        stop: None,
     };
-    ops::episodes(request, &|_, _| {}).await.unwrap()
+    ops::episodes(request, &|_| {}).await.unwrap()
 }
 
 /// A real llama.cpp server answers one request at a time: `max_concurrency = 1` must keep

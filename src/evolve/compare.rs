@@ -1,22 +1,26 @@
 //! `ppol eval`: the paper's Table 1 on held-out tasks — humans, the base simulator (no
 //! persona), direct-prompt personas, the unevolved seed and the evolved best, each scored with
-//! the same discriminator, human cloud and tasks.
+//! the same discriminator, human cloud and tasks. Each row's episodes are played through the
+//! batch layer; with a directory to keep them in, every row's personas and episodes are kept
+//! there as they are made, so an interrupted `ppol eval` reruns only what is missing.
 
-use futures::future::join_all;
+use std::path::Path;
 
 use crate::dialogue::Dialogue;
 #[cfg(doc)]
 use crate::evolve::evaluate::evaluate_candidate;
 use crate::evolve::evaluate::{
-    generate_all, jobs, play, rollouts, Generation, PersonaGenerator, TaskContext,
+    generate_all, jobs, persona_seed, play_into, rollouts, Generation, PersonaGenerator, Play,
+    TaskContext,
 };
 use crate::evolve::rundir::runlog::{EvalRow, EvalTable};
 use crate::fitness::score::{Rollout, Scorer, Weights};
 use crate::persona::Persona;
 use crate::rng::mix;
+use crate::simulate::batch::{self, SinkPaths};
 use crate::simulate::episode::record::Episode;
 use crate::simulate::episode::record::EpisodeStatus;
-use crate::simulate::episode::EpisodeRunner;
+use crate::Result;
 
 /// A generator program to compare, or why it is not available.
 pub enum Condition<'a> {
@@ -123,7 +127,9 @@ pub fn human_row(humans: &[Dialogue], scorer: &Scorer) -> EvalRow {
 }
 
 /// Build the table. `n` personas per task for every persona condition, and `n` persona-free
-/// episodes per task for the base row.
+/// episodes per task for the base row. With `keep`, each row's episodes go to
+/// `keep/<row>.jsonl` and its personas to `keep/<row>.personas.jsonl` (see [`program_row`]).
+/// Errors: the kept files only.
 #[allow(clippy::too_many_arguments)]
 pub async fn compare(
     split: &str,
@@ -133,33 +139,66 @@ pub async fn compare(
     human_source: Vec<String>,
     conditions: &[(&str, Condition<'_>)],
     generator: &dyn PersonaGenerator,
-    runner: &dyn EpisodeRunner,
+    play: Play<'_>,
     scorer: &Scorer,
     seed: u64,
-) -> EvalTable {
+    keep: Option<&Path>,
+) -> Result<EvalTable> {
     let mut rows = vec![human_row(humans, scorer)];
-    let base: Vec<Episode> = join_all(tasks.iter().enumerate().flat_map(|(i, t)| {
-        (0..n)
-            .map(move |k| runner.run(&t.task_id, None, k as u32, mix(seed, (i * 1000 + k) as u64)))
-    }))
-    .await;
+    let base_jobs: Vec<batch::Job> = tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| {
+            (0..n).map(move |k| batch::Job {
+                task_id: t.task_id.clone(),
+                persona: None,
+                trial: k as u32,
+                seed: mix(seed, (i * 1000 + k) as u64),
+            })
+        })
+        .collect();
+    let base = play_into(
+        play.labelled("eval: base"),
+        &base_jobs,
+        keep.map(|d| row_sink(d, "base")),
+    )
+    .await?;
     rows.push(row_from("base", &base, scorer));
     for (name, cond) in conditions {
         let row = match cond {
             Condition::Skipped(why) => skipped(name, why.clone()),
             Condition::Program(code) => {
-                program_row(name, code, tasks, n, generator, runner, scorer, seed).await
+                let label = format!("eval: {name}");
+                program_row(
+                    name,
+                    code,
+                    tasks,
+                    n,
+                    generator,
+                    play.labelled(&label),
+                    scorer,
+                    seed,
+                    keep,
+                )
+                .await?
             }
         };
         rows.push(row);
     }
-    EvalTable {
+    Ok(EvalTable {
         split: split.into(),
         tasks: tasks.iter().map(|t| t.task_id.clone()).collect(),
         human_source,
         rows,
         best_program_id: None,
-    }
+    })
+}
+
+/// Where a row's episodes are kept: `dir/<row>.jsonl`, appended to `dir/<row>.jsonl.partial`
+/// as they finish.
+fn row_sink(dir: &Path, row: &str) -> SinkPaths {
+    let out = dir.join(format!("{row}.jsonl"));
+    SinkPaths::at(dir.join(format!("{row}.jsonl.partial")), Some(out), false).reusing_output()
 }
 
 /// A persona condition's row, task by task, through the steps of
@@ -174,11 +213,21 @@ async fn program_row(
     tasks: &[TaskContext],
     n: usize,
     generator: &dyn PersonaGenerator,
-    runner: &dyn EpisodeRunner,
+    play: Play<'_>,
     scorer: &Scorer,
     seed: u64,
-) -> EvalRow {
-    let gens = generate_all(code, tasks, n, generator, seed).await;
+    keep: Option<&Path>,
+) -> Result<EvalRow> {
+    let gens = match keep.and_then(|d| kept::load(d, name, code, tasks, n, seed)) {
+        Some(gens) => gens,
+        None => {
+            let gens = generate_all(code, tasks, n, generator, seed, play).await;
+            if let Some(d) = keep {
+                kept::save(d, name, code, tasks, n, seed, &gens)?;
+            }
+            gens
+        }
+    };
     let mut failures = Vec::new();
     let mut per_task: Vec<(&TaskContext, Vec<Persona>)> = Vec::new();
     for (t, g) in tasks.iter().zip(gens) {
@@ -218,9 +267,18 @@ async fn program_row(
         );
         row.personas_generated = Some((0, wanted));
         row.failures = failures;
-        return row;
+        return Ok(row);
     }
-    let episodes = play(runner, seed, &jobs).await;
+    let planned: Vec<batch::Job> = jobs
+        .iter()
+        .map(|&(task, p, j)| batch::Job {
+            task_id: task.to_string(),
+            persona: Some(p.clone()),
+            trial: 0,
+            seed: persona_seed(seed, task, j),
+        })
+        .collect();
+    let episodes = play_into(play, &planned, keep.map(|d| row_sink(d, name))).await?;
     for e in episodes
         .iter()
         .filter(|e| e.status == EpisodeStatus::Failed)
@@ -234,7 +292,86 @@ async fn program_row(
     let mut row = row_from(name, &episodes, scorer);
     row.personas_generated = Some((jobs.len(), wanted));
     row.failures = failures;
-    row
+    Ok(row)
+}
+
+/// The personas a program wrote for a row of the table, kept beside its episodes
+/// (`<row>.personas.json`) so that an interrupted `ppol eval` does not generate — and pay for —
+/// them again. They are reused only for the same program, tasks, number and seed (a key of
+/// those), and never when a task's generation failed on infrastructure (that is tried again).
+mod kept {
+    use std::path::{Path, PathBuf};
+
+    use serde::{Deserialize, Serialize};
+
+    use crate::evolve::evaluate::{Generation, TaskContext};
+    use crate::Result;
+
+    #[derive(Serialize, Deserialize)]
+    struct Kept {
+        key: String,
+        generations: Vec<(String, Generation)>,
+    }
+
+    fn path(dir: &Path, row: &str) -> PathBuf {
+        dir.join(format!("{row}.personas.json"))
+    }
+
+    fn key(code: &str, tasks: &[TaskContext], n: usize, seed: u64) -> String {
+        let mut text = format!("{n}\u{1f}{seed}\u{1f}{code}");
+        for t in tasks {
+            text.push_str(&format!("\u{1f}{}\u{1f}{}", t.task_id, t.context));
+        }
+        crate::io::sha256_hex(text.as_bytes())
+    }
+
+    /// The kept generations of this row, when they are this program's for these tasks.
+    pub(super) fn load(
+        dir: &Path,
+        row: &str,
+        code: &str,
+        tasks: &[TaskContext],
+        n: usize,
+        seed: u64,
+    ) -> Option<Vec<Generation>> {
+        let text = std::fs::read_to_string(path(dir, row)).ok()?;
+        let kept: Kept = serde_json::from_str(&text).ok()?;
+        let fits = kept.key == key(code, tasks, n, seed)
+            && kept.generations.len() == tasks.len()
+            && kept
+                .generations
+                .iter()
+                .zip(tasks)
+                .all(|((id, _), t)| *id == t.task_id);
+        fits.then(|| kept.generations.into_iter().map(|(_, g)| g).collect())
+    }
+
+    /// Keep the generations of this row (not when one failed on infrastructure).
+    pub(super) fn save(
+        dir: &Path,
+        row: &str,
+        code: &str,
+        tasks: &[TaskContext],
+        n: usize,
+        seed: u64,
+        gens: &[Generation],
+    ) -> Result<()> {
+        if gens
+            .iter()
+            .any(|g| matches!(g, Generation::Infrastructure(_)))
+        {
+            return Ok(());
+        }
+        let kept = Kept {
+            key: key(code, tasks, n, seed),
+            generations: tasks
+                .iter()
+                .map(|t| t.task_id.clone())
+                .zip(gens.iter().cloned())
+                .collect(),
+        };
+        crate::io::write_atomic(&path(dir, row), crate::io::to_json(&kept).as_bytes())
+    }
 }
 
 /// The table as text.

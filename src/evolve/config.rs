@@ -48,7 +48,7 @@ use crate::limits::{self, at_least, check, fraction, positive};
 use crate::llm::config::{BudgetSection, LlmConfig};
 use crate::llm::CallRole;
 use crate::simulate::settings::EpisodesSection;
-use crate::simulate::world::{resolve_spec, WorldSettings, WorldSpec};
+use crate::simulate::world::{resolve_spec, WorldChoice, WorldSettings, WorldSpec};
 use crate::{Error, Result};
 
 /// Where and what.
@@ -64,7 +64,7 @@ pub struct RunSection {
     /// Where episodes are played: `demo`, `retail`, `airline` (built in), `external:COMMAND`,
     /// `tau2:DOMAIN` or `chat` (settings in `[world]`). Default: `demo`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub world: Option<String>,
+    pub world: Option<WorldSpec>,
     /// Alias of the built-in worlds (`domain = "retail"` is `world = "retail"`); not both.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
@@ -85,6 +85,9 @@ pub struct RunSection {
     pub test_split: String,
     /// Share of training tasks used for validation (at least one task).
     pub val_fraction: f64,
+    /// Validation tasks at most: a larger share is a seeded sample of this many, and the
+    /// other tasks of the share stay train tasks (every new best is validated on all of them).
+    pub val_max_tasks: usize,
 }
 
 impl Default for RunSection {
@@ -103,6 +106,7 @@ impl Default for RunSection {
             train_split: "train".into(),
             test_split: "test".into(),
             val_fraction: 0.2,
+            val_max_tasks: 50,
         }
     }
 }
@@ -110,8 +114,19 @@ impl Default for RunSection {
 impl RunSection {
     /// Check the values serde cannot (the error names the key).
     pub fn validate(&self) -> Result<()> {
+        // the alias and its conflict with `world` (the world itself was parsed by serde)
+        resolve_spec(None, self.domain.as_deref())?;
+        if let (Some(w), Some(_)) = (&self.world, &self.domain) {
+            resolve_spec(Some(&w.label()), self.domain.as_deref())?;
+        }
         fraction("run.human_holdout", self.human_holdout, false)?;
         fraction("run.val_fraction", self.val_fraction, false)?;
+        crate::limits::check(
+            "run.val_max_tasks",
+            self.val_max_tasks,
+            1,
+            crate::limits::MAX_EPISODES,
+        )?;
         if self.name.trim().is_empty() || self.name.contains(['/', '\\']) {
             return Err(Error::config(
                 "run.name",
@@ -433,7 +448,7 @@ impl RunConfig {
     /// and the error names the key.
     pub fn validate(&self) -> Result<()> {
         self.run.validate()?;
-        let spec = self.world_spec()?;
+        let spec = self.world_spec();
         self.world.validate()?;
         if spec.needs_task_file() && self.world.task_file.is_none() && self.world.protocol < 2 {
             return Err(Error::config(
@@ -454,6 +469,47 @@ impl RunConfig {
         self.archive.validate()?;
         if let Some(llm) = &self.llm {
             llm.validate()?;
+        }
+        self.check_batch_sizes()
+    }
+
+    /// The largest batch of each kind the run plays — the baseline, a candidate's batch, a
+    /// validation — within [`crate::limits::MAX_EPISODES`], checked before anything starts
+    /// (every batch is bounded by settings, whatever the number of tasks).
+    fn check_batch_sizes(&self) -> Result<()> {
+        let n = self
+            .fitness
+            .n_personas_schedule
+            .iter()
+            .map(|(_, n)| *n)
+            .chain([self.fitness.n_personas])
+            .max()
+            .unwrap_or(1) as u64;
+        let batches = [
+            (
+                "episodes.baseline_max_tasks × episodes.baseline_trials",
+                self.episodes.baseline_max_tasks as u64 * u64::from(self.episodes.baseline_trials),
+            ),
+            (
+                "fitness.batch_size × fitness.n_personas",
+                self.fitness.batch_size as u64 * n,
+            ),
+            (
+                "run.val_max_tasks × fitness.n_personas",
+                self.run.val_max_tasks as u64 * n,
+            ),
+        ];
+        for (what, episodes) in batches {
+            if episodes > crate::limits::MAX_EPISODES as u64 {
+                return Err(Error::config(
+                    what,
+                    format!(
+                        "{episodes} episodes in one batch, more than {} (ppol's limit of one \
+                         batch); lower one of them",
+                        crate::limits::MAX_EPISODES
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -514,9 +570,23 @@ impl RunConfig {
         Ok(())
     }
 
-    /// The world the run plays in (`[run] world`, or its alias `[run] domain`, else `demo`).
-    pub fn world_spec(&self) -> Result<WorldSpec> {
-        resolve_spec(self.run.world.as_deref(), self.run.domain.as_deref())
+    /// The world the run plays in (`[run] world`, or its alias `[run] domain`, else `demo`;
+    /// [`RunSection::validate`] refused both, and an unknown domain).
+    pub fn world_spec(&self) -> WorldSpec {
+        match (&self.run.world, &self.run.domain) {
+            (Some(w), _) => w.clone(),
+            (None, Some(d)) => WorldSpec::Builtin(d.clone()),
+            (None, None) => WorldSpec::Builtin("demo".into()),
+        }
+    }
+
+    /// The world, resolved once: its spec, `[world]` and `[run] tau2_data`.
+    pub fn world(&self) -> WorldChoice {
+        WorldChoice {
+            spec: self.world_spec(),
+            settings: self.world.clone(),
+            tau2_data: self.run.tau2_data.clone(),
+        }
     }
 
     /// Whether the run uses no LLM at all.

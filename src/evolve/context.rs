@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::dialogue::Dialogue;
 use crate::evolve::config::RunConfig;
-use crate::evolve::evaluate::{SandboxGenerator, TaskContext};
+use crate::evolve::evaluate::{Play, SandboxGenerator, TaskContext};
 use crate::evolve::rundir::ledger::{Ledger, Metered};
 use crate::evolve::rundir::RunDir;
 use crate::fitness::discriminator::Discriminator;
@@ -21,6 +21,7 @@ use crate::llm::client::LlmClient;
 use crate::llm::ChatModel;
 use crate::rng::{derive_seed, mix};
 use crate::shipped::{DEMO_HUMANS, LLM_SEED, OFFLINE_SEED};
+use crate::simulate::batch::{self, Batch, Job, Player, SinkPaths, Stopped};
 use crate::simulate::episode::record::{Episode, EpisodeStatus};
 use crate::simulate::episode::runner::Backend;
 use crate::simulate::episode::EpisodeRunner;
@@ -57,6 +58,12 @@ pub struct RunContext {
     pub runner: Arc<dyn EpisodeRunner>,
     /// Validation / eval episodes.
     pub val_runner: Arc<dyn EpisodeRunner>,
+    /// The world's backend and domain, as its episodes record them.
+    pub backend: String,
+    /// See `backend`.
+    pub domain: String,
+    /// Why the budget is spent, or None (always None offline).
+    budget: Box<dyn Fn() -> Option<String> + Send + Sync>,
     /// Generation.
     pub generator: SandboxGenerator,
     /// The seed program.
@@ -66,7 +73,7 @@ pub struct RunContext {
 impl RunContext {
     /// Build the context (no episodes are played here).
     pub async fn new(cfg: RunConfig, dir: RunDir) -> Result<Self> {
-        let spec = cfg.world_spec()?;
+        let spec = cfg.world_spec();
         let (humans_all, human_source) = load_humans(&cfg)?;
         let mut llm_cfg = cfg.llm.clone();
         if let Some(l) = llm_cfg.as_mut() {
@@ -127,6 +134,7 @@ impl RunContext {
         let (train, val) = split_val(
             &train_all,
             cfg.run.val_fraction,
+            cfg.run.val_max_tasks,
             derive_seed(cfg.search.seed, "val_split"),
         );
         let (humans, humans_heldout) = holdout(
@@ -148,6 +156,11 @@ impl RunContext {
         let sandbox_cfg = cfg.sandbox.sandbox_config(capacity)?;
         let sandbox = Arc::new(Sandbox::new(sandbox_cfg).await?);
         let generator = SandboxGenerator::new(sandbox, model);
+        let (backend, domain) = (world.backend(), world.domain());
+        let budget: Box<dyn Fn() -> Option<String> + Send + Sync> = match client.clone() {
+            Some(c) => Box::new(move || c.budget_exhausted()),
+            None => Box::new(|| None),
+        };
         let seed_code = match &cfg.search.seed_program {
             Some(p) => crate::io::read_to_string(p)?,
             None if client.is_none() => OFFLINE_SEED.to_string(),
@@ -167,9 +180,39 @@ impl RunContext {
             ledger,
             runner,
             val_runner,
+            backend,
+            domain,
+            budget,
             generator,
             seed_code,
         })
+    }
+
+    /// How the run's candidates are played: train episodes (`max_turns`) or validation and
+    /// eval episodes (`val_max_turns`), through the batch layer with `[episodes]
+    /// concurrency` and the run's budget, reported to `progress` under `label`.
+    pub fn play<'a>(
+        &'a self,
+        validation: bool,
+        label: &'a str,
+        progress: Option<&'a (dyn Fn(&batch::Progress) + Sync)>,
+    ) -> Play<'a> {
+        let runner = if validation {
+            &self.val_runner
+        } else {
+            &self.runner
+        };
+        Play {
+            player: Player {
+                runner: runner.as_ref(),
+                backend: &self.backend,
+                domain: &self.domain,
+            },
+            concurrency: self.cfg.episodes.concurrency,
+            budget: Some(&*self.budget),
+            progress,
+            label,
+        }
     }
 
     /// The generator's view of tasks (ids the world does not know are skipped).
@@ -209,7 +252,7 @@ impl RunContext {
         pause_after: Option<usize>,
         stop: &std::sync::atomic::AtomicBool,
         deadline: Option<std::time::Instant>,
-        progress: &(dyn Fn(usize, usize) + Sync),
+        progress: &(dyn Fn(&batch::Progress) + Sync),
     ) -> Result<(Discriminator, Vec<Episode>)> {
         let disc_path = self.dir.join("discriminator.json");
         let base_path = self.dir.join("baseline/episodes.jsonl");
@@ -249,170 +292,98 @@ impl RunContext {
         Ok((d, episodes))
     }
 
-    /// Play the baseline episodes not yet in `baseline/partial.jsonl`, appending each as it
-    /// finishes; returns all of them in job order and writes `baseline/episodes.jsonl`.
+    /// Play the baseline episodes not yet in `baseline/partial.jsonl` through the batch layer
+    /// (synced as each finishes); returns all of them in job order, written to
+    /// `baseline/episodes.jsonl`.
     async fn play_baseline(
         &self,
         pause_after: Option<usize>,
         stop: &std::sync::atomic::AtomicBool,
         deadline: Option<std::time::Instant>,
-        progress: &(dyn Fn(usize, usize) + Sync),
+        progress: &(dyn Fn(&batch::Progress) + Sync),
     ) -> Result<Vec<Episode>> {
-        use futures::stream::{FuturesUnordered, StreamExt};
-        use std::io::Write;
+        let jobs = self.baseline_jobs();
+        let played = Batch::new("baseline", &jobs)
+            .concurrency(self.cfg.episodes.concurrency)
+            .stop(stop)
+            .deadline(deadline)
+            .budget(&*self.budget)
+            .progress(progress)
+            .limit(pause_after)
+            .sink(SinkPaths::at(
+                self.dir.join("baseline/partial.jsonl"),
+                Some(self.dir.join("baseline/episodes.jsonl")),
+                true,
+            ))
+            .play(self.play(false, "baseline", None).player)
+            .await?;
+        if played.reused > 0 {
+            tracing::warn!(
+                "reusing {} of {} baseline episodes saved by an earlier process of this run \
+                 ({}); played the other {}",
+                played.reused,
+                jobs.len(),
+                self.dir.join("baseline/partial.jsonl").display(),
+                jobs.len() - played.reused
+            );
+        }
+        if played.stopped == Some(Stopped::Limit) {
+            if let Some(n) = pause_after {
+                pause_for_kill(&format!("baseline:{n}")).await;
+            }
+        }
+        played.complete_or_cancelled(
+            "the baseline",
+            "search.max_wall_clock_s",
+            &format!(
+                "; `ppol resume {}` plays only the rest",
+                self.dir.path().display()
+            ),
+        )
+    }
+
+    /// The baseline's jobs: `baseline_trials` persona-free episodes of every train and
+    /// validation task — of at most `episodes.baseline_max_tasks` of them, a seeded sample
+    /// when there are more — each seeded by its place in that plan.
+    pub fn baseline_jobs(&self) -> Vec<Job> {
         let seed = derive_seed(self.cfg.search.seed, "baseline");
         let mut tasks: Vec<&String> = self.train.iter().chain(self.val.iter()).collect();
         tasks.dedup();
-        let jobs: Vec<(&String, u32)> = tasks
+        let tasks = sample_in_order(
+            tasks,
+            self.cfg.episodes.baseline_max_tasks,
+            derive_seed(self.cfg.search.seed, "baseline_tasks"),
+        );
+        let trials = self.cfg.episodes.baseline_trials.max(1);
+        tasks
             .iter()
-            .flat_map(|t| (0..self.cfg.episodes.baseline_trials.max(1)).map(move |k| (*t, k)))
-            .collect();
-        let partial = self.dir.join("baseline/partial.jsonl");
-        let mut done = read_partial_baseline(&partial, &jobs)?;
-        if !done.is_empty() {
-            tracing::warn!(
-                "reusing {} of {} baseline episodes saved by an earlier process of this run \
-                 ({}); playing the other {}",
-                done.len(),
-                jobs.len(),
-                partial.display(),
-                jobs.len() - done.len()
-            );
-        }
-        let dir = partial.parent().expect("baseline/");
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&partial)
-            .map_err(|e| Error::io("opening", &partial, e))?;
-        let mut running: FuturesUnordered<_> = jobs
-            .iter()
+            .flat_map(|t| (0..trials).map(move |k| (*t, k)))
             .enumerate()
-            .filter(|(i, _)| !done.contains_key(i))
-            .take(pause_after.unwrap_or(usize::MAX))
-            .map(|(i, (t, k))| async move {
-                (i, self.runner.run(t, None, *k, mix(seed, i as u64)).await)
+            .map(|(i, (t, k))| Job {
+                task_id: t.clone(),
+                persona: None,
+                trial: k,
+                seed: mix(seed, i as u64),
             })
-            .collect();
-        // why to stop now, if the run must (checked before each wait, and every 100 ms)
-        let why_stop = || {
-            if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                Some("interrupted")
-            } else if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                Some("search.max_wall_clock_s reached")
-            } else {
-                None
-            }
-        };
-        loop {
-            if let Some(why) = why_stop().filter(|_| !running.is_empty()) {
-                return Err(Error::Cancelled(format!(
-                    "{why} during the baseline: {} of {} baseline episodes are kept in {} \
-                     and `ppol resume {}` plays only the rest",
-                    done.len(),
-                    jobs.len(),
-                    partial.display(),
-                    self.dir.path().display()
-                )));
-            }
-            let (job, episode) = tokio::select! {
-                next = running.next() => match next {
-                    Some(x) => x,
-                    None => break,
-                },
-                _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => continue,
-            };
-            let row = PartialBaseline {
-                job,
-                task_id: episode.task_id.clone(),
-                episode,
-            };
-            let line = crate::io::to_json(&row) + "\n";
-            file.write_all(line.as_bytes())
-                .and_then(|_| file.sync_data())
-                .map_err(|e| Error::io("appending to", &partial, e))?;
-            done.insert(job, row.episode);
-            progress(done.len(), jobs.len());
-        }
-        if let Some(n) = pause_after {
-            pause_for_kill(&format!("baseline:{n}")).await;
-        }
-        let episodes: Vec<Episode> = done.into_values().collect();
-        self.dir.write_jsonl("baseline/episodes.jsonl", &episodes)?;
-        match std::fs::remove_file(&partial) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(Error::io("removing", &partial, e))
-            }
-            _ => {}
-        }
-        Ok(episodes)
+            .collect()
     }
 }
 
-/// One line of `baseline/partial.jsonl`.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct PartialBaseline {
-    /// Index of the job (task × trial) in the run's baseline plan.
-    job: usize,
-    /// Its task (checked against the plan on reuse).
-    task_id: String,
-    /// The episode.
-    episode: Episode,
-}
-
-/// The saved baseline episodes by job. A torn last line is dropped; any other unreadable line,
-/// or one that does not match the run's plan of jobs, is an error naming it.
-fn read_partial_baseline(
-    path: &Path,
-    jobs: &[(&String, u32)],
-) -> Result<std::collections::BTreeMap<usize, Episode>> {
-    let mut out = std::collections::BTreeMap::new();
-    if !path.exists() {
-        return Ok(out);
+/// At most `max` of `items`, a seeded sample kept in their order (all of them when there are
+/// no more than `max`).
+pub fn sample_in_order<T>(items: Vec<T>, max: usize, seed: u64) -> Vec<T> {
+    if items.len() <= max {
+        return items;
     }
-    let text = crate::io::read_to_string(path)?;
-    let n = text.lines().count();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row: PartialBaseline = match serde_json::from_str(line) {
-            Ok(r) => r,
-            Err(_) if i + 1 == n && !text.ends_with('\n') => break,
-            Err(e) => {
-                return Err(Error::parse(
-                    path,
-                    format!("line {}", i + 1),
-                    format!("bad baseline episode: {e}"),
-                ))
-            }
-        };
-        match jobs.get(row.job) {
-            Some((task, _)) if **task == row.task_id => {
-                out.insert(row.job, row.episode);
-            }
-            _ => {
-                return Err(Error::parse(
-                    path,
-                    format!("line {}", i + 1),
-                    format!(
-                        "baseline job {} (task {}) is not in this run's plan of {} jobs: the \
-                         file is from another configuration",
-                        row.job,
-                        row.task_id,
-                        jobs.len()
-                    ),
-                ))
-            }
-        }
-    }
-    // cut a torn tail so appended lines start on their own line
-    if !text.is_empty() && !text.ends_with('\n') {
-        let keep = text.rfind('\n').map(|i| &text[..=i]).unwrap_or("");
-        crate::io::write_atomic(path, keep.as_bytes())?;
-    }
-    Ok(out)
+    let mut idx: Vec<usize> = (0..items.len()).collect();
+    shuffle(&mut idx, seed);
+    let keep: std::collections::BTreeSet<usize> = idx[..max].iter().copied().collect();
+    items
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep.contains(i))
+        .map(|(_, x)| x)
+        .collect()
 }
 
 /// Test hook: say where the run stopped on stderr, then wait (forever) to be killed.
@@ -432,12 +403,19 @@ fn metered(client: &Option<LlmClient>, ledger: &Option<Arc<Ledger>>) -> Option<A
 }
 
 /// Deterministically carve validation tasks out of the train tasks (at least one when there
-/// are two or more; with a single task, it validates on itself).
-pub fn split_val(train: &[String], fraction: f64, seed: u64) -> (Vec<String>, Vec<String>) {
+/// are two or more, at most `max`; with a single task, it validates on itself).
+pub fn split_val(
+    train: &[String],
+    fraction: f64,
+    max: usize,
+    seed: u64,
+) -> (Vec<String>, Vec<String>) {
     if train.len() < 2 || fraction <= 0.0 {
         return (train.to_vec(), train.to_vec());
     }
-    let n_val = ((train.len() as f64 * fraction).round() as usize).clamp(1, train.len() - 1);
+    let n_val = ((train.len() as f64 * fraction).round() as usize)
+        .clamp(1, train.len() - 1)
+        .min(max.max(1));
     let mut idx: Vec<usize> = (0..train.len()).collect();
     shuffle(&mut idx, seed);
     let val_set: std::collections::BTreeSet<usize> = idx[..n_val].iter().copied().collect();

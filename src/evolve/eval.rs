@@ -1,7 +1,9 @@
 //! `ppol eval RUN_DIR`: the paper's Table 1 for a run, on held-out tasks — humans, the base
 //! simulator, direct-prompt personas, the seed program and the run's best program, each
 //! scored with the run's own human reference and discriminator ([`compare`] builds the
-//! table). The table is written to `RUN_DIR/eval-<split>.json`.
+//! table). The table is written to `RUN_DIR/eval-<split>.json`; each row's personas and
+//! episodes to `RUN_DIR/eval-<split>/` as they are made (`base.jsonl`, `seed.jsonl`,
+//! `seed.personas.json`, ...), so an interrupted eval reruns only what is missing.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +27,7 @@ pub async fn evaluate_run(
     split: Option<&str>,
     human: &[PathBuf],
     n_personas: Option<usize>,
+    progress: Option<&(dyn Fn(&crate::simulate::batch::Progress) + Sync)>,
 ) -> Result<EvalTable> {
     let run = RunDir::open(dir);
     let cfg = run.load_config()?;
@@ -77,7 +80,11 @@ pub async fn evaluate_run(
         ("seed", Condition::Program(&ctx.seed_code)),
         ("evolved", Condition::Program(&best_code)),
     ];
-    let mut table = compare(
+    // one eval of a split at a time keeps the rows' files
+    let keep = run.join(format!("eval-{}", file_safe(&split)));
+    std::fs::create_dir_all(&keep).map_err(|e| Error::io("creating directory", &keep, e))?;
+    let _lock = crate::evolve::rundir::RunLock::acquire(&keep)?;
+    let table = compare(
         &split,
         &tasks,
         n_personas.unwrap_or(cfg.fitness.n_personas),
@@ -85,20 +92,42 @@ pub async fn evaluate_run(
         human_source,
         &conditions,
         &ctx.generator,
-        ctx.val_runner.as_ref(),
+        ctx.play(true, "eval", progress),
         &scorer,
         derive_seed(cfg.search.seed, "eval"),
+        Some(&keep),
     )
     .await;
     ctx.world.shutdown().await;
+    let mut table = table?;
     table.best_program_id = best_program_id;
     crate::io::write_atomic(
-        &run.join(format!("eval-{split}.json")),
+        &run.join(format!("eval-{}.json", file_safe(&split))),
         serde_json::to_string_pretty(&table)
             .expect("json")
             .as_bytes(),
     )?;
     Ok(table)
+}
+
+/// A split's name as part of a file name: characters other than letters, digits, `.`, `_`
+/// and `-` become `_` (a split may be a list of task ids, and never a path).
+pub fn file_safe(split: &str) -> String {
+    let s: String = split
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.starts_with('.') {
+        format!("_{s}")
+    } else {
+        s
+    }
 }
 
 /// The evaluation table rendered as text (for the CLI).

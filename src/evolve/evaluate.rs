@@ -1,6 +1,6 @@
 //! Evaluating one candidate program on one batch of tasks: sandboxed generation of N personas
-//! per task ([`SandboxGenerator`], [`generate_all`]), one episode per persona (all
-//! concurrently, [`play`]), then the run's [`Scorer`] ([`rollouts`]). The loop and `ppol eval`
+//! per task ([`SandboxGenerator`], [`generate_all`]), one episode per persona (through the
+//! batch layer, [`play`] with a [`Play`]), then the run's [`Scorer`] ([`rollouts`]). The loop and `ppol eval`
 //! ([`crate::evolve::compare`]) both go through these steps. This module is the glue between episodes and fitness ([`score_episodes`]), and
 //! says which metrics a program carries into the archive ([`program_metrics`]). Failures are
 //! data: a generation failure makes the candidate `Failed`; an endpoint outage makes it
@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::future::join_all;
 
 use crate::evolve::rundir::runlog::{EvalMetrics, FailureInfo, PersonaOutcome};
 use crate::fitness::features::Fingerprint;
@@ -21,8 +20,8 @@ use crate::generate::sandbox::Sandbox;
 use crate::llm::ChatModel;
 use crate::persona::Persona;
 use crate::rng::{derive_seed, mix};
+use crate::simulate::batch::{self, Batch, BudgetFn, Player};
 use crate::simulate::episode::record::{Episode, EpisodeStatus};
-use crate::simulate::episode::EpisodeRunner;
 
 /// A task as the generator sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,8 +32,34 @@ pub struct TaskContext {
     pub context: String,
 }
 
+/// How a candidate's episodes and generations are played and reported: the world's runner
+/// through the batch layer ([`crate::simulate::batch`]), with the run's episode concurrency
+/// and budget, and progress under `label` (`iteration 3: c12`, `validation of c12`, `eval:
+/// seed`).
+#[derive(Clone, Copy)]
+pub struct Play<'a> {
+    /// Who plays.
+    pub player: Player<'a>,
+    /// Episodes in flight at once.
+    pub concurrency: usize,
+    /// The budget check (None: no budget).
+    pub budget: Option<BudgetFn<'a>>,
+    /// Where progress goes (None: nowhere).
+    pub progress: Option<&'a (dyn Fn(&batch::Progress) + Sync)>,
+    /// What is evaluated, for progress lines.
+    pub label: &'a str,
+}
+
+impl<'a> Play<'a> {
+    /// The same with another label.
+    pub fn labelled(self, label: &'a str) -> Self {
+        Play { label, ..self }
+    }
+}
+
 /// What a generation attempt produced.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Generation {
     /// Exactly N valid personas.
     Personas(Vec<Persona>),
@@ -214,15 +239,13 @@ pub async fn evaluate_candidate(
     n: usize,
     weights: Weights,
     generator: &dyn PersonaGenerator,
-    runner: &dyn EpisodeRunner,
+    play: Play<'_>,
     scorer: &Scorer,
     seed: u64,
 ) -> CandidateOutcome {
-    evaluate_in_stages(
-        code, tasks, n, weights, generator, runner, scorer, seed, None,
-    )
-    .await
-    .outcome
+    evaluate_in_stages(code, tasks, n, weights, generator, play, scorer, seed, None)
+        .await
+        .outcome
 }
 
 /// The first stage of a cascade evaluation ([`evaluate_in_stages`]).
@@ -261,7 +284,7 @@ pub async fn evaluate_in_stages(
     n: usize,
     weights: Weights,
     generator: &dyn PersonaGenerator,
-    runner: &dyn EpisodeRunner,
+    play: Play<'_>,
     scorer: &Scorer,
     seed: u64,
     stage: Option<&StageOne<'_>>,
@@ -271,7 +294,7 @@ pub async fn evaluate_in_stages(
         stage_score: None,
         stopped: false,
     };
-    let gens = generate_all(code, tasks, n, generator, seed).await;
+    let gens = generate_all(code, tasks, n, generator, seed, play).await;
     let mut per_task: Vec<(&TaskContext, Vec<Persona>)> = Vec::new();
     for (t, g) in tasks.iter().zip(gens) {
         match g {
@@ -302,7 +325,7 @@ pub async fn evaluate_in_stages(
     let jobs = jobs(&per_task);
     let stage = stage.filter(|s| s.personas < n);
     let (episodes, stage_score, stopped) = match stage {
-        None => (play(runner, seed, &jobs).await, None, false),
+        None => (play_jobs(play, seed, &jobs).await, None, false),
         Some(stage) => {
             let first: Vec<_> = jobs
                 .iter()
@@ -314,7 +337,7 @@ pub async fn evaluate_in_stages(
                 .copied()
                 .filter(|&(_, _, j)| j >= stage.personas)
                 .collect();
-            let played = play(runner, seed, &first).await;
+            let played = play_jobs(play, seed, &first).await;
             if let Some(why) = infrastructure_failure(&played) {
                 return done(CandidateOutcome::Infrastructure(why));
             }
@@ -330,7 +353,7 @@ pub async fn evaluate_in_stages(
             }
             // back in job order: task by task, persona by persona
             let mut first_eps = played.into_iter();
-            let mut rest_eps = play(runner, seed, &rest).await.into_iter();
+            let mut rest_eps = play_jobs(play, seed, &rest).await.into_iter();
             let episodes = jobs
                 .iter()
                 .map(|&(_, _, j)| {
@@ -356,19 +379,25 @@ pub async fn evaluate_in_stages(
 }
 
 /// The generation step: `n` personas of `code` for every task, all at once (task `i`'s seed is
-/// `mix(seed, i)`), in task order.
+/// `mix(seed, i)`), in task order, reported under `play`'s label while they run.
 pub async fn generate_all(
     code: &str,
     tasks: &[TaskContext],
     n: usize,
     generator: &dyn PersonaGenerator,
     seed: u64,
+    play: Play<'_>,
 ) -> Vec<Generation> {
-    join_all(
+    let label = format!("{}: personas", play.label);
+    batch::join_reporting(
+        &label,
+        "tasks generated",
         tasks
             .iter()
             .enumerate()
-            .map(|(i, t)| generator.generate(code, t, n, mix(seed, i as u64))),
+            .map(|(i, t)| generator.generate(code, t, n, mix(seed, i as u64)))
+            .collect(),
+        play.progress,
     )
     .await
 }
@@ -388,18 +417,69 @@ pub fn jobs<'a>(per_task: &'a [(&'a TaskContext, Vec<Persona>)]) -> Vec<Job<'a>>
         .collect()
 }
 
-/// The play step: one episode per job, all at once (the seed of each depends only on `seed`,
-/// its task and its persona index), in job order.
-pub async fn play(runner: &dyn EpisodeRunner, seed: u64, jobs: &[Job<'_>]) -> Vec<Episode> {
-    join_all(jobs.iter().map(|&(task, p, j)| {
-        runner.run(
-            task,
-            Some(p),
-            0,
-            mix(derive_seed(seed ^ 0x9e37_79b9, task), j as u64),
-        )
-    }))
-    .await
+/// The seed of the episode of persona `j` of `task` (it depends only on `seed`, its task and
+/// its persona index).
+pub fn persona_seed(seed: u64, task: &str, j: usize) -> u64 {
+    mix(derive_seed(seed ^ 0x9e37_79b9, task), j as u64)
+}
+
+/// The play step: one episode per job through the batch layer (seeded by
+/// [`persona_seed`]), in job order.
+pub async fn play_jobs(play: Play<'_>, seed: u64, jobs: &[Job<'_>]) -> Vec<Episode> {
+    let planned: Vec<batch::Job> = jobs
+        .iter()
+        .map(|&(task, p, j)| batch::Job {
+            task_id: task.to_string(),
+            persona: Some(p.clone()),
+            trial: 0,
+            seed: persona_seed(seed, task, j),
+        })
+        .collect();
+    play_planned(play, &planned).await
+}
+
+/// Play planned jobs through the batch layer with `play`'s settings, in job order, keeping them
+/// in `sink` as they finish when there is one (no stop: every job is played; the run abandons
+/// a whole evaluation when it must stop). Errors: the sink's files.
+pub async fn play_into(
+    play: Play<'_>,
+    planned: &[batch::Job],
+    sink: Option<batch::SinkPaths>,
+) -> crate::Result<Vec<Episode>> {
+    let mut b = Batch::new(play.label, planned).concurrency(play.concurrency);
+    if let Some(check) = play.budget {
+        b = b.budget(check);
+    }
+    if let Some(p) = play.progress {
+        b = b.progress(p);
+    }
+    if let Some(s) = sink {
+        b = b.sink(s);
+    }
+    let played = b.play(play.player).await?;
+    Ok(played.episodes.into_iter().flatten().collect())
+}
+
+/// [`play_into`] without a sink.
+pub async fn play_planned(play: Play<'_>, planned: &[batch::Job]) -> Vec<Episode> {
+    match play_into(play, planned, None).await {
+        Ok(episodes) => episodes,
+        // only a sink's files can fail, and there is none
+        Err(e) => planned
+            .iter()
+            .map(|j| {
+                Episode::failed(
+                    &j.task_id,
+                    j.persona.as_ref(),
+                    j.trial,
+                    j.seed,
+                    play.player.domain,
+                    play.player.backend,
+                    e.to_string(),
+                )
+            })
+            .collect(),
+    }
 }
 
 /// Too many failed episodes: an infrastructure failure, with the first error.

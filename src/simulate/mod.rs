@@ -4,6 +4,7 @@
 //!
 //! Depends on the floor and on [`crate::fitness`].
 
+pub mod batch;
 pub mod episode;
 pub mod export;
 pub mod settings;

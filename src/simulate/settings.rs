@@ -9,6 +9,10 @@ use crate::limits::{self, check};
 use crate::simulate::episode::llm::DEFAULT_MAX_TOOL_ROUNDS;
 use crate::Result;
 
+/// Episodes in flight at once by default (`[episodes] concurrency`, `ppol episodes
+/// --concurrency`).
+pub const DEFAULT_CONCURRENCY: usize = 256;
+
 /// Which simulator plays episodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -34,6 +38,13 @@ pub struct EpisodesSection {
     pub val_max_turns: usize,
     /// Persona-free episodes per task for the baseline the discriminator is trained on.
     pub baseline_trials: u32,
+    /// Tasks the baseline plays at most: with more train and validation tasks than this, a
+    /// seeded sample of them (a discriminator needs hundreds of dialogues, not one per task
+    /// of a 10^5-task file).
+    pub baseline_max_tasks: usize,
+    /// Episodes in flight at once in every batch a run plays (the baseline, candidates,
+    /// validations, `ppol eval`); the world and the LLM client bound their own work inside.
+    pub concurrency: usize,
     /// User-simulator temperature (LLM backend).
     pub user_temperature: f32,
     /// Rounds of tool calls an LLM agent may make before it must answer the user (a weak
@@ -48,6 +59,8 @@ impl Default for EpisodesSection {
             max_turns: 20,
             val_max_turns: 30,
             baseline_trials: 3,
+            baseline_max_tasks: 200,
+            concurrency: DEFAULT_CONCURRENCY,
             user_temperature: 0.0,
             max_tool_rounds: DEFAULT_MAX_TOOL_ROUNDS,
         }
@@ -69,6 +82,18 @@ impl EpisodesSection {
             self.max_tool_rounds,
             1,
             limits::MAX_TURNS,
+        )?;
+        check(
+            "episodes.baseline_max_tasks",
+            self.baseline_max_tasks,
+            1,
+            limits::MAX_EPISODES,
+        )?;
+        check(
+            "episodes.concurrency",
+            self.concurrency,
+            1,
+            limits::MAX_CONCURRENCY,
         )?;
         check(
             "episodes.baseline_trials",

@@ -30,6 +30,8 @@ pub(super) struct Bench {
     pub(super) train: Arc<Vec<TaskContext>>,
     pub(super) val: Arc<Vec<TaskContext>>,
     pub(super) reflection_model: Option<Arc<dyn ChatModel>>,
+    /// Where the progress of its batches goes.
+    pub(super) control: super::control::RunControl,
 }
 
 /// A scored candidate, before it is recorded.
@@ -112,13 +114,15 @@ impl Bench {
             score: &score,
             bar,
         };
+        let label = format!("iteration {k}: {}", program.id);
+        let report = self.control.batch_reporter(k, cfg.search.iterations, false);
         let staged = evaluate_in_stages(
             &program.code,
             &batch,
             plan.n_personas,
             plan.weights(),
             &self.ctx.generator,
-            self.ctx.runner.as_ref(),
+            self.ctx.play(false, &label, Some(&report)),
             &self.scorer,
             derive_seed(cfg.search.seed, "crn"),
             cfg.search.cascade.then_some(&stage),
@@ -185,8 +189,15 @@ impl Bench {
 impl Bench {
     /// The validation of `code` in the cascade's two stages when it is on: below `bar` after
     /// the first (the first personas of every validation task), it stops there.
-    pub(super) async fn validate_in_stages(&self, code: &str, bar: Option<f64>) -> Staged {
+    pub(super) async fn validate_in_stages(
+        &self,
+        id: &str,
+        code: &str,
+        bar: Option<f64>,
+    ) -> Staged {
         let cfg = &self.ctx.cfg;
+        let label = format!("validation of {id}");
+        let report = self.control.batch_reporter(0, cfg.search.iterations, false);
         let combined = |m: &EvalMetrics| m.combined;
         let weights = Weights::new(self.schedule.lambda_h, self.schedule.lambda_b);
         let stage = StageOne {
@@ -201,7 +212,7 @@ impl Bench {
             self.schedule.n_personas,
             weights,
             &self.ctx.generator,
-            self.ctx.val_runner.as_ref(),
+            self.ctx.play(true, &label, Some(&report)),
             &self.scorer,
             derive_seed(cfg.search.seed, "validation"),
             cfg.search.cascade.then_some(&stage),
@@ -210,14 +221,18 @@ impl Bench {
     }
 
     /// The validation of `code`: final N, fixed weights, the validation tasks.
-    pub(super) async fn validate(&self, code: &str) -> CandidateOutcome {
+    pub(super) async fn validate(&self, id: &str, code: &str) -> CandidateOutcome {
+        let label = format!("validation of {id}");
+        let report = self
+            .control
+            .batch_reporter(0, self.ctx.cfg.search.iterations, false);
         evaluate_candidate(
             code,
             &self.val,
             self.schedule.n_personas,
             Weights::new(self.schedule.lambda_h, self.schedule.lambda_b),
             &self.ctx.generator,
-            self.ctx.val_runner.as_ref(),
+            self.ctx.play(true, &label, Some(&report)),
             &self.scorer,
             derive_seed(self.ctx.cfg.search.seed, "validation"),
         )

@@ -22,9 +22,17 @@ pub struct Progress {
     /// Best fitness so far: the archive's `fitness_metric` (`combined` by default) of its best
     /// program, on its train batch.
     pub best_combined: Option<f64>,
-    /// What just happened.
+    /// What just happened, or what the run waits for.
     pub message: String,
+    /// Whether this reports work in progress (a batch's episodes, a generation waiting on its
+    /// model) rather than a step of the run: a front end may show it less often (the CLI shows
+    /// it in its progress bar, and off a terminal at most every 20 s).
+    #[serde(default)]
+    pub detail: bool,
 }
+
+/// Least time between two reports of a batch's finished episodes.
+pub const BATCH_REPORT_GAP: Duration = Duration::from_secs(2);
 
 /// Callback receiving progress.
 pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
@@ -91,6 +99,34 @@ impl RunControl {
     pub(super) fn say(&self, progress: Progress) {
         if let Some(p) = &self.progress {
             p(&progress);
+        }
+    }
+
+    /// A batch's progress as the run's detail: the batch's line (what is in flight and for
+    /// how long) at iteration `iteration`, at most every [`BATCH_REPORT_GAP`] while episodes
+    /// finish (and at the batch's end), and every heartbeat while none does. With `steps`, the
+    /// batch's first and last reports are steps of the run, not details (the baseline's).
+    pub(super) fn batch_reporter(
+        &self,
+        iteration: u64,
+        iterations: u64,
+        steps: bool,
+    ) -> impl Fn(&crate::simulate::batch::Progress) + Sync + '_ {
+        let last = std::sync::Mutex::new(None::<std::time::Instant>);
+        move |p: &crate::simulate::batch::Progress| {
+            let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+            let due = last.is_none_or(|t| t.elapsed() >= BATCH_REPORT_GAP);
+            if p.heartbeat || due || p.done == p.total {
+                *last = Some(std::time::Instant::now());
+                let edge = !p.heartbeat && (p.done == 0 || p.done == p.total);
+                self.say(Progress {
+                    iteration,
+                    iterations,
+                    best_combined: None,
+                    message: p.line(),
+                    detail: !(steps && edge),
+                });
+            }
         }
     }
 }

@@ -166,20 +166,6 @@ impl Evolution {
         if checkpoint.is_none() && log.next_seq() == 1 {
             log.append(run_started(&ctx))?;
         }
-        // the baseline's progress, at most every 5 s (and at its end)
-        let last_said = std::sync::Mutex::new(None::<Instant>);
-        let baseline_progress = |done: usize, total: usize| {
-            let mut last = last_said.lock().unwrap_or_else(|e| e.into_inner());
-            if done == total || last.is_none_or(|t| t.elapsed().as_secs_f64() >= 5.0) {
-                *last = Some(Instant::now());
-                control.say(Progress {
-                    iteration: 0,
-                    iterations: cfg.search.iterations,
-                    best_combined: None,
-                    message: format!("baseline: {done}/{total} episodes"),
-                });
-            }
-        };
         let (discriminator, baseline) = ctx
             .baseline_and_discriminator(
                 &reference,
@@ -189,7 +175,7 @@ impl Evolution {
                     std::time::Instant::now()
                         .checked_add(std::time::Duration::try_from_secs_f64(s).ok()?)
                 }),
-                &baseline_progress,
+                &control.batch_reporter(0, cfg.search.iterations, true),
             )
             .await?;
         let scorer = Scorer::new(reference, discriminator, cfg.fitness.coverage())?;
@@ -211,6 +197,7 @@ impl Evolution {
                     Some(a) => format!("discriminator grouped AUC {:.3}", a.mean),
                     None => "discriminator trained (too few groups for a held-out AUC)".into(),
                 },
+                detail: false,
             });
         }
         let state = match checkpoint {
@@ -247,6 +234,7 @@ impl Evolution {
                 train,
                 val,
                 reflection_model,
+                control: control.clone(),
             },
             ctx,
             mutator,
@@ -301,7 +289,7 @@ impl Evolution {
         {
             return dir.write_best_program(best);
         }
-        match self.bench.validate(&best.code).await {
+        match self.bench.validate(&best.program_id, &best.code).await {
             CandidateOutcome::Scored {
                 metrics,
                 persona_records,
@@ -539,6 +527,7 @@ impl Evolution {
             iterations: self.ctx.cfg.search.iterations,
             best_combined: self.state.best_fitness(),
             message,
+            detail: false,
         });
     }
 }

@@ -280,7 +280,10 @@ impl Evolution {
                         });
                         self.spawn_validations();
                     } else {
-                        let outcome = self.bench.validate_in_stages(&program.code, bar).await;
+                        let outcome = self
+                            .bench
+                            .validate_in_stages(program.id.as_str(), &program.code, bar)
+                            .await;
                         self.apply_validation(k, &program, &s.metrics, outcome, bar)?;
                     }
                 }

@@ -19,8 +19,16 @@ impl Evolution {
     pub(super) fn spawn_validations(&mut self) {
         for q in &self.state.validations {
             if !self.validating.contains_key(&q.iteration) {
-                let (bench, code, bar) = (self.bench.clone(), q.program.code.clone(), q.bar);
-                let task = tokio::spawn(async move { bench.validate_in_stages(&code, bar).await });
+                let (bench, id, code, bar) = (
+                    self.bench.clone(),
+                    q.program.id.clone(),
+                    q.program.code.clone(),
+                    q.bar,
+                );
+                let task =
+                    tokio::spawn(
+                        async move { bench.validate_in_stages(id.as_str(), &code, bar).await },
+                    );
                 self.validating.insert(q.iteration, task);
             }
         }

@@ -253,9 +253,10 @@ fn evaluate(
         // `ppol episodes`' default.
         concurrency: EpisodesRequest::CONCURRENCY,
         output: None,
+        stop: None,
     };
     let started = Instant::now();
-    let report = ops::block_on(ops::episodes(request, &|_, _| {}))??;
+    let report = ops::block_on(ops::episodes(request, &|_| {}))??;
     Ok((started.elapsed(), report))
 }
 

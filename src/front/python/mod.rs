@@ -542,11 +542,6 @@ fn generate<'py>(
     crate::generate::generator::Program::Path(program.clone())
         .check()
         .map_err(to_py_err)?;
-    if split.is_some() && domain.is_none() && world.is_none() && task_file.is_none() {
-        return Err(ConfigError::new_err(
-            "split= needs domain=, world= or task_file=",
-        ));
-    }
     let mut o = Overrides::new();
     o.set_opt("sandbox.timeout_s", timeout_s)
         .map_err(to_py_err)?;
@@ -555,8 +550,10 @@ fn generate<'py>(
         domain,
         world,
         tau2_data,
-        tasks: task.or(split),
+        tasks: task,
+        split,
         task_file,
+        seed,
     })
     .map_err(to_py_err)?;
     let request = ops::GenerateRequest {
@@ -623,7 +620,7 @@ fn episodes<'py>(
     let mut o = Overrides::new();
     world_overrides(&mut o, domain, world, task_file, tau2_data).map_err(to_py_err)?;
     let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
-    let world = ops::WorldChoice::of_config(&cfg).map_err(to_py_err)?;
+    let world = cfg.world();
     let personas: Option<Vec<crate::persona::Persona>> = match personas {
         // a persona file is read by the same bounded reader as `--personas`
         Some(p) if p.is_instance_of::<PyString>() || p.hasattr("__fspath__")? => {
@@ -645,9 +642,10 @@ fn episodes<'py>(
         seed,
         concurrency,
         output,
+        stop: None,
     }
     .with_settings(&cfg.episodes);
-    let report = block_on(py, ops::episodes(request, &|_, _| {}))?.map_err(to_py_err)?;
+    let report = block_on(py, ops::episodes(request, &|_| {}))?.map_err(to_py_err)?;
     to_py(py, &report)
 }
 
@@ -800,8 +798,11 @@ fn evaluate<'py>(
     n: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let human = human.unwrap_or_default();
-    let table =
-        block_on(py, ops::evaluate(&run_dir, split.as_deref(), &human, n))?.map_err(to_py_err)?;
+    let table = block_on(
+        py,
+        ops::evaluate(&run_dir, split.as_deref(), &human, n, None),
+    )?
+    .map_err(to_py_err)?;
     to_py(py, &table)
 }
 

@@ -297,49 +297,6 @@ pub(crate) fn usage_json(
     )
 }
 
-/// The (task id, persona, trial) jobs of an episodes run, in order: every task with each of the
-/// personas meant for it (a persona without `task_id` fits every task; no personas: the plain
-/// simulator), `trials` times. Callers check the bounds first (`trials` at least 1, the size
-/// with [`count_jobs`]).
-pub fn plan_jobs(
-    task_ids: &[String],
-    personas: Option<&[Persona]>,
-    trials: u32,
-) -> Vec<(String, Option<Persona>, u32)> {
-    let mut jobs = Vec::new();
-    for t in task_ids {
-        let ps: Vec<Option<&Persona>> = match personas {
-            None => vec![None],
-            Some(all) => all
-                .iter()
-                .filter(|p| p.task_id.as_deref().is_none_or(|id| id == t))
-                .map(Some)
-                .collect(),
-        };
-        for p in ps {
-            for k in 0..trials {
-                jobs.push((t.clone(), p.cloned(), k));
-            }
-        }
-    }
-    jobs
-}
-
-/// How many jobs [`plan_jobs`] would plan, counted without making them.
-pub fn count_jobs(task_ids: &[String], personas: Option<&[Persona]>, trials: u32) -> u128 {
-    let pairs: u128 = task_ids
-        .iter()
-        .map(|t| match personas {
-            None => 1,
-            Some(all) => all
-                .iter()
-                .filter(|p| p.task_id.as_deref().is_none_or(|id| id == t))
-                .count() as u128,
-        })
-        .sum();
-    pairs * u128::from(trials)
-}
-
 #[async_trait]
 impl EpisodeRunner for Tau2Runner {
     /// Its model requests are served before those of episodes started later

@@ -35,8 +35,10 @@ pub mod tau2py;
 pub use crate::simulate::episode::record::AgentView;
 pub use tasks::{read_task_file, TaskList, WorldTask};
 
-/// What `--world` / `[run] world` names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `--world` / `[run] world` names: parsed once, where it is given (a flag, a TOML file,
+/// Python's `world=`), and carried typed from there (written back as its [`label`](Self::label)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum WorldSpec {
     /// A built-in τ² domain: `demo`, `retail`, `airline`.
     Builtin(String),
@@ -108,6 +110,72 @@ impl WorldSpec {
     /// Whether tasks come from a task file (or a version-2 simulator's own list).
     pub fn needs_task_file(&self) -> bool {
         matches!(self, WorldSpec::External(_) | WorldSpec::Chat)
+    }
+}
+
+impl TryFrom<String> for WorldSpec {
+    type Error = String;
+    fn try_from(s: String) -> std::result::Result<Self, String> {
+        WorldSpec::parse(&s).map_err(|e| match e {
+            Error::Config { message, .. } => message,
+            other => other.to_string(),
+        })
+    }
+}
+
+impl From<WorldSpec> for String {
+    fn from(w: WorldSpec) -> String {
+        w.label()
+    }
+}
+
+/// The world of a verb, resolved once: its spec, its `[world]` settings and the τ² data of the
+/// built-in domains. A run configuration carries it ([`RunConfig::world`]); `ppol episodes`,
+/// `generate`, `eval` and the run open it with [`WorldChoice::open`], so every verb gets its
+/// tasks — and their split — from the same opened world.
+///
+/// [`RunConfig::world`]: crate::evolve::config::RunConfig::world
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorldChoice {
+    /// `demo`, `retail`, `airline`, `external:COMMAND`, `tau2:DOMAIN` or `chat`.
+    pub spec: WorldSpec,
+    /// `[world]` settings (task file, processes, protocol, ...).
+    pub settings: WorldSettings,
+    /// τ² data directory of built-in domains.
+    pub tau2_data: Option<PathBuf>,
+}
+
+impl WorldChoice {
+    /// A built-in domain (`demo`, `retail`, `airline`) with default `[world]` settings.
+    pub fn builtin(domain: &str, tau2_data: Option<PathBuf>) -> Result<Self> {
+        Ok(WorldChoice {
+            spec: resolve_spec(None, Some(domain))?,
+            settings: WorldSettings::default(),
+            tau2_data,
+        })
+    }
+
+    /// Open it with a backend and model (see [`open`]); `seed` seeds the split of tasks that
+    /// carry none.
+    pub async fn open(
+        &self,
+        backend: Backend,
+        model: Option<Arc<dyn ChatModel>>,
+        max_tool_rounds: usize,
+        seed: u64,
+    ) -> Result<Arc<dyn World>> {
+        open(
+            &self.spec,
+            WorldDeps {
+                settings: self.settings.clone(),
+                tau2_data: self.tau2_data.clone(),
+                backend,
+                model,
+                max_tool_rounds,
+                seed,
+            },
+        )
+        .await
     }
 }
 
@@ -391,14 +459,14 @@ pub struct WorldDeps {
 /// the first episode, except a v2 simulator that lists its own tasks).
 pub async fn open(spec: &WorldSpec, deps: WorldDeps) -> Result<Arc<dyn World>> {
     deps.settings.validate()?;
-    let split_seed = crate::rng::derive_seed(deps.seed, "world_split");
+    let split_seed = split_seed(deps.seed);
     let file_tasks = |required: bool| -> Result<Option<TaskList>> {
         match &deps.settings.task_file {
-            Some(f) => Ok(Some(TaskList::new(
-                read_task_file(f)?,
+            Some(f) => Ok(Some(file_task_list(
+                f,
                 deps.settings.test_fraction,
-                split_seed,
-            ))),
+                deps.seed,
+            )?)),
             None if required => Err(Error::config(
                 "world.task_file",
                 format!(
@@ -458,6 +526,22 @@ pub async fn open(spec: &WorldSpec, deps: WorldDeps) -> Result<Arc<dyn World>> {
             Arc::new(chat::ChatWorld::new(&deps, tasks)?)
         }
     })
+}
+
+/// The seed of the split of a world's tasks that carry none, from the seed of the verb (a
+/// run's `search.seed`).
+pub fn split_seed(seed: u64) -> u64 {
+    crate::rng::derive_seed(seed, "world_split")
+}
+
+/// The tasks of a task file, those without a split split as every world splits them
+/// (`test_fraction` of them `test`, seeded by [`split_seed`] of `seed` and the task ids).
+pub fn file_task_list(path: &Path, test_fraction: f64, seed: u64) -> Result<TaskList> {
+    Ok(TaskList::new(
+        read_task_file(path)?,
+        test_fraction,
+        split_seed(seed),
+    ))
 }
 
 /// Where a spec's tasks come from, for messages (`the task file F`, `τ² data`).
