@@ -168,9 +168,20 @@ impl Bench {
                         }),
                     };
                 }
-                let reflection =
-                    reflection::reflect(&self.scorer, &evidence, self.reflection_model.as_deref())
-                        .await;
+                let label = format!("iteration {k}: {}: reflection", program.id);
+                let reflection = crate::simulate::batch::join_reporting(
+                    &label,
+                    "answers",
+                    vec![reflection::reflect(
+                        &self.scorer,
+                        &evidence,
+                        self.reflection_model.as_deref(),
+                    )],
+                    Some(&report),
+                )
+                .await
+                .pop()
+                .unwrap_or_default();
                 Evaluation::Scored(Box::new(Scored {
                     metrics,
                     stage_score,

@@ -103,22 +103,26 @@ impl RunControl {
     }
 
     /// A batch's progress as the run's detail: the batch's line (what is in flight and for
-    /// how long) at iteration `iteration`, at most every [`BATCH_REPORT_GAP`] while episodes
-    /// finish (and at the batch's end), and every heartbeat while none does. With `steps`, the
-    /// batch's first and last reports are steps of the run, not details (the baseline's).
+    /// how long) at iteration `iteration` once the batch has run for [`BATCH_REPORT_GAP`]
+    /// (a quick batch says nothing), then at most every [`BATCH_REPORT_GAP`] while episodes
+    /// finish, at its end, and every heartbeat while none does. With `steps`, the batch's
+    /// first and last reports are steps of the run, not details, and always said (the
+    /// baseline's).
     pub(super) fn batch_reporter(
         &self,
         iteration: u64,
         iterations: u64,
         steps: bool,
     ) -> impl Fn(&crate::simulate::batch::Progress) + Sync + '_ {
+        let started = std::time::Instant::now();
         let last = std::sync::Mutex::new(None::<std::time::Instant>);
         move |p: &crate::simulate::batch::Progress| {
             let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+            let edge = !p.heartbeat && (last.is_none() || p.done == p.total);
             let due = last.is_none_or(|t| t.elapsed() >= BATCH_REPORT_GAP);
-            if p.heartbeat || due || p.done == p.total {
+            let slow = started.elapsed() >= BATCH_REPORT_GAP;
+            if (steps && edge) || (slow && (p.heartbeat || due || p.done == p.total)) {
                 *last = Some(std::time::Instant::now());
-                let edge = !p.heartbeat && (p.done == 0 || p.done == p.total);
                 self.say(Progress {
                     iteration,
                     iterations,

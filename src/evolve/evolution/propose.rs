@@ -99,50 +99,61 @@ impl Evolution {
         }
         let (archive, mutator, stagnation) = (&state.archive, &self.mutator, state.stagnation);
         let root = self.ctx.cfg.search.seed;
-        let made: Vec<Result<Proposed>> =
-            futures::future::join_all(picks.into_iter().map(|pick| async move {
-                match pick {
-                    Pick::Ready(p) => Ok(p),
-                    Pick::Child {
-                        iteration,
-                        island,
-                        parent,
-                        inspirations,
-                        bar,
-                    } => {
-                        let seed = mix(root, iteration);
-                        let made = mutator
-                            .propose(archive, &parent, &inspirations, stagnation, seed)
-                            .await?;
-                        Ok(match made {
-                            Ok(child) => {
-                                let id = ProgramId::derive(iteration, &code_hash(&child.code));
-                                let mut program = Program::child(
-                                    &parent,
-                                    id,
-                                    child.code,
-                                    iteration,
-                                    child.mutation,
-                                );
-                                program.second_parent_id = child.second_parent;
-                                program.island = island;
-                                Proposed::Candidate {
-                                    iteration,
-                                    program,
-                                    island,
-                                    bar,
+        let label = format!("generation {}: proposals", state.generations);
+        let report = self
+            .control
+            .batch_reporter(k0 - 1, self.ctx.cfg.search.iterations, false);
+        let made: Vec<Result<Proposed>> = crate::simulate::batch::join_reporting(
+            &label,
+            "made",
+            picks
+                .into_iter()
+                .map(|pick| async move {
+                    match pick {
+                        Pick::Ready(p) => Ok(p),
+                        Pick::Child {
+                            iteration,
+                            island,
+                            parent,
+                            inspirations,
+                            bar,
+                        } => {
+                            let seed = mix(root, iteration);
+                            let made = mutator
+                                .propose(archive, &parent, &inspirations, stagnation, seed)
+                                .await?;
+                            Ok(match made {
+                                Ok(child) => {
+                                    let id = ProgramId::derive(iteration, &code_hash(&child.code));
+                                    let mut program = Program::child(
+                                        &parent,
+                                        id,
+                                        child.code,
+                                        iteration,
+                                        child.mutation,
+                                    );
+                                    program.second_parent_id = child.second_parent;
+                                    program.island = island;
+                                    Proposed::Candidate {
+                                        iteration,
+                                        program,
+                                        island,
+                                        bar,
+                                    }
                                 }
-                            }
-                            Err(failure) => Proposed::MutationFailed {
-                                iteration,
-                                parent,
-                                failure,
-                            },
-                        })
+                                Err(failure) => Proposed::MutationFailed {
+                                    iteration,
+                                    parent,
+                                    failure,
+                                },
+                            })
+                        }
                     }
-                }
-            }))
-            .await;
+                })
+                .collect(),
+            Some(&report),
+        )
+        .await;
         for p in made {
             self.state.generation.push_back(p?);
         }

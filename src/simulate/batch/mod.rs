@@ -24,7 +24,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock: the same as std's, but a test can pause and advance it
+use tokio::time::Instant;
 
 use futures::StreamExt;
 
@@ -273,7 +276,7 @@ pub struct Batch<'a> {
     jobs: &'a [Job],
     concurrency: usize,
     stop: Option<&'a AtomicBool>,
-    deadline: Option<Instant>,
+    deadline: Option<std::time::Instant>,
     budget: Option<BudgetFn<'a>>,
     sink: Option<SinkPaths>,
     progress: Option<&'a (dyn Fn(&Progress) + Sync)>,
@@ -310,7 +313,7 @@ impl<'a> Batch<'a> {
     }
 
     /// Stop at `deadline` (None: no deadline).
-    pub fn deadline(mut self, deadline: Option<Instant>) -> Self {
+    pub fn deadline(mut self, deadline: Option<std::time::Instant>) -> Self {
         self.deadline = deadline;
         self
     }
@@ -393,7 +396,10 @@ impl<'a> Batch<'a> {
         let why_stop = || {
             if self.stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
                 Some(Stopped::Interrupted)
-            } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            } else if self
+                .deadline
+                .is_some_and(|d| std::time::Instant::now() >= d)
+            {
                 Some(Stopped::Deadline)
             } else {
                 None
@@ -485,5 +491,206 @@ impl<'a> Batch<'a> {
             stopped,
             partial,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+
+    /// Plays every episode in `secs` (tokio time), failing those of task `bad`.
+    struct Slow {
+        secs: u64,
+    }
+
+    #[async_trait]
+    impl EpisodeRunner for Slow {
+        async fn run(&self, task: &str, p: Option<&Persona>, trial: u32, seed: u64) -> Episode {
+            tokio::time::sleep(Duration::from_secs(self.secs)).await;
+            let mut e = Episode::failed(task, p, trial, seed, "d", "b", String::new());
+            if task != "bad" {
+                e.status = EpisodeStatus::Ok;
+                e.error = None;
+            }
+            e
+        }
+    }
+
+    fn jobs(tasks: &[&str]) -> Vec<Job> {
+        tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Job {
+                task_id: t.to_string(),
+                persona: None,
+                trial: 0,
+                seed: i as u64,
+            })
+            .collect()
+    }
+
+    fn player(r: &Slow) -> Player<'_> {
+        Player {
+            runner: r,
+            backend: "b",
+            domain: "d",
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_episode_is_not_silent_and_results_keep_plan_order() {
+        let seen = Mutex::new(Vec::<Progress>::new());
+        let record = |p: &Progress| seen.lock().unwrap().push(p.clone());
+        let plan = jobs(&["a", "b", "c"]);
+        let played = Batch::new("test", &plan)
+            .concurrency(2)
+            .progress(&record)
+            .play(player(&Slow { secs: 7 }))
+            .await
+            .unwrap();
+        let ids: Vec<String> = played
+            .episodes
+            .iter()
+            .flatten()
+            .map(|e| e.id.clone())
+            .collect();
+        assert_eq!(ids, ["a:none:0", "b:none:0", "c:none:0"]);
+        let seen = seen.into_inner().unwrap();
+        let beats = seen.iter().filter(|p| p.heartbeat).count();
+        // 14 s of waiting (two rounds of 7 s), a heartbeat every 2 s while nothing finishes
+        assert!(beats >= 5, "{beats} heartbeats: {seen:?}");
+        let first = seen.iter().find(|p| p.heartbeat).unwrap();
+        assert_eq!((first.in_flight, first.done), (2, 0), "{first:?}");
+        assert!(
+            first.line().contains("2 in flight, the longest for"),
+            "{}",
+            first.line()
+        );
+        assert_eq!(seen.last().unwrap().done, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_deadline_budget_and_limit() {
+        let plan = jobs(&["a", "b", "c", "d"]);
+        let runner = Slow { secs: 1 };
+        // a spent budget: nothing is played, every job is recorded failed with the reason
+        let spent = || Some("max_usd 1 reached".to_string());
+        let played = Batch::new("t", &plan)
+            .budget(&spent)
+            .play(player(&runner))
+            .await
+            .unwrap();
+        let e = played.episodes[0].as_ref().unwrap();
+        assert_eq!(e.status, EpisodeStatus::Failed);
+        assert!(e
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("budget exhausted (max_usd 1"));
+        // a stop flag already set: nothing starts
+        let stop = AtomicBool::new(true);
+        let played = Batch::new("t", &plan)
+            .stop(&stop)
+            .play(player(&runner))
+            .await
+            .unwrap();
+        assert_eq!(
+            (played.done(), played.stopped),
+            (0, Some(Stopped::Interrupted))
+        );
+        // the test hook's limit: two played, then stopped
+        let played = Batch::new("t", &plan)
+            .limit(Some(2))
+            .play(player(&runner))
+            .await
+            .unwrap();
+        assert_eq!((played.done(), played.stopped), (2, Some(Stopped::Limit)));
+        assert!(played.clone().complete().is_none());
+        let e = played
+            .complete_or_cancelled("the test", "x.deadline_s", "; rerun")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("paused (test hook) during the test: 2 of 4 episodes"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_sink_keeps_episodes_reuses_only_this_plans_and_replays_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("o.jsonl");
+        let partial = dir.path().join("o.jsonl.partial");
+        let plan = jobs(&["a", "bad", "c"]);
+        let runner = Slow { secs: 0 };
+        let played = Batch::new("t", &plan)
+            .limit(Some(2))
+            .sink(SinkPaths::beside(&out).unwrap())
+            .play(player(&runner))
+            .await
+            .unwrap();
+        assert_eq!(played.done(), 2);
+        let text = std::fs::read_to_string(&partial).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        // a torn line and an episode of another plan (another seed) are not reused
+        let mut other = Episode::failed("c", None, 0, 99, "d", "b", String::new());
+        other.status = EpisodeStatus::Ok;
+        std::fs::write(
+            &partial,
+            format!("{text}{}\n{{\"id\": \"tor", crate::io::to_json(&other)),
+        )
+        .unwrap();
+        let played = Batch::new("t", &plan)
+            .sink(SinkPaths::beside(&out).unwrap())
+            .play(player(&runner))
+            .await
+            .unwrap();
+        // "a" was kept; "bad" failed and is played again; "c" is played
+        assert_eq!(played.reused, 1);
+        assert!(!partial.exists());
+        let written = crate::simulate::episode::record::load_episodes(&out).unwrap();
+        let seeds: Vec<u64> = written.iter().map(|e| e.seed).collect();
+        assert_eq!(seeds, [0, 1, 2]);
+        // another backend's episodes are not this plan's
+        std::fs::write(&partial, std::fs::read_to_string(&out).unwrap()).unwrap();
+        let other_backend = Player {
+            runner: &runner,
+            backend: "other",
+            domain: "d",
+        };
+        let played = Batch::new("t", &plan)
+            .sink(SinkPaths::beside(&out).unwrap())
+            .play(other_backend)
+            .await
+            .unwrap();
+        assert_eq!(played.reused, 0);
+        // a line that is not an episode names the file and line
+        std::fs::write(&partial, "{\"id\": 3}\n").unwrap();
+        let e = Batch::new("t", &plan)
+            .sink(SinkPaths::beside(&out).unwrap())
+            .play(player(&runner))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("o.jsonl.partial") && e.contains("line 1"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn join_reporting_keeps_order_and_beats_while_it_waits() {
+        let seen = Mutex::new(Vec::<Progress>::new());
+        let record = |p: &Progress| seen.lock().unwrap().push(p.clone());
+        let futs: Vec<_> = [5u64, 1]
+            .into_iter()
+            .map(|s| async move {
+                tokio::time::sleep(Duration::from_secs(s)).await;
+                s
+            })
+            .collect();
+        let out = join_reporting("gen", "tasks generated", futs, Some(&record)).await;
+        assert_eq!(out, [5, 1]);
+        let seen = seen.into_inner().unwrap();
+        assert!(seen.iter().any(|p| p.heartbeat), "{seen:?}");
+        assert_eq!(seen.last().unwrap().line(), "gen: 2/2 tasks generated");
     }
 }
