@@ -10,7 +10,7 @@ use crate::dialogue::Dialogue;
 #[cfg(doc)]
 use crate::evolve::evaluate::evaluate_candidate;
 use crate::evolve::evaluate::{
-    generate_all, jobs, persona_seed, play_into, rollouts, Generation, PersonaGenerator, Play,
+    generate_all, jobs, planned_jobs, play_into, rollouts, Generation, PersonaGenerator, Play,
     TaskContext,
 };
 use crate::evolve::rundir::runlog::{EvalRow, EvalTable};
@@ -218,12 +218,20 @@ async fn program_row(
     seed: u64,
     keep: Option<&Path>,
 ) -> Result<EvalRow> {
-    let gens = match keep.and_then(|d| kept::load(d, name, code, tasks, n, seed)) {
+    let kept = keep.map(|dir| kept::Row {
+        dir,
+        name,
+        code,
+        tasks,
+        n,
+        seed,
+    });
+    let gens = match kept.as_ref().and_then(kept::Row::load) {
         Some(gens) => gens,
         None => {
             let gens = generate_all(code, tasks, n, generator, seed, play).await;
-            if let Some(d) = keep {
-                kept::save(d, name, code, tasks, n, seed, &gens)?;
+            if let Some(k) = &kept {
+                k.save(&gens)?;
             }
             gens
         }
@@ -269,16 +277,12 @@ async fn program_row(
         row.failures = failures;
         return Ok(row);
     }
-    let planned: Vec<batch::Job> = jobs
-        .iter()
-        .map(|&(task, p, j)| batch::Job {
-            task_id: task.to_string(),
-            persona: Some(p.clone()),
-            trial: 0,
-            seed: persona_seed(seed, task, j),
-        })
-        .collect();
-    let episodes = play_into(play, &planned, keep.map(|d| row_sink(d, name))).await?;
+    let episodes = play_into(
+        play,
+        &planned_jobs(seed, &jobs),
+        keep.map(|d| row_sink(d, name)),
+    )
+    .await?;
     for e in episodes
         .iter()
         .filter(|e| e.status == EpisodeStatus::Failed)
@@ -313,64 +317,62 @@ mod kept {
         generations: Vec<(String, Generation)>,
     }
 
-    fn path(dir: &Path, row: &str) -> PathBuf {
-        dir.join(format!("{row}.personas.json"))
+    /// One row's generation: what was asked of which program.
+    pub(super) struct Row<'a> {
+        pub(super) dir: &'a Path,
+        pub(super) name: &'a str,
+        pub(super) code: &'a str,
+        pub(super) tasks: &'a [TaskContext],
+        pub(super) n: usize,
+        pub(super) seed: u64,
     }
 
-    fn key(code: &str, tasks: &[TaskContext], n: usize, seed: u64) -> String {
-        let mut text = format!("{n}\u{1f}{seed}\u{1f}{code}");
-        for t in tasks {
-            text.push_str(&format!("\u{1f}{}\u{1f}{}", t.task_id, t.context));
+    impl Row<'_> {
+        fn path(&self) -> PathBuf {
+            self.dir.join(format!("{}.personas.json", self.name))
         }
-        crate::io::sha256_hex(text.as_bytes())
-    }
 
-    /// The kept generations of this row, when they are this program's for these tasks.
-    pub(super) fn load(
-        dir: &Path,
-        row: &str,
-        code: &str,
-        tasks: &[TaskContext],
-        n: usize,
-        seed: u64,
-    ) -> Option<Vec<Generation>> {
-        let text = std::fs::read_to_string(path(dir, row)).ok()?;
-        let kept: Kept = serde_json::from_str(&text).ok()?;
-        let fits = kept.key == key(code, tasks, n, seed)
-            && kept.generations.len() == tasks.len()
-            && kept
-                .generations
-                .iter()
-                .zip(tasks)
-                .all(|((id, _), t)| *id == t.task_id);
-        fits.then(|| kept.generations.into_iter().map(|(_, g)| g).collect())
-    }
-
-    /// Keep the generations of this row (not when one failed on infrastructure).
-    pub(super) fn save(
-        dir: &Path,
-        row: &str,
-        code: &str,
-        tasks: &[TaskContext],
-        n: usize,
-        seed: u64,
-        gens: &[Generation],
-    ) -> Result<()> {
-        if gens
-            .iter()
-            .any(|g| matches!(g, Generation::Infrastructure(_)))
-        {
-            return Ok(());
+        fn key(&self) -> String {
+            let mut text = format!("{}\u{1f}{}\u{1f}{}", self.n, self.seed, self.code);
+            for t in self.tasks {
+                text.push_str(&format!("\u{1f}{}\u{1f}{}", t.task_id, t.context));
+            }
+            crate::io::sha256_hex(text.as_bytes())
         }
-        let kept = Kept {
-            key: key(code, tasks, n, seed),
-            generations: tasks
+
+        /// The kept generations of this row, when they are this program's for these tasks.
+        pub(super) fn load(&self) -> Option<Vec<Generation>> {
+            let text = std::fs::read_to_string(self.path()).ok()?;
+            let kept: Kept = serde_json::from_str(&text).ok()?;
+            let fits = kept.key == self.key()
+                && kept.generations.len() == self.tasks.len()
+                && kept
+                    .generations
+                    .iter()
+                    .zip(self.tasks)
+                    .all(|((id, _), t)| *id == t.task_id);
+            fits.then(|| kept.generations.into_iter().map(|(_, g)| g).collect())
+        }
+
+        /// Keep the generations of this row (not when one failed on infrastructure).
+        pub(super) fn save(&self, gens: &[Generation]) -> Result<()> {
+            if gens
                 .iter()
-                .map(|t| t.task_id.clone())
-                .zip(gens.iter().cloned())
-                .collect(),
-        };
-        crate::io::write_atomic(&path(dir, row), crate::io::to_json(&kept).as_bytes())
+                .any(|g| matches!(g, Generation::Infrastructure(_)))
+            {
+                return Ok(());
+            }
+            let kept = Kept {
+                key: self.key(),
+                generations: self
+                    .tasks
+                    .iter()
+                    .map(|t| t.task_id.clone())
+                    .zip(gens.iter().cloned())
+                    .collect(),
+            };
+            crate::io::write_atomic(&self.path(), crate::io::to_json(&kept).as_bytes())
+        }
     }
 }
 

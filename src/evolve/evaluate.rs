@@ -423,19 +423,21 @@ pub fn persona_seed(seed: u64, task: &str, j: usize) -> u64 {
     mix(derive_seed(seed ^ 0x9e37_79b9, task), j as u64)
 }
 
-/// The play step: one episode per job through the batch layer (seeded by
-/// [`persona_seed`]), in job order.
-pub async fn play_jobs(play: Play<'_>, seed: u64, jobs: &[Job<'_>]) -> Vec<Episode> {
-    let planned: Vec<batch::Job> = jobs
-        .iter()
+/// The batch layer's jobs of generated personas' episodes (seeded by [`persona_seed`]).
+pub fn planned_jobs(seed: u64, jobs: &[Job<'_>]) -> Vec<batch::Job> {
+    jobs.iter()
         .map(|&(task, p, j)| batch::Job {
             task_id: task.to_string(),
             persona: Some(p.clone()),
             trial: 0,
             seed: persona_seed(seed, task, j),
         })
-        .collect();
-    play_planned(play, &planned).await
+        .collect()
+}
+
+/// The play step: one episode per job through the batch layer, in job order.
+pub async fn play_jobs(play: Play<'_>, seed: u64, jobs: &[Job<'_>]) -> Vec<Episode> {
+    play_planned(play, &planned_jobs(seed, jobs)).await
 }
 
 /// Play planned jobs through the batch layer with `play`'s settings, in job order, keeping them
