@@ -566,3 +566,103 @@ fn the_checker_catches_an_upward_import_a_cycle_and_testing_use() {
     );
     assert_eq!(v.len(), 4, "{text}");
 }
+
+/// The repository paths a markdown text names in backticks that do not exist. A name counts
+/// as a path when it has a `/` or a source file's extension; it exists when some file or
+/// folder of the repository ends with it (component by component, `.rs` added to a module
+/// path such as `archive/program`; `{a,b}` expanded; a `*` checks the folder before it). Names
+/// inside a run directory are written `RUN/...` and not checked, nor URLs and `<placeholders>`.
+fn missing_paths(doc: &str, root: &Path) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if [".git", "target", ".venv", ".venv-ref", "node_modules"].contains(&name.as_str()) {
+                continue;
+            }
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if p.is_dir() {
+                out.push(format!("{rel}/"));
+                walk(&p, root, out);
+            } else {
+                out.push(rel);
+            }
+        }
+    }
+    walk(root, root, &mut all);
+    let exists = |name: &str| {
+        let name = name.trim_start_matches("./");
+        let wanted = [name.to_string(), format!("{name}.rs"), format!("{name}/")];
+        all.iter().any(|p| {
+            wanted
+                .iter()
+                .any(|w| p == w || p.ends_with(&format!("/{w}")) || p == w.trim_end_matches('/'))
+        })
+    };
+    let mut missing = Vec::new();
+    for (i, part) in doc.split('`').enumerate() {
+        if i % 2 == 0 || part.contains("://") || part.contains('<') || part.starts_with("RUN/") {
+            continue;
+        }
+        let pathlike = part
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./{},*-".contains(c));
+        let source = [
+            ".rs", ".py", ".pyi", ".md", ".toml", ".sh", ".jinja", ".html",
+        ]
+        .iter()
+        .any(|e| part.ends_with(e));
+        if !pathlike || !(part.contains('/') || source) || part.starts_with('-') {
+            continue;
+        }
+        for name in expand_braces(part) {
+            let name = match name.find('*') {
+                Some(i) => name[..i].to_string(),
+                None => name,
+            };
+            if !name.is_empty() && !exists(&name) {
+                missing.push(name);
+            }
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    missing
+}
+
+/// `src/{a,b}.rs` → `src/a.rs`, `src/b.rs` (one brace group).
+fn expand_braces(s: &str) -> Vec<String> {
+    match (s.find('{'), s.find('}')) {
+        (Some(a), Some(b)) if a < b => s[a + 1..b]
+            .split(',')
+            .map(|x| format!("{}{x}{}", &s[..a], &s[b + 1..]))
+            .collect(),
+        _ => vec![s.to_string()],
+    }
+}
+
+#[test]
+fn architecture_md_names_only_paths_that_exist() {
+    let root = super::util::root();
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let missing = missing_paths(&doc, &root);
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names paths that do not exist: {missing:?}"
+    );
+}
+
+#[test]
+fn the_path_check_catches_a_stale_name_but_not_a_run_directory_or_a_module_path() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(dir.path(), "evolve/archive/program.rs", "");
+    write_file(dir.path(), "front/ops/mod.rs", "");
+    let doc = "`front/ops.rs` and `front/ops/` and `archive/program` and `src/{evolve,gone}/` \
+               and `RUN/best/` and `eval-<split>/x` and `hf://a/b` and `gone.py` and `ppol`";
+    let missing = missing_paths(doc, dir.path());
+    assert_eq!(
+        missing,
+        ["front/ops.rs", "gone.py", "src/evolve/", "src/gone/"]
+    );
+}
