@@ -74,8 +74,8 @@ pub struct EpisodesArgs {
 /// Run `ppol episodes`.
 pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
     let mut o = Overrides::new();
-    o.set_opt("run.domain", args.domain.as_deref())?
-        .set_opt("run.tau2_data", args.tau2_data.as_ref())?;
+    o.flag("--domain", "run.domain", args.domain.as_deref())?
+        .flag("--tau2-data", "run.tau2_data", args.tau2_data.as_ref())?;
     args.world.apply(&mut o)?;
     let cfg = ops::load_config(args.config.as_deref(), &o)?;
     let world = cfg.world();

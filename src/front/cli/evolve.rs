@@ -110,16 +110,28 @@ pub struct EvalArgs {
 fn resolve(args: &EvolveArgs) -> anyhow::Result<RunConfig> {
     let mut o = Overrides::new();
     args.inputs.apply(&mut o)?;
-    o.set_opt("search.iterations", args.iterations)?
-        .set_opt("search.seed", args.seed)?
-        .set_opt("search.parallel_candidates", args.parallel_candidates)?
-        .set_opt("search.generation_size", args.generation_size)?
-        .set_opt("search.cascade", args.no_cascade.then_some(false))?
-        .set_opt("run.out", args.out.as_ref())?
-        .set_opt("run.name", args.name.as_ref())?;
+    o.flag("--iterations", "search.iterations", args.iterations)?
+        .flag("--seed", "search.seed", args.seed)?
+        .flag(
+            "--parallel-candidates",
+            "search.parallel_candidates",
+            args.parallel_candidates,
+        )?
+        .flag(
+            "--generation-size",
+            "search.generation_size",
+            args.generation_size,
+        )?
+        .flag(
+            "--no-cascade",
+            "search.cascade",
+            args.no_cascade.then_some(false),
+        )?
+        .flag("--out", "run.out", args.out.as_ref())?
+        .flag("--name", "run.name", args.name.as_ref())?;
     let llm = args.llm.as_deref().map(ops::parse_llm).transpose()?;
     if let Some(Some(l)) = &llm {
-        o.set("llm", l)?;
+        o.flag("--llm", "llm", Some(l))?;
     }
     let mut cfg = ops::load_config(args.config.as_deref(), &o)?;
     if let Some(None) = llm {

@@ -91,9 +91,13 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
         seed: args.seed,
     })?;
     let mut o = Overrides::new();
-    o.set_opt("sandbox.timeout_s", args.timeout)?
-        .set_opt("sandbox.max_llm_calls", args.max_llm_calls)?
-        .set_opt("sandbox.concurrency", args.concurrency)?;
+    o.flag("--timeout", "sandbox.timeout_s", args.timeout)?
+        .flag(
+            "--max-llm-calls",
+            "sandbox.max_llm_calls",
+            args.max_llm_calls,
+        )?
+        .flag("--concurrency", "sandbox.concurrency", args.concurrency)?;
     let cfg = ops::load_config(args.config.as_deref(), &o)?;
     let llm = match ops::parse_llm(&args.llm)? {
         Some(l) => Some(l),

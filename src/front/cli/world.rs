@@ -61,12 +61,15 @@ pub struct RunInputs {
 impl RunInputs {
     /// The flags as run-config overrides.
     pub fn apply(&self, o: &mut Overrides) -> crate::Result<()> {
-        if !self.human.is_empty() {
-            o.set("run.human", &self.human)?;
-        }
-        o.set_opt("run.human_domain", self.human_domain.as_ref())?
-            .set_opt("run.domain", self.domain.as_ref())?
-            .set_opt("run.tau2_data", self.tau2_data.as_ref())?;
+        let human = (!self.human.is_empty()).then_some(&self.human);
+        o.flag("--human", "run.human", human)?
+            .flag(
+                "--human-domain",
+                "run.human_domain",
+                self.human_domain.as_ref(),
+            )?
+            .flag("--domain", "run.domain", self.domain.as_ref())?
+            .flag("--tau2-data", "run.tau2_data", self.tau2_data.as_ref())?;
         self.world.apply(o)
     }
 }
@@ -80,8 +83,11 @@ impl WorldFlags {
         tau2_data: Option<PathBuf>,
     ) -> crate::Result<crate::front::ops::WorldChoice> {
         let mut o = Overrides::new();
-        o.set_opt("run.domain", domain)?
-            .set_opt("run.tau2_data", tau2_data.as_ref())?;
+        o.flag("--domain", "run.domain", domain)?.flag(
+            "--tau2-data",
+            "run.tau2_data",
+            tau2_data.as_ref(),
+        )?;
         self.apply(&mut o)?;
         let cfg = crate::front::ops::load_config(None, &o)?;
         Ok(cfg.world())
@@ -89,13 +95,21 @@ impl WorldFlags {
 
     /// The flags as run-config overrides.
     pub fn apply(&self, o: &mut Overrides) -> crate::Result<()> {
-        o.set_opt("run.world", self.world.as_ref())?
-            .set_opt("world.task_file", self.task_file.as_ref())?
-            .set_opt("world.processes", self.world_processes)?
-            .set_opt("world.protocol", self.world_protocol)?
-            .set_opt("world.episode_timeout_s", self.episode_timeout_s)?
-            .set_opt("world.system_prompt_file", self.system_prompt_file.as_ref())?
-            .set_opt("world.python", self.world_python.as_ref())?;
+        o.flag("--world", "run.world", self.world.as_ref())?
+            .flag("--task-file", "world.task_file", self.task_file.as_ref())?
+            .flag("--world-processes", "world.processes", self.world_processes)?
+            .flag("--world-protocol", "world.protocol", self.world_protocol)?
+            .flag(
+                "--episode-timeout-s",
+                "world.episode_timeout_s",
+                self.episode_timeout_s,
+            )?
+            .flag(
+                "--system-prompt-file",
+                "world.system_prompt_file",
+                self.system_prompt_file.as_ref(),
+            )?
+            .flag("--world-python", "world.python", self.world_python.as_ref())?;
         Ok(())
     }
 }

@@ -38,12 +38,14 @@ use crate::simulate::episode::runner::{self, Backend};
 use crate::simulate::tau2::Domain;
 use crate::{Error, Result};
 
+mod config;
 mod episodes;
 mod evolve;
 mod export;
 mod generate;
 mod study;
 
+pub use config::{load_config, Origin, Overrides};
 pub use episodes::{
     episode_backend, episodes, read_personas, summary_ks, EpisodesReport, EpisodesRequest,
     WorldChoice,
@@ -71,103 +73,6 @@ pub fn block_on<F: Future>(future: F) -> Result<F::Output> {
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
-
-/// Configuration overrides by dotted key (`search.iterations`, `run.out`, `llm`, ...), applied
-/// in order over a TOML file or the defaults. The CLI turns its flags into these, Python its
-/// `overrides=` dict, so both validate through [`RunConfig::from_toml_str`] and name the key.
-#[derive(Debug, Clone, Default)]
-pub struct Overrides(Vec<(String, toml::Value)>);
-
-impl Overrides {
-    /// No overrides.
-    pub fn new() -> Self {
-        Overrides::default()
-    }
-
-    /// Set `key` to a value that serialises to TOML (numbers, strings, paths, lists, tables).
-    pub fn set(&mut self, key: &str, value: impl Serialize) -> Result<&mut Self> {
-        let v = toml::Value::try_from(value)
-            .map_err(|e| Error::config(key, format!("cannot be represented in TOML: {e}")))?;
-        self.0.push((key.to_string(), v));
-        Ok(self)
-    }
-
-    /// Set `key` when `value` is `Some`.
-    pub fn set_opt<T: Serialize>(&mut self, key: &str, value: Option<T>) -> Result<&mut Self> {
-        if let Some(v) = value {
-            self.set(key, v)?;
-        }
-        Ok(self)
-    }
-
-    /// Set `key` from a JSON value (Python dicts arrive as JSON values). `null` is rejected.
-    pub fn set_json(&mut self, key: &str, value: &serde_json::Value) -> Result<&mut Self> {
-        if value.is_null() {
-            return Err(Error::config(key, "None is not a configuration value"));
-        }
-        self.set(key, value)
-    }
-
-    /// Whether there is an override for `key`.
-    pub fn has(&self, key: &str) -> bool {
-        self.0.iter().any(|(k, _)| k == key)
-    }
-}
-
-/// The run configuration: `file` (or the defaults of a quick offline run, see
-/// [`RunConfig::quick`]) with `overrides` applied, validated once.
-pub fn load_config(file: Option<&Path>, overrides: &Overrides) -> Result<RunConfig> {
-    let (mut value, origin) = match file {
-        Some(p) => {
-            let text = crate::io::read_to_string(p)?;
-            let v: toml::Value = toml::from_str(&text).map_err(|e| Error::toml(p, &text, &e))?;
-            // Validate the file on its own first, so its errors name its lines.
-            RunConfig::from_toml_str(&text, p)?;
-            (v, p.to_path_buf())
-        }
-        None => (
-            toml::Value::try_from(RunConfig::quick()).expect("the defaults serialise"),
-            PathBuf::from("<defaults>"),
-        ),
-    };
-    for (key, v) in &overrides.0 {
-        set_dotted(&mut value, key, v.clone())?;
-    }
-    let text = toml::to_string(&value).map_err(|e| Error::config("config", e.to_string()))?;
-    RunConfig::from_toml_str(&text, &origin).map_err(|e| match e {
-        // A syntax location in the re-rendered text means nothing to the user: name the key.
-        Error::Parse { message, .. } if !overrides.0.is_empty() => Error::config(
-            overrides
-                .0
-                .iter()
-                .map(|(k, _)| k.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            message,
-        ),
-        other => other,
-    })
-}
-
-fn set_dotted(root: &mut toml::Value, key: &str, value: toml::Value) -> Result<()> {
-    let parts: Vec<&str> = key.split('.').collect();
-    if parts.iter().any(|p| p.is_empty()) {
-        return Err(Error::config(key, "not a dotted configuration key"));
-    }
-    let mut cur = root;
-    for part in &parts[..parts.len() - 1] {
-        let table = cur
-            .as_table_mut()
-            .ok_or_else(|| Error::config(key, format!("'{part}' is not a section")))?;
-        cur = table
-            .entry(part.to_string())
-            .or_insert_with(|| toml::Value::Table(Default::default()));
-    }
-    cur.as_table_mut()
-        .ok_or_else(|| Error::config(key, "its parent is not a section"))?
-        .insert(parts[parts.len() - 1].to_string(), value);
-    Ok(())
-}
 
 // ---------------------------------------------------------------------------------------------
 // LLM specs

@@ -543,7 +543,7 @@ fn generate<'py>(
         .check()
         .map_err(to_py_err)?;
     let mut o = Overrides::new();
-    o.set_opt("sandbox.timeout_s", timeout_s)
+    o.python("timeout_s=", "sandbox.timeout_s", timeout_s)
         .map_err(to_py_err)?;
     let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
     let tasks = ops::resolve_tasks(&ops::TaskSelection {
@@ -577,10 +577,10 @@ fn world_overrides(
     task_file: Option<PathBuf>,
     tau2_data: Option<PathBuf>,
 ) -> crate::Result<()> {
-    o.set_opt("run.domain", domain)?
-        .set_opt("run.world", world)?
-        .set_opt("world.task_file", task_file)?
-        .set_opt("run.tau2_data", tau2_data)?;
+    o.python("domain=", "run.domain", domain)?
+        .python("world=", "run.world", world)?
+        .python("task_file=", "world.task_file", task_file)?
+        .python("tau2_data=", "run.tau2_data", tau2_data)?;
     Ok(())
 }
 
