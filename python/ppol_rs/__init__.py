@@ -37,6 +37,7 @@ from ppol_rs._core import (
     ParseError,
     RunError,
     SandboxError,
+    config_schema,
 )
 
 __version__ = _core.__version__
@@ -64,6 +65,7 @@ __all__ = [
     "RunError",
     "SandboxError",
     "EvolveRun",
+    "config_schema",
     "demo_traces",
     "seed_program",
     "episodes",

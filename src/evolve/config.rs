@@ -52,7 +52,7 @@ use crate::simulate::world::{resolve_spec, WorldChoice, WorldSettings, WorldSpec
 use crate::{Error, Result};
 
 /// Where and what.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunSection {
     /// Run name (part of the run directory name).
@@ -141,7 +141,7 @@ impl RunSection {
 }
 
 /// How long and how to stop.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SearchSection {
     /// Iterations (one candidate evaluation each; iteration 1 evaluates the seed program).
@@ -282,7 +282,9 @@ pub const CASCADE_QUANTILE: f64 = 1.0;
 pub const CASCADE_MARGIN: f64 = 0.0;
 
 /// How candidates are made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum MutationMode {
     /// LLM diffs when an LLM is configured, else structural.
@@ -295,7 +297,9 @@ pub enum MutationMode {
 }
 
 /// How an LLM mutator writes its edits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum EditFormat {
     /// Structured edits of the program's literal data, as JSON constrained to a schema, where
@@ -309,7 +313,7 @@ pub enum EditFormat {
 }
 
 /// Mutation settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct MutationSection {
     /// auto | llm | structural.
@@ -404,8 +408,10 @@ impl FitnessSection {
     }
 }
 
-/// The whole configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// A ppol run configuration (`run.toml`, `ppol evolve --config`): every section is optional and
+/// every key has a default (`ppol evolve --print-config` prints them all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
+#[schemars(title = "ppol run configuration")]
 #[serde(default, deny_unknown_fields)]
 pub struct RunConfig {
     /// `[run]`
@@ -592,6 +598,14 @@ impl RunConfig {
     /// Whether the run uses no LLM at all.
     pub fn offline(&self) -> bool {
         self.llm.is_none()
+    }
+
+    /// The JSON Schema (draft 2020-12) of a run configuration, derived from the settings
+    /// types themselves: every key, its type, its default and its description (the doc
+    /// comment of its field). Editors complete and check `run.toml` with it (`ppol config
+    /// schema`), and `--print-config` takes its comments from it.
+    pub fn schema() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(RunConfig)).expect("a schema is JSON")
     }
 
     /// The resolved configuration as TOML.

@@ -1,88 +1,80 @@
-//! `ppol evolve --print-config`: every key of the run configuration with its value and the
-//! doc comment of its field, keys left unset commented out. The comments are read from the
-//! doc comments of the settings structs themselves, in the file of the stage that owns each
-//! section (their source is compiled in), so they cannot drift from the code; a test fails
-//! when a printed key has none.
+//! `ppol evolve --print-config`: every key of the run configuration with its value and its
+//! description, keys left unset commented out. The descriptions come from the configuration's
+//! JSON Schema ([`RunConfig::schema`]), which is derived from the settings types and their doc
+//! comments — the same text an editor shows from `ppol config schema` — so the printed
+//! comments cannot drift from the code; a test fails when a printed key has none.
 
+use serde_json::Value as Json;
 use toml::Value;
 
 use crate::evolve::config::RunConfig;
 
-/// Where each section's fields are documented: (section, struct, its source).
-const SECTIONS: [(&str, &str, &str); 10] = [
-    ("run", "RunSection", include_str!("config.rs")),
-    (
-        "world",
-        "WorldSettings",
-        include_str!("../simulate/world/mod.rs"),
-    ),
-    ("search", "SearchSection", include_str!("config.rs")),
-    ("archive", "ArchiveConfig", include_str!("archive/mod.rs")),
-    ("mutation", "MutationSection", include_str!("config.rs")),
-    (
-        "sandbox",
-        "SandboxSection",
-        include_str!("../generate/settings.rs"),
-    ),
-    (
-        "episodes",
-        "EpisodesSection",
-        include_str!("../simulate/settings.rs"),
-    ),
-    (
-        "fitness",
-        "FitnessSection",
-        include_str!("../fitness/settings.rs"),
-    ),
-    (
-        "fitness.discriminator",
-        "ForestParams",
-        include_str!("../fitness/discriminator.rs"),
-    ),
-    (
-        "budget",
-        "BudgetSection",
-        include_str!("../llm/config/mod.rs"),
-    ),
+/// The top-level sections in the order they are printed (`[llm]` last).
+const ORDER: [&str; 10] = [
+    "run", "world", "search", "archive", "mutation", "sandbox", "episodes", "fitness", "budget",
+    "llm",
 ];
 
-/// The fields of `pub struct NAME` in `source`, in order, with their doc comments joined.
-pub fn field_docs(source: &str, name: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let Some(start) = source.find(&format!("pub struct {name} {{")) else {
-        return out;
-    };
-    let mut doc: Vec<&str> = Vec::new();
-    for line in source[start..].lines().skip(1) {
-        let t = line.trim();
-        if t == "}" {
-            break;
-        }
-        if let Some(d) = t.strip_prefix("///") {
-            doc.push(d.trim());
-        } else if let Some(rest) = t.strip_prefix("pub ") {
-            if let Some((field, _)) = rest.split_once(':') {
-                out.push((field.trim().to_string(), plain(&doc.join(" "))));
-            }
-            doc.clear();
-        } else if !t.starts_with("#[") {
-            doc.clear();
-        }
+/// The schema of a property: its `$ref` (directly or inside `anyOf` with `null`) resolved in
+/// the root's `$defs`.
+fn resolve<'a>(root: &'a Json, prop: &'a Json) -> &'a Json {
+    let reference = prop.get("$ref").or_else(|| {
+        prop.get("anyOf")?
+            .as_array()?
+            .iter()
+            .find_map(|s| s.get("$ref"))
+    });
+    match reference.and_then(Json::as_str) {
+        Some(r) => r
+            .strip_prefix("#/$defs/")
+            .and_then(|name| root.get("$defs")?.get(name))
+            .unwrap_or(prop),
+        None => prop,
     }
-    out
 }
 
-/// A doc comment as plain text: intra-doc link brackets and backticks dropped.
-fn plain(doc: &str) -> String {
-    let mut s = doc.replace('`', "");
-    while let (Some(a), Some(b)) = (s.find("[`"), s.find("`]")) {
-        if b < a {
-            break;
+/// Whether a property's schema is a section of its own (a struct: an object with properties).
+fn is_section(root: &Json, prop: &Json) -> bool {
+    resolve(root, prop).get("properties").is_some()
+}
+
+/// A description as plain text for a TOML comment: code spans lose their backticks, links
+/// keep their text (`[label](Self::label)` → label, [`X`] → X); other brackets, such as the
+/// ends of a range `[0, 1]`, stay.
+pub fn plain(doc: &str) -> String {
+    let mut out = String::with_capacity(doc.len());
+    let mut rest = doc;
+    while let Some(i) = rest.find('[') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let link = after.find(']').and_then(|j| {
+            let text = &after[..j];
+            let tail = &after[j + 1..];
+            if tail.starts_with('(') {
+                let k = tail.find(')')?;
+                Some((text, j + 1 + k + 1))
+            } else if text.starts_with('`') && text.ends_with('`') && text.len() >= 2 {
+                Some((text, j + 1))
+            } else {
+                None
+            }
+        });
+        match link {
+            Some((text, used)) => {
+                out.push_str(text);
+                rest = &after[used..];
+            }
+            None => {
+                out.push('[');
+                rest = after;
+            }
         }
-        s.replace_range(b..b + 2, "");
-        s.replace_range(a..a + 2, "");
     }
-    s.replace(['[', ']'], "")
+    out.push_str(rest);
+    out.replace('`', "")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Wrap `text` as `# ` comment lines of at most ~96 characters.
@@ -120,56 +112,104 @@ fn inline(v: &Value) -> String {
     }
 }
 
+/// Print the section `name` (described by `doc`, its schema `schema`, its values `table`), then
+/// its subsections.
+fn section(root: &Json, name: &str, doc: &str, schema: &Json, table: &Value, out: &mut String) {
+    let empty = serde_json::Map::new();
+    let props = schema
+        .get("properties")
+        .and_then(Json::as_object)
+        .unwrap_or(&empty);
+    out.push('\n');
+    out.push_str(&comment(doc));
+    out.push_str(&format!("[{name}]\n"));
+    let mut nested = Nested::default();
+    for (key, prop) in props {
+        let doc = plain(prop.get("description").and_then(Json::as_str).unwrap_or(""));
+        if is_section(root, prop) {
+            nested.push((key, doc, resolve(root, prop)));
+            continue;
+        }
+        if let Some(Value::Table(map)) = table.get(key) {
+            if prop
+                .get("additionalProperties")
+                .is_some_and(Json::is_object)
+            {
+                // a map of sections (`[llm.roles.mutator]`): one per entry
+                let entry = resolve(root, &prop["additionalProperties"]);
+                for (k, v) in map {
+                    nested.push_owned(format!("{key}.{k}"), doc.clone(), entry, v.clone());
+                }
+                continue;
+            }
+        }
+        out.push_str(&comment(&doc));
+        match table.get(key) {
+            Some(v) => out.push_str(&format!("{key} = {}\n", inline(v))),
+            None => out.push_str(&format!("# {key} =   (unset)\n")),
+        }
+    }
+    for (key, doc, sub) in nested.plain {
+        let value = table
+            .get(key)
+            .cloned()
+            .unwrap_or(Value::Table(Default::default()));
+        section(root, &format!("{name}.{key}"), &doc, sub, &value, out);
+    }
+    for (key, doc, sub, value) in nested.owned {
+        section(root, &format!("{name}.{key}"), &doc, sub, &value, out);
+    }
+}
+
+/// Subsections of a section: fields that are structs, and entries of maps of structs.
+#[derive(Default)]
+struct Nested<'a> {
+    plain: Vec<(&'a String, String, &'a Json)>,
+    owned: Vec<(String, String, &'a Json, Value)>,
+}
+
+impl<'a> Nested<'a> {
+    fn push(&mut self, x: (&'a String, String, &'a Json)) {
+        self.plain.push(x);
+    }
+    fn push_owned(&mut self, key: String, doc: String, schema: &'a Json, value: Value) {
+        self.owned.push((key, doc, schema, value));
+    }
+}
+
 /// The configuration as commented TOML: every key of every section, unset ones commented
 /// out, then the `[llm]` section (or, offline, an example of it commented out).
 pub fn annotated(cfg: &RunConfig) -> String {
     let root = Value::try_from(cfg).unwrap_or(Value::Table(Default::default()));
+    let schema = RunConfig::schema();
     let mut out = String::from(
         "# ppol run configuration: every key with its value (`ppol evolve --config FILE` reads\n\
-         # it back; flags override it). Keys commented out are unset.\n",
+         # it back; flags override it). Keys commented out are unset. An editor checks and\n\
+         # completes this file with the schema `ppol config schema` prints (see the README).\n",
     );
-    for (section, strukt, source) in SECTIONS {
-        let mut table = &root;
-        for part in section.split('.') {
-            table = table.get(part).unwrap_or(&Value::Boolean(false));
-        }
-        out.push_str(&format!("\n[{section}]\n"));
-        for (key, doc) in field_docs(source, strukt) {
-            let nested = table.get(&key).is_some_and(Value::is_table);
-            if nested {
-                continue; // printed as its own section
+    let props = &schema["properties"];
+    for name in ORDER {
+        let prop = &props[name];
+        let table = root.get(name);
+        match (name, table) {
+            ("llm", None) => out.push_str(
+                "\n# [llm] is absent: the run is offline (scripted simulator, offline seed program,\n\
+                 # structural mutations). An example that puts every role on one endpoint:\n\
+                 # [llm]\n\
+                 # max_concurrency = 256\n\
+                 # [llm.default]\n\
+                 # provider = \"openai\"\n\
+                 # model = \"gpt-4o-mini\"\n\
+                 # base_url = \"http://127.0.0.1:8000/v1\"\n\
+                 # [llm.roles.mutator]          # any role (user-sim, agent, mutator, generator,\n\
+                 # model = \"gpt-4.1\"            # reflection) may have its own model\n",
+            ),
+            (_, table) => {
+                let empty = Value::Table(Default::default());
+                let s = resolve(&schema, prop);
+                section(&schema, name, "", s, table.unwrap_or(&empty), &mut out)
             }
-            out.push_str(&comment(&doc));
-            match table.get(&key) {
-                Some(v) => out.push_str(&format!("{key} = {}\n", inline(v))),
-                None => out.push_str(&format!("# {key} =   (unset)\n")),
-            }
         }
-    }
-    match &cfg.llm {
-        Some(llm) => {
-            out.push_str(
-                "\n# [llm]: the models of every role (see the module docs of src/llm/config/mod.rs)\n",
-            );
-            let wrapped = toml::to_string_pretty(&toml::Table::from_iter([(
-                "llm".to_string(),
-                Value::try_from(llm).unwrap_or(Value::Table(Default::default())),
-            )]))
-            .unwrap_or_default();
-            out.push_str(&wrapped);
-        }
-        None => out.push_str(
-            "\n# [llm] is absent: the run is offline (scripted simulator, offline seed program,\n\
-             # structural mutations). An example that puts every role on one endpoint:\n\
-             # [llm]\n\
-             # max_concurrency = 256\n\
-             # [llm.default]\n\
-             # provider = \"openai\"\n\
-             # model = \"gpt-4o-mini\"\n\
-             # base_url = \"http://127.0.0.1:8000/v1\"\n\
-             # [llm.roles.mutator]          # any role (user-sim, agent, mutator, generator,\n\
-             # model = \"gpt-4.1\"            # reflection) may have its own model\n",
-        ),
     }
     out
 }
@@ -180,39 +220,46 @@ mod tests {
 
     #[test]
     fn every_key_is_printed_with_its_doc_and_reads_back() {
-        let cfg = RunConfig::default();
-        let text = annotated(&cfg);
-        for key in [
-            "max_wall_clock_s",
-            "seed_program",
-            "generation_size",
-            "max_tokens",
-            "max_usd",
-            "processes",
-            "n_personas_schedule = [[1, 5], [2, 8], [3, 10]]",
-            "[fitness.discriminator]",
-            "# [llm]",
-        ] {
-            assert!(text.contains(key), "{key} missing:\n{text}");
-        }
-        // every printed key has a comment above it
-        let lines: Vec<&str> = text.lines().collect();
-        for (i, l) in lines.iter().enumerate() {
-            let is_key = !l.starts_with('#') && !l.starts_with('[') && l.contains(" = ");
-            let unset = l.starts_with("# ") && l.ends_with("(unset)");
-            if (is_key || unset) && i > 0 {
-                assert!(lines[i - 1].starts_with("# "), "no doc for: {l}");
+        let mut cfg = RunConfig::default();
+        cfg.llm =
+            Some(crate::llm::LlmConfig::from_cli_value("openai:m@http://127.0.0.1:1/v1").unwrap());
+        for cfg in [RunConfig::default(), cfg] {
+            let text = annotated(&cfg);
+            for key in [
+                "max_wall_clock_s",
+                "seed_program",
+                "generation_size",
+                "max_tokens",
+                "max_usd",
+                "processes",
+                "n_personas_schedule = [[1, 5], [2, 8], [3, 10]]",
+                "[fitness.discriminator]",
+            ] {
+                assert!(text.contains(key), "{key} missing:\n{text}");
             }
-        }
-        // and it is a valid configuration equal to the one printed
-        let back = RunConfig::from_toml_str(&text, std::path::Path::new("printed.toml")).unwrap();
-        assert_eq!(back, cfg);
-        for (section, strukt, source) in SECTIONS {
-            let docs = field_docs(source, strukt);
-            assert!(!docs.is_empty(), "{section}: no fields found for {strukt}");
-            for (k, d) in docs {
-                assert!(!d.is_empty(), "[{section}] {k} has no doc comment");
+            // every printed key has a comment above it
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, l) in lines.iter().enumerate() {
+                let is_key = !l.starts_with('#') && !l.starts_with('[') && l.contains(" = ");
+                let unset = l.starts_with("# ") && l.ends_with("(unset)");
+                if (is_key || unset) && i > 0 {
+                    assert!(lines[i - 1].starts_with("# "), "no doc for: {l}\n{text}");
+                }
             }
+            // and it is a valid configuration equal to the one printed
+            let back =
+                RunConfig::from_toml_str(&text, std::path::Path::new("printed.toml")).unwrap();
+            assert_eq!(back, cfg);
         }
+    }
+
+    #[test]
+    fn plain_text_keeps_ranges_and_drops_link_markup() {
+        assert_eq!(plain("in [0, 1] or (0, 1]"), "in [0, 1] or (0, 1]");
+        assert_eq!(
+            plain("see [`LlmConfig::roles`] and [label](Self::label)"),
+            "see LlmConfig::roles and label"
+        );
+        assert_eq!(plain("`demo` or\n`chat`"), "demo or chat");
     }
 }

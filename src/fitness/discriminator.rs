@@ -142,6 +142,23 @@ impl Serialize for MaxFeatures {
     }
 }
 
+impl schemars::JsonSchema for MaxFeatures {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MaxFeatures".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "Features tried at each split: \"sqrt\" (the reference's), \"all\", a count (at least 1) or a fraction in (0, 1].",
+            "anyOf": [
+                {"type": "string", "enum": ["sqrt", "all"]},
+                {"type": "integer", "minimum": 1},
+                {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+            ]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for MaxFeatures {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         #[derive(Deserialize)]
@@ -166,7 +183,7 @@ impl<'de> Deserialize<'de> for MaxFeatures {
 
 /// Random-forest settings. [`Default`] is the reference's scikit-learn configuration.
 /// Deserialises with every field optional (missing ones take the default).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct ForestParams {
     /// Number of trees (200).

@@ -56,7 +56,9 @@ pub fn feature_index(name: &str) -> Option<usize> {
 }
 
 /// A versioned feature set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 pub enum FeatureSet {
     /// The reference ppol 0.1.1 features, verbatim (default).
     #[default]

@@ -9,7 +9,7 @@ use crate::limits::{self, check};
 use crate::{Error, Result};
 
 /// Fitness settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct FitnessSection {
     /// Final personas per task.
@@ -137,7 +137,9 @@ impl FitnessSection {
 }
 
 /// Which score the archive ranks programs by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SelectBy {
     /// Final weights for every stage.

@@ -9,7 +9,7 @@ use crate::limits::{self, check};
 use crate::Result;
 
 /// Sandbox limits for generator programs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxSection {
     /// Wall-clock limit of one generation, seconds.

@@ -61,7 +61,19 @@ pub use schema::{ResponseSchema, SchemaMode, StructuredOutput};
 pub use scripted::ScriptedModel;
 
 /// Which part of ppol makes a call; costs and budgets are accounted per role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum CallRole {
     /// The simulated user.

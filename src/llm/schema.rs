@@ -39,7 +39,9 @@ pub struct ResponseSchema {
 
 /// How a model is asked for schema-constrained answers (`structured_output` of a model in
 /// `[llm]`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum StructuredOutput {
     /// Try OpenAI's `json_schema`, then llama-cpp-python's `json_object` with a schema, then

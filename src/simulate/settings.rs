@@ -14,7 +14,9 @@ use crate::Result;
 pub const DEFAULT_CONCURRENCY: usize = 256;
 
 /// Which simulator plays episodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum EpisodeBackend {
     /// LLMs when configured, else scripted.
@@ -27,7 +29,7 @@ pub enum EpisodeBackend {
 }
 
 /// Episode settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct EpisodesSection {
     /// auto | scripted | llm.

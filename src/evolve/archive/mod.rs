@@ -78,7 +78,7 @@ pub const CHECKPOINT_FORMAT: &str = "ppol-archive/1";
 
 /// Database settings. Defaults are the reference's (ppol 0.1.1 on OpenEvolve 0.4.0), except
 /// fixed-range binning (see the module docs).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ArchiveConfig {
     /// Number of islands (≥ 1). Default 5.

@@ -17,6 +17,7 @@ mod bench;
 mod bench_evolve;
 mod bench_llm;
 mod bench_world;
+mod config;
 mod episodes;
 mod evolve;
 mod export;
@@ -72,6 +73,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Write a self-contained HTML report of an evolution run from its run directory.
     Report(report::ReportArgs),
+    /// The run configuration's JSON Schema (`ppol config schema`), for editors.
+    Config(config::ConfigArgs),
     /// Run a generator program in the sandbox and write persona policies.
     Generate(generate::GenerateArgs),
     /// Serve the mock OpenAI-compatible server on 127.0.0.1 (for tests of integrations).
@@ -191,6 +194,7 @@ fn run(command: Command) -> anyhow::Result<Outcome> {
         Command::Study(a) => study::run(a)?.into(),
         Command::Bench(a) => bench::run(a)?.into(),
         Command::Report(a) => report::run(a)?.into(),
+        Command::Config(a) => config::run(a)?.into(),
         Command::Generate(a) => generate::run(a)?,
         Command::MockServer(a) => mock_server::run(a)?.into(),
     })

@@ -814,6 +814,12 @@ fn report(py: Python<'_>, run_dir: PathBuf, out: Option<PathBuf>) -> PyResult<Pa
         .map_err(to_py_err)
 }
 
+/// The JSON Schema of a run configuration (as `ppol config schema`), as a dict.
+#[pyfunction]
+fn config_schema(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    to_py(py, &crate::evolve::config::RunConfig::schema())
+}
+
 /// Make a blinded human-judgement study (as `ppol study make`): `conditions` are `NAME=FILE`
 /// specs; writes the page, the Label Studio files and the key into `out` and returns
 /// `{"page", "label_studio_tasks", "label_studio_config", "key", "n_items", "study_id"}`.
@@ -881,6 +887,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(evolve_start, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(report, m)?)?;
+    m.add_function(wrap_pyfunction!(config_schema, m)?)?;
     m.add_class::<PyEvolveHandle>()?;
     m.add_function(wrap_pyfunction!(persona_block, m)?)?;
     m.add_function(wrap_pyfunction!(study_make, m)?)?;

@@ -112,7 +112,7 @@ pub use model::*;
 
 /// Hard caps over the whole run. Once one is reached, new calls fail with
 /// [`Error::BudgetExhausted`]; calls already in flight complete.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     /// Maximum spend in USD (from [`LlmConfig::prices`]).
@@ -125,7 +125,7 @@ pub struct Budget {
 
 /// Spending limits of a run (`[budget]` of a run configuration, applied to the LLM client's
 /// [`Budget`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct BudgetSection {
     /// US dollars.
@@ -148,7 +148,7 @@ impl BudgetSection {
 }
 
 /// Price of a model in USD per one million tokens.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
     /// USD per 1M prompt tokens.
@@ -189,7 +189,7 @@ fn default_max_response_bytes() -> u64 {
 }
 
 /// The whole LLM configuration. See the [module docs](self) for the TOML form.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
     /// Maximum simultaneous calls over all roles (≥ 1), retries and backoff included; also the

@@ -44,7 +44,7 @@ pub const ENV_MODEL: &str = "PPOL_LLM_MODEL";
 
 /// The base URL of a model: one, or several replicas serving the same model. In TOML a
 /// string or a list of strings; it serializes the same way.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum BaseUrl {
     /// One server.
@@ -125,7 +125,9 @@ impl<'de> Deserialize<'de> for BaseUrl {
 }
 
 /// Which implementation answers a role's requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderKind {
     /// Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, llama.cpp,
@@ -160,7 +162,7 @@ fn default_timeout_s() -> f64 {
 }
 
 /// The model behind one role.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     /// Provider name.
@@ -520,7 +522,7 @@ impl ModelSpec {
 }
 
 /// A field-by-field override of [`super::LlmConfig::default`] for one role (`[roles.<role>]`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPatch {
     /// See [`ModelSpec::provider`].

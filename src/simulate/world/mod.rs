@@ -113,6 +113,20 @@ impl WorldSpec {
     }
 }
 
+impl schemars::JsonSchema for WorldSpec {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "WorldSpec".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "demo, retail, airline (built in), external:COMMAND (a simulator on the JSONL protocol), tau2:DOMAIN (τ²-bench's own) or chat (your agent).",
+            "type": "string",
+            "pattern": "^\\s*(demo|retail|airline|chat|external:.*\\S.*|tau2:[A-Za-z0-9_.-]+)\\s*$"
+        })
+    }
+}
+
 impl TryFrom<String> for WorldSpec {
     type Error = String;
     fn try_from(s: String) -> std::result::Result<Self, String> {
@@ -296,7 +310,7 @@ pub fn join_command(argv: &[String]) -> String {
 /// episode_timeout_s = 600        # one episode; a simulator that takes longer is restarted
 /// system_prompt_file = "agent.md"  # chat: the agent's system prompt (or system_prompt = "...")
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorldSettings {
     /// Task file (JSONL `{"task_id", "context", "split"?}`) for `external:` and `chat`.
