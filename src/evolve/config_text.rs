@@ -9,12 +9,17 @@ use toml::Value;
 use crate::evolve::config::RunConfig;
 
 /// Where each section's fields are documented: (section, struct, its source).
-const SECTIONS: [(&str, &str, &str); 10] = [
+const SECTIONS: [(&str, &str, &str); 11] = [
     ("run", "RunSection", include_str!("config.rs")),
     (
         "world",
         "WorldSettings",
         include_str!("../simulate/world/mod.rs"),
+    ),
+    (
+        "world.ray",
+        "RaySettings",
+        include_str!("../simulate/world/ray.rs"),
     ),
     ("search", "SearchSection", include_str!("config.rs")),
     ("archive", "ArchiveConfig", include_str!("archive/mod.rs")),
@@ -191,6 +196,9 @@ mod tests {
             "processes",
             "n_personas_schedule = [[1, 5], [2, 8], [3, 10]]",
             "[fitness.discriminator]",
+            "[world.ray]",
+            "executor = \"local\"",
+            "address = \"auto\"",
             "# [llm]",
         ] {
             assert!(text.contains(key), "{key} missing:\n{text}");

@@ -58,6 +58,17 @@ pub async fn open(
     opts.label = format!("tau2:{domain}");
     opts.env
         .push(("LITELLM_LOCAL_MODEL_COST_MAP".into(), "True".into()));
+    if deps.settings.executor == super::Executor::Ray {
+        // the runner's text goes to the actors; the workers' own Python runs it
+        let sim = super::ray::Simulator {
+            opts,
+            ship: vec![script],
+            worker_python: true,
+        };
+        return super::ray::open(sim, deps, tasks, split_seed)
+            .await
+            .map(|w| super::keep(w, Box::new(dir)));
+    }
     ExternalWorld::open(
         opts,
         tasks,
@@ -66,7 +77,7 @@ pub async fn open(
         deps.settings.test_fraction,
     )
     .await
-    .map(|w| with_dir(w, dir))
+    .map(|w| super::keep(w, Box::new(dir)))
     .map_err(|e| match e {
         Error::Environment { domain: d, message } => Error::Environment {
             domain: d,
@@ -78,36 +89,4 @@ pub async fn open(
         },
         other => other,
     })
-}
-
-/// Keep the runner's directory as long as the world lives.
-fn with_dir(world: Arc<dyn World>, dir: tempfile::TempDir) -> Arc<dyn World> {
-    Arc::new(Kept { world, _dir: dir })
-}
-
-struct Kept {
-    world: Arc<dyn World>,
-    _dir: tempfile::TempDir,
-}
-
-#[async_trait::async_trait]
-impl World for Kept {
-    fn label(&self) -> String {
-        self.world.label()
-    }
-    fn domain(&self) -> String {
-        self.world.domain()
-    }
-    fn tasks(&self) -> &TaskList {
-        self.world.tasks()
-    }
-    fn backend(&self) -> String {
-        self.world.backend()
-    }
-    fn runner(&self, max_turns: usize) -> Arc<dyn crate::simulate::episode::EpisodeRunner> {
-        self.world.runner(max_turns)
-    }
-    async fn shutdown(&self) {
-        self.world.shutdown().await
-    }
 }
