@@ -550,6 +550,12 @@ class Bridge:
     # ---- requests
 
     def episode(self, req: Dict[str, Any]) -> None:
+        try:
+            self._episode(req)
+        except Exception as e:  # noqa: BLE001 - never leave ppol waiting for an answer
+            self.fail(req, f"internal error of the Ray executor: {error_text(e)}", [])
+
+    def _episode(self, req: Dict[str, Any]) -> None:
         rid = req.get("request_id")
         retries = int(self.spec["retries"])
         attempts: List[Dict[str, Any]] = []
@@ -600,16 +606,21 @@ class Bridge:
     def list_tasks(self) -> None:
         s = self.acquire()
         if s is None:
-            self.write({"type": "error", "message": "no Ray actor is left to list the tasks"})
+            log("list_tasks: no Ray actor is left to list the tasks")
+            self.write({"type": "tasks", "tasks": None, "error": "no Ray actor is left"})
             return
         try:
             answer = self.ray.get(s.actor.list_tasks.remote(), timeout=self.timeout)
         except Exception as e:  # noqa: BLE001
-            answer = {"type": "error", "message": f"list_tasks: {error_text(e)}"}
+            answer = {_LOST: error_text(e)}
         finally:
             self.release(s)
-        if _LOST in answer or _BROKEN in answer:
-            answer = {"type": "error", "message": f"list_tasks: {answer.get(_LOST) or answer.get(_BROKEN)}"}
+        why = answer.get(_LOST) or answer.get(_BROKEN) or (
+            answer.get("message") if answer.get("type") != "tasks" else None)
+        if why:
+            # the protocol has no error answer to list_tasks: say why on stderr, answer no list
+            log(f"list_tasks: {why}")
+            answer = {"type": "tasks", "tasks": None, "error": why}
         self.write(answer)
 
     def stop(self) -> None:

