@@ -387,9 +387,10 @@ class Bridge:
             connected.set()
             text = str(e)
             if "version" in text.lower() and "mismatch" in text.lower():
-                raise StartError("world.python", f"{sys.executable} has Ray {ray.__version__}, "
-                                 f"another version than the cluster's: install the cluster's "
-                                 f"there (`pip install 'ray[default]==VERSION'`): {text}")
+                raise StartError("world.python", f"{sys.executable} (Ray {ray.__version__}, Python "
+                                 f"{sys.version.split()[0]}) is not what the cluster runs: name an "
+                                 "interpreter with the cluster's Python and Ray versions "
+                                 f"(`pip install 'ray[default]==VERSION'`): {' '.join(text.split())}")
             if "runtime_env" in text or "RuntimeEnv" in type(e).__name__:
                 raise StartError("world.ray.runtime_env", text)
             raise StartError("world.ray.address", f"cannot connect to the Ray cluster at "

@@ -82,9 +82,9 @@ def config(tmp, address, actors=4, extra=""):
     return str(p)
 
 
-def ppol(*args, timeout=240):
+def ppol(*args, timeout=240, cwd=None):
     return subprocess.run([PPOL, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
 
 
 def spawn(*args, **kw):
@@ -146,6 +146,23 @@ def test_a_version_2_simulator_lists_its_tasks_and_answers_out_of_order_in_the_a
     assert [key(e) for e in ray_eps] == [key(e) for e in local_eps]
     assert all(e["termination"] == "user_stop" and e["usage"] for e in ray_eps)
     assert len({e["meta"]["ray"]["actor"] for e in ray_eps}) == 2
+
+
+def test_runtime_env_ships_the_simulator_to_the_workers(cluster, tmp_path):
+    """A relative command resolves in the runtime_env's working_dir, uploaded by Ray to each
+    node; ppol runs elsewhere."""
+    shipped = tmp_path / "my_simulator"
+    shipped.mkdir()
+    (shipped / "sim.py").write_text(SIM.read_text())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cfg = config(tmp_path, cluster.address, actors=2,
+                 extra=f'runtime_env = {{ working_dir = "{shipped}" }}\n')
+    r = ppol("episodes", "--config", cfg, "--world", f"external:{sys.executable} sim.py",
+             "--task-file", TASKS, "-o", "eps.jsonl", "--quiet", cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+    eps = read_jsonl(elsewhere / "eps.jsonl")
+    assert len(eps) == 12 and all(e["status"] == "ok" for e in eps)
 
 
 def test_evolve_gives_the_local_best_program_and_scores_then_eval(cluster, tmp_path):
