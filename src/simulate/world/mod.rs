@@ -29,9 +29,11 @@ use crate::{Error, Result};
 pub mod builtin;
 pub mod chat;
 pub mod external;
+pub mod ray;
 pub mod tasks;
 pub mod tau2py;
 
+pub use self::ray::{Executor, RaySettings};
 pub use crate::simulate::episode::record::AgentView;
 pub use tasks::{read_task_file, TaskList, WorldTask};
 
@@ -309,6 +311,7 @@ pub fn join_command(argv: &[String]) -> String {
 /// protocol = 1                   # 2: the v2 handshake (request ids, concurrency, task list)
 /// episode_timeout_s = 600        # one episode; a simulator that takes longer is restarted
 /// system_prompt_file = "agent.md"  # chat: the agent's system prompt (or system_prompt = "...")
+/// executor = "local"             # "ray": the processes run in Ray actors ([world.ray])
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -325,7 +328,9 @@ pub struct WorldSettings {
     /// Episodes one v2 process takes at once, at most (it declares its own limit; the lower
     /// one holds).
     pub max_in_flight: usize,
-    /// Python interpreter of the `tau2:` world (default: `$PPOL_TAU2_PYTHON`, then `python3`).
+    /// Python interpreter of the `tau2:` world (default: `$PPOL_TAU2_PYTHON`, then `python3`);
+    /// with the Ray executor, of its bridge, which needs `ray` (default: `$PPOL_RAY_PYTHON`,
+    /// then `python3`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub python: Option<PathBuf>,
     /// `chat`: the agent's system prompt.
@@ -336,6 +341,11 @@ pub struct WorldSettings {
     pub system_prompt_file: Option<PathBuf>,
     /// Share of tasks held out as `test` when the task list gives no split (seeded by task id).
     pub test_fraction: f64,
+    /// Where the simulator processes of an `external:` or `tau2:` world run: "local" (this
+    /// machine, `processes` of them) or "ray" (the actors of a Ray cluster, `[world.ray]`).
+    pub executor: Executor,
+    /// The Ray executor's settings (`[world.ray]`).
+    pub ray: RaySettings,
 }
 
 impl Default for WorldSettings {
@@ -350,6 +360,8 @@ impl Default for WorldSettings {
             system_prompt: None,
             system_prompt_file: None,
             test_fraction: 0.3,
+            executor: Executor::Local,
+            ray: RaySettings::default(),
         }
     }
 }
@@ -395,6 +407,7 @@ impl WorldSettings {
                 format!("must be in [0, 1), got {}", self.test_fraction),
             ));
         }
+        self.ray.validate()?;
         if self.system_prompt.is_some() && self.system_prompt_file.is_some() {
             return Err(Error::config(
                 "world.system_prompt",
@@ -493,6 +506,16 @@ pub async fn open(spec: &WorldSpec, deps: WorldDeps) -> Result<Arc<dyn World>> {
         }
     };
     Ok(match spec {
+        WorldSpec::Builtin(_) | WorldSpec::Chat if deps.settings.executor == Executor::Ray => {
+            return Err(Error::config(
+                "world.executor",
+                format!(
+                    "the Ray executor plays the simulator processes of external: and tau2: \
+                     worlds; {} is played in ppol itself: use executor = \"local\"",
+                    spec.label()
+                ),
+            ))
+        }
         WorldSpec::Builtin(name) => {
             if deps.settings.task_file.is_some() {
                 return Err(Error::config(
@@ -513,6 +536,14 @@ pub async fn open(spec: &WorldSpec, deps: WorldDeps) -> Result<Arc<dyn World>> {
         WorldSpec::External(argv) => {
             let opts = external::PoolOptions::from_settings(&deps.settings, argv.clone());
             let tasks = file_tasks(opts.protocol < 2)?;
+            if deps.settings.executor == Executor::Ray {
+                let sim = self::ray::Simulator {
+                    opts,
+                    ship: Vec::new(),
+                    worker_python: false,
+                };
+                return self::ray::open(sim, &deps, tasks, split_seed).await;
+            }
             external::ExternalWorld::open(
                 opts,
                 tasks,
@@ -556,6 +587,38 @@ pub fn file_task_list(path: &Path, test_fraction: f64, seed: u64) -> Result<Task
         test_fraction,
         split_seed(seed),
     ))
+}
+
+/// `world` with `held` kept alive as long as it lives (temporary files, an endpoint).
+pub fn keep(world: Arc<dyn World>, held: Box<dyn std::any::Any + Send + Sync>) -> Arc<dyn World> {
+    Arc::new(Kept { world, _held: held })
+}
+
+struct Kept {
+    world: Arc<dyn World>,
+    _held: Box<dyn std::any::Any + Send + Sync>,
+}
+
+#[async_trait]
+impl World for Kept {
+    fn label(&self) -> String {
+        self.world.label()
+    }
+    fn domain(&self) -> String {
+        self.world.domain()
+    }
+    fn tasks(&self) -> &TaskList {
+        self.world.tasks()
+    }
+    fn backend(&self) -> String {
+        self.world.backend()
+    }
+    fn runner(&self, max_turns: usize) -> Arc<dyn EpisodeRunner> {
+        self.world.runner(max_turns)
+    }
+    async fn shutdown(&self) {
+        self.world.shutdown().await
+    }
 }
 
 /// Where a spec's tasks come from, for messages (`the task file F`, `τ² data`).

