@@ -49,7 +49,9 @@ pub use episodes::{
     EpisodesReport, EpisodesRequest, WorldChoice,
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
-pub use export::{export_sft, ExportReport, ExportRequest, SftFormat, SkippedEpisode};
+pub use export::{
+    export_sft, BadCalls, ExportReport, ExportRequest, SftFormat, SkipKind, SkippedEpisode,
+};
 pub use generate::{generate, GenerateReport, GenerateRequest, TaskGeneration};
 pub use study::{study_analyze, study_make, StudyMakeRequest};
 

@@ -658,9 +658,11 @@ fn episodes<'py>(
 /// records, per row and their median and max, and a cutoff that holds them all). With
 /// `output` the records are written too (and, for `llamafactory`, registered in the
 /// `dataset_info.json` next to each file; `notes` says what an output that is not a regular
-/// file did not get beside it).
+/// file did not get beside it). `bad_calls` (`cut`, `drop-call`, `drop-episode`, `keep`) says
+/// what happens to calls the agent got wrong (listed in `bad_calls`; `conversions` counts the
+/// argument values converted to one type per argument).
 #[pyfunction]
-#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0, format="ppol", output=None, heldout_output=None, dataset_name=None, format_version=None, system_prompt=None, max_tokens=None))]
+#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0, format="ppol", output=None, heldout_output=None, dataset_name=None, format_version=None, system_prompt=None, max_tokens=None, bad_calls="cut"))]
 #[allow(clippy::too_many_arguments)]
 fn export_sft<'py>(
     py: Python<'py>,
@@ -676,6 +678,7 @@ fn export_sft<'py>(
     format_version: Option<u32>,
     system_prompt: Option<PathBuf>,
     max_tokens: Option<usize>,
+    bad_calls: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let req = ops::ExportRequest {
         episodes,
@@ -690,6 +693,7 @@ fn export_sft<'py>(
         format_version,
         system_prompt,
         max_tokens,
+        bad_calls: ops::BadCalls::parse(bad_calls).map_err(to_py_err)?,
     };
     let report = py.detach(|| ops::export_sft(&req)).map_err(to_py_err)?;
     to_py(py, &report)
