@@ -14,6 +14,10 @@ into ``(messages, tools)`` for ``tokenizer.apply_chat_template(messages, tools=t
 >>> messages[1]["tool_calls"][0]["function"]["arguments"], "tool_calls" in messages[2]
 ({'id': 'W1'}, False)
 
+:func:`chat_template` is the tools-aware ChatML template shipped in ``ppol_rs/templates/``
+(``{% generation %}`` markers around what the agent writes, for
+``assistant_only_loss=True``); :func:`loss_tokens` counts the tokens it puts the loss on.
+
 ``datasets`` 4.x (LLaMA-Factory 0.9.5 pins ``datasets<=4.0.0``) reads the ``hf`` and
 ``openai`` rows into one Arrow struct per column: every tool call's ``arguments`` gets the keys
 of all tools' arguments, and every message every message key, padded with ``None``.
@@ -25,9 +29,52 @@ exactly.
 from __future__ import annotations
 
 import json
+import pathlib
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["chat_template_inputs", "strip_nulls", "LLAMAFACTORY_RESULT_SEPARATOR"]
+__all__ = [
+    "chat_template",
+    "chat_template_inputs",
+    "loss_tokens",
+    "strip_nulls",
+    "LLAMAFACTORY_RESULT_SEPARATOR",
+    "RAW_ARGUMENTS_KEY",
+    "TEMPLATES",
+]
+
+#: What ``ppol export sft --bad-calls keep`` writes arguments that are not a JSON object under.
+RAW_ARGUMENTS_KEY = "_raw_arguments"
+
+#: The directory of the chat templates shipped with ppol_rs (copy it along with this file).
+TEMPLATES = pathlib.Path(__file__).resolve().parent / "templates"
+
+
+def chat_template(name: str = "chatml_tools") -> str:
+    """The text of a chat template shipped in :data:`TEMPLATES`: ``chatml_tools`` is ChatML with
+    Hermes / Qwen2.5 tool calls (the same text as LLaMA-Factory's ``template: qwen``) whose
+    ``{% generation %}`` markers enclose what the agent writes — its text, its calls and its
+    ``<|im_end|>`` — so that ``SFTConfig(assistant_only_loss=True)`` (TRL) and
+    ``apply_chat_template(..., return_assistant_tokens_mask=True)`` put the loss there and on
+    nothing else (not the system prompt, the tool schemas, the user's turns or the tool
+    results). An assistant message with ``"weight": 0`` is rendered outside the markers.
+
+    >>> "generation %}" in chat_template() and "endgeneration %}" in chat_template()
+    True
+    """
+    return (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
+
+
+def loss_tokens(tokenizer: Any, messages: List[Dict[str, Any]], tools: Optional[List[Dict[str, Any]]] = None,
+                template: Optional[str] = None) -> Tuple[int, int]:
+    """``(tokens that carry loss, tokens)`` of one conversation rendered with ``template``
+    (default :func:`chat_template`) by ``tokenizer`` (a fast tokenizer: transformers maps the
+    ``{% generation %}`` spans to tokens through its offsets)."""
+    out = tokenizer.apply_chat_template(
+        messages, tools=tools, chat_template=template or chat_template(), tokenize=True,
+        return_dict=True, return_assistant_tokens_mask=True,
+    )
+    mask = out["assistant_masks"]
+    return int(sum(mask)), len(out["input_ids"])
 
 #: How an ``llamafactory`` observation joins the results of several calls of one agent turn.
 LLAMAFACTORY_RESULT_SEPARATOR = "\n</tool_response>\n<tool_response>\n"

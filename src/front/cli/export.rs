@@ -148,8 +148,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
     }
     if !report.bad_calls.is_empty() {
         line += &format!(
-            "; {} bad calls (--bad-calls {})",
+            "; {} bad call{} (--bad-calls {})",
             report.bad_calls.len(),
+            if report.bad_calls.len() == 1 { "" } else { "s" },
             report.bad_call_policy
         );
     }
@@ -222,8 +223,10 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
         .count();
     if malformed > 0 {
         return Ok(Outcome::Partial(format!(
-            "{malformed} episodes were not exported because their turns do not fit together (see \
-             the warnings above); the other records were written"
+            "{malformed} episode{} not exported because {} turns do not fit together (see the \
+             warnings above); the other records were written",
+            if malformed == 1 { " was" } else { "s were" },
+            if malformed == 1 { "its" } else { "their" }
         )));
     }
     Ok(Outcome::Done)

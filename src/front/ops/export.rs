@@ -637,6 +637,11 @@ fn count_conversions(conversions: Vec<Conversion>) -> Vec<ConversionCount> {
     out
 }
 
+/// `n thing` or `n things`.
+fn count(n: usize, thing: &str) -> String {
+    format!("{n} {thing}{}", if n == 1 { "" } else { "s" })
+}
+
 /// Up to three episodes, named with their files.
 fn some_episodes<'a>(eps: impl Iterator<Item = (&'a str, &'a Path)>) -> String {
     let all: Vec<(&str, &Path)> = eps.collect();
@@ -697,13 +702,17 @@ fn row_warnings(report: &ExportReport) -> Vec<String> {
             .filter(|s| s.kind == SkipKind::BadCall)
             .count();
         out.push(format!(
-            "warning: the agent made {} bad calls in {n_eps} episodes: {}; --bad-calls {}: {done}{} \
-             (in {}; first: {})",
-            report.bad_calls.len(),
+            "warning: the agent made {} in {}: {}; --bad-calls {}: {done}{} (in {}; first: {})",
+            count(report.bad_calls.len(), "bad call"),
+            count(n_eps, "episode"),
             kinds.join(", "),
             report.bad_call_policy,
             if skipped > 0 && report.bad_call_policy != "drop-episode" {
-                format!("; {skipped} episodes had nothing left to train on and were skipped")
+                format!(
+                    "; {} had nothing left to train on and {} skipped",
+                    count(skipped, "episode"),
+                    if skipped == 1 { "was" } else { "were" }
+                )
             } else {
                 String::new()
             },
@@ -737,8 +746,9 @@ fn row_warnings(report: &ExportReport) -> Vec<String> {
             })
             .collect();
         out.push(format!(
-            "warning: converted {n} argument values so that every argument has one type in the \
-             file (Arrow, as Hugging Face datasets reads it, allows one per path): {}",
+            "warning: converted {} so that every argument has one type in the file (Arrow, as \
+             Hugging Face datasets reads it, allows one per path): {}",
+            count(n, "argument value"),
             list.join("; ")
         ));
     }
@@ -752,8 +762,8 @@ fn row_warnings(report: &ExportReport) -> Vec<String> {
     }
     for (reason, eps) in reasons {
         out.push(format!(
-            "warning: skipped {} episodes in every format: {reason} ({})",
-            eps.len(),
+            "warning: skipped {} in every format: {reason} ({})",
+            count(eps.len(), "episode"),
             some_episodes(
                 eps.iter()
                     .map(|s| (s.episode_id.as_str(), s.file.as_path()))
