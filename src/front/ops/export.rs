@@ -975,9 +975,8 @@ fn write(req: &ExportRequest, plan: &Plan, report: &mut ExportReport) -> Result<
             )
         } else if let Some(skipped) = report.skipped_by_reason() {
             format!(
-                "{} of {selected} selected episodes {} cannot hold: {skipped}",
+                "{} of {selected} selected episodes were skipped: {skipped}",
                 report.skipped.len(),
-                req.format
             )
         } else if req.all {
             "none ran to an end".to_string()

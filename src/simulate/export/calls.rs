@@ -400,3 +400,135 @@ fn drop_bad_calls(
         keep[k - 1]
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn episode(conversation: Value) -> Episode {
+        serde_json::from_value(json!({
+            "id": "e", "task_id": "t", "domain": "demo", "persona_id": "p",
+            "conversation": conversation, "trial": 0, "seed": 1, "termination": "user_stop",
+            "reward": 1.0, "status": "ok", "backend": "openai",
+        }))
+        .expect("an episode")
+    }
+
+    fn tools() -> Vec<ToolSpec> {
+        vec![
+            serde_json::from_value(json!({"name": "find", "description": "Find.",
+            "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}))
+            .expect("a tool"),
+        ]
+    }
+
+    /// A good turn, then a turn with a good call and a bad one (answered out of order), the
+    /// retry and the answer.
+    fn messy() -> Episode {
+        episode(json!([
+            {"role": "user", "content": "find W1"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "a", "name": "find", "arguments": {"id": 1}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "W1 ok"},
+            {"role": "assistant", "content": "Found W1."},
+            {"role": "user", "content": "and W2, W3?"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "b", "name": "find", "arguments": {"id": "W2"}},
+                {"id": "c", "name": "find", "arguments": "{\"id\": \"W3\""}]},
+            {"role": "tool", "tool_call_id": "c", "content": "Error: not valid JSON"},
+            {"role": "tool", "tool_call_id": "b", "content": "W2 ok"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "d", "name": "nope", "arguments": {}}]},
+            {"role": "tool", "tool_call_id": "d", "content": "Error: unknown tool"},
+            {"role": "assistant", "content": "Found both."},
+        ]))
+    }
+
+    #[test]
+    fn each_policy_does_what_it_says_with_bad_calls() {
+        let cut = prepare(&messy(), &tools(), BadCalls::Cut).unwrap();
+        let kinds: Vec<BadCallKind> = cut.bad_calls.iter().map(|b| b.kind).collect();
+        assert_eq!(kinds, [BadCallKind::InvalidJson, BadCallKind::UnknownTool]);
+        assert_eq!(
+            cut.episode.conversation.len(),
+            5,
+            "cut before the turn of the first"
+        );
+        assert_eq!(
+            cut.episode.conversation[1].tool_calls[0].arguments,
+            json!({"id": "1"})
+        );
+        assert_eq!(cut.conversions.len(), 1);
+
+        let dropped = prepare(&messy(), &tools(), BadCalls::DropCall).unwrap();
+        let conv = &dropped.episode.conversation;
+        let roles: Vec<&str> = conv.iter().map(|t| t.role.as_str()).collect();
+        assert_eq!(
+            roles,
+            [
+                "user",
+                "assistant",
+                "tool",
+                "assistant",
+                "user",
+                "assistant",
+                "tool",
+                "assistant"
+            ]
+        );
+        assert_eq!(conv[5].tool_calls.len(), 1);
+        assert_eq!(conv[6].content, "W2 ok");
+
+        let skipped = prepare(&messy(), &tools(), BadCalls::DropEpisode).unwrap_err();
+        assert!(matches!(&skipped, Unexported::BadCall(why) if why.contains("2 bad calls")));
+
+        let kept = prepare(&messy(), &tools(), BadCalls::Keep).unwrap();
+        assert_eq!(kept.context_only, BTreeSet::from([5, 8]));
+        assert_eq!(
+            kept.episode.conversation[5].tool_calls[1].arguments,
+            json!({RAW_ARGUMENTS_KEY: "{\"id\": \"W3\""})
+        );
+        // without schemas (a chat or external world with no tools recorded) no tool is unknown
+        let free = prepare(&messy(), &[], BadCalls::Cut).unwrap();
+        assert_eq!(free.bad_calls.len(), 1);
+        assert_eq!(
+            free.episode.conversation[1].tool_calls[0].arguments,
+            json!({"id": 1})
+        );
+    }
+
+    #[test]
+    fn turns_that_do_not_fit_together_are_named() {
+        let call = |id: &str| {
+            json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": id, "name": "find", "arguments": {}}, {"id": "z", "name": "find", "arguments": {}}]})
+        };
+        let check = |c: Value| check_turns(&episode(c).conversation);
+        assert_eq!(
+            check(json!([{"role": "user", "content": "x"},
+                         {"role": "tool", "tool_call_id": "q", "content": "?"}])),
+            Err("a tool result answers call 'q' that no earlier agent turn made".into())
+        );
+        assert_eq!(
+            check(
+                json!([call("a"), {"role": "tool", "tool_call_id": "a", "content": "1"},
+                         {"role": "user", "content": "x"}])
+            ),
+            Err(NO_RESULT.into())
+        );
+        // at the end: all or none of the last turn's results
+        assert_eq!(check(json!([call("a")])), Ok(()));
+        assert_eq!(
+            check(json!([call("a"), {"role": "tool", "tool_call_id": "z", "content": "1"}])),
+            Err(NO_RESULT.into())
+        );
+        assert_eq!(
+            check(
+                json!([call("a"), {"role": "tool", "content": "1"}, {"role": "tool", "content": "2"}])
+            ),
+            Ok(())
+        );
+        assert!(BadCalls::parse("drop_call").is_ok() && BadCalls::parse("x").is_err());
+    }
+}
