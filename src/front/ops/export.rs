@@ -633,7 +633,7 @@ fn count_conversions(conversions: Vec<Conversion>) -> Vec<ConversionCount> {
             count,
         })
         .collect();
-    out.sort_by(|a, b| b.count.cmp(&a.count));
+    out.sort_by_key(|c| std::cmp::Reverse(c.count));
     out
 }
 

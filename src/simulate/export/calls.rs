@@ -191,9 +191,13 @@ pub fn check_turns(conversation: &[Turn]) -> Result<(), String> {
     Ok(())
 }
 
+/// A call's verdict: its arguments in the schema's types with what was converted, or why it is
+/// bad.
+type Verdict = Result<(Value, Vec<Conversion>), BadCall>;
+
 /// Whether `call` is bad; otherwise its arguments in the schema's types, with what was
 /// converted.
-fn check_call(call: &ToolCall, tools: &[ToolSpec]) -> Result<(Value, Vec<Conversion>), BadCall> {
+fn check_call(call: &ToolCall, tools: &[ToolSpec]) -> Verdict {
     let bad = |kind, detail: String| BadCall {
         tool: call.name.clone(),
         kind,
@@ -255,7 +259,7 @@ pub fn prepare(
 ) -> Result<Prepared, Unexported> {
     let mut conv = episode.conversation.clone();
     // (turn, call) -> the verdict of each call
-    let mut verdicts: Vec<Vec<Result<(Value, Vec<Conversion>), BadCall>>> = conv
+    let mut verdicts: Vec<Vec<Verdict>> = conv
         .iter()
         .map(|t| {
             t.tool_calls
@@ -346,10 +350,7 @@ pub fn prepare(
 
 /// Take the bad calls and the results that answer them out of `conv` (and `verdicts`, kept in
 /// step); an agent turn left with neither text nor calls goes too.
-fn drop_bad_calls(
-    conv: &mut Vec<Turn>,
-    verdicts: &mut Vec<Vec<Result<(Value, Vec<Conversion>), BadCall>>>,
-) {
+fn drop_bad_calls(conv: &mut Vec<Turn>, verdicts: &mut Vec<Vec<Verdict>>) {
     let mut keep = vec![true; conv.len()];
     // the calls of the latest agent turn still waiting for results: (id, bad)
     let mut pending: Vec<(String, bool)> = Vec::new();

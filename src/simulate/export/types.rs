@@ -127,7 +127,7 @@ fn describe(v: &Value) -> String {
 }
 
 /// `v` brought to `schema` (a JSON schema of the arguments or of one of them, at `path`):
-/// values of the declared type are kept, others converted where [`convert`] can (each noted in
+/// values of the declared type are kept, others converted where nothing is lost (each noted in
 /// `out` as (path, from, to)); the error says which value fits no declared type.
 pub fn conform(
     v: &Value,
