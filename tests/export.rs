@@ -16,12 +16,12 @@ fn episode(id: &str, persona: &str, conversation: Value) -> Value {
     })
 }
 
-fn write_episodes(path: &Path, episodes: &[Value]) {
+pub(super) fn write_episodes(path: &Path, episodes: &[Value]) {
     let text: String = episodes.iter().map(|e| format!("{e}\n")).collect();
     std::fs::write(path, text).unwrap();
 }
 
-fn read_rows(path: &Path) -> Vec<Value> {
+pub(super) fn read_rows(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap();
     if path.extension().is_some_and(|e| e == "json") {
         serde_json::from_str::<Vec<Value>>(&text).unwrap()

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
+use super::export::{read_rows as rows, write_episodes as write};
 use super::util::{root, run_ppol};
 
 const FORMATS: [&str; 4] = ["ppol", "openai", "hf", "llamafactory"];
@@ -17,19 +18,6 @@ fn episode(id: &str, task: &str, conversation: Value) -> Value {
         "conversation": conversation, "trial": 0, "seed": 1, "termination": "user_stop",
         "reward": 1.0, "status": "ok", "backend": "openai",
     })
-}
-
-fn write(path: &Path, episodes: &[Value]) {
-    let text: String = episodes.iter().map(|e| format!("{e}\n")).collect();
-    std::fs::write(path, text).unwrap();
-}
-
-fn rows(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn call(id: &str, arguments: Value) -> Value {

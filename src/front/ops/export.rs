@@ -206,17 +206,11 @@ pub struct BadCallNote {
 /// Argument values converted the same way, counted.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConversionCount {
-    /// The tool called.
-    pub tool: String,
-    /// The argument's path (`order_id`, `items[].id`).
-    pub path: String,
-    /// The kind the values had.
-    pub from: &'static str,
-    /// The kind they were written as.
-    pub to: &'static str,
-    /// Why: `schema` (the tool's schema declares it) or `one_type_per_path` (the file held two
-    /// kinds at that path).
-    pub rule: ConversionRule,
+    /// The tool, the argument's path (`order_id`, `items[].id`), the kinds before and after
+    /// and why: `schema` (the tool's schema declares it) or `one_type_per_path` (the file held
+    /// two kinds at that path).
+    #[serde(flatten)]
+    pub conversion: Conversion,
     /// How many values.
     pub count: usize,
 }
@@ -624,14 +618,7 @@ fn count_conversions(conversions: Vec<Conversion>) -> Vec<ConversionCount> {
     }
     let mut out: Vec<ConversionCount> = counts
         .into_iter()
-        .map(|(c, count)| ConversionCount {
-            tool: c.tool,
-            path: c.path,
-            from: c.from,
-            to: c.to,
-            rule: c.rule,
-            count,
-        })
+        .map(|(conversion, count)| ConversionCount { conversion, count })
         .collect();
     out.sort_by_key(|c| std::cmp::Reverse(c.count));
     out
@@ -730,20 +717,24 @@ fn row_warnings(report: &ExportReport) -> Vec<String> {
         let list: Vec<String> = report
             .conversions
             .iter()
-            .map(|c| {
-                format!(
-                    "{}.{}: {} {} → {} ({})",
-                    c.tool,
-                    c.path,
-                    c.count,
-                    c.from,
-                    c.to,
-                    match c.rule {
-                        ConversionRule::Schema => "the tool's schema",
-                        ConversionRule::OneTypePerPath => "two kinds at one path in the file",
-                    }
-                )
-            })
+            .map(
+                |ConversionCount {
+                     conversion: c,
+                     count,
+                 }| {
+                    format!(
+                        "{}.{}: {count} {} → {} ({})",
+                        c.tool,
+                        c.path,
+                        c.from,
+                        c.to,
+                        match c.rule {
+                            ConversionRule::Schema => "the tool's schema",
+                            ConversionRule::OneTypePerPath => "two kinds at one path in the file",
+                        }
+                    )
+                },
+            )
             .collect();
         out.push(format!(
             "warning: converted {} so that every argument has one type in the file (Arrow, as \

@@ -46,16 +46,7 @@ pub struct Conversion {
 }
 
 /// The JSON kind of `v` as Arrow tells kinds apart (integers and decimals are both `number`).
-pub fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
+pub use crate::simulate::episode::llm::json_kind as kind;
 
 fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
