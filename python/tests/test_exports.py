@@ -416,7 +416,7 @@ def test_r36_6_duplicate_episode_ids_raise_with_both_places(tmp_path):
     path = _messy_episodes(tmp_path)
     copy = tmp_path / "copy.jsonl"
     copy.write_text(path.read_text())
-    with pytest.raises(ppol_rs.ParseError, match=r"copy.jsonl: line 1: episode id 'bad' is also at .*messy.jsonl line 1"):
+    with pytest.raises(ppol_rs.ParseError, match=r"copy.jsonl: line 1: episode id 'bad' \(demo\) is also at .*messy.jsonl line 1"):
         ppol_rs.export_sft([path, copy])
 
 

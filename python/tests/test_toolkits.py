@@ -341,12 +341,17 @@ def test_r36_2_an_argument_has_one_type_in_a_file_under_datasets_4_and_5(messy):
     out, rows, proc = export_messy(tmp, path, "hf")
     assert "get_order_details.order_id: 1 number → string (the tool's schema)" in proc.stderr, proc.stderr
     assert "lookup.ref: 1 number → string (two kinds at one path in the file)" in proc.stderr
-    loaded = [training.strip_nulls(dict(r)) for r in datasets.load_dataset("json", data_files=str(out), split="train")]
+    loaded = [training.from_arrow(dict(r)) for r in datasets.load_dataset("json", data_files=str(out), split="train")]
     assert loaded == rows, f"datasets {datasets.__version__} reads the rows back"
     args = [a for r in rows for _, a in row_calls(r)]
     assert {type(a[k]) for a in args for k in a} == {str}
-    assert {"order_id": "1001"} in args and {"ref": "5"} in args and {"ref": "A5"} in args
+    assert {"order_id": "1001"} in args and {"ref": "5"} in args and {"ref": "A5", "since": "2024-05-21"} in args
     assert load_and_render(out) == len(rows)
+    # datasets 4 reads the date as a timestamp; chat_template_inputs writes it back as text
+    tok = tokenizer()
+    text = "".join(tok.apply_chat_template(*training.chat_template_inputs(r), chat_template=TOOLS_TEMPLATE, tokenize=False)
+                   for r in datasets.load_dataset("json", data_files=str(out), split="train"))
+    assert '"since": "2024-05-21"' in text and "<datetime>" not in text
 
 
 def test_r36_3_a_call_without_its_result_skips_the_episode_in_every_format(messy):

@@ -576,17 +576,20 @@ fn episode_line(path: &Path, nth: usize) -> Option<usize> {
         .map(|(i, _)| i + 1)
 }
 
-/// An episode id twice among the inputs is refused, naming both places: pass^k would count
-/// the two as trials of one unit and the hold-out would treat them as one.
+/// An episode id twice among the inputs (in one domain) is refused, naming both places: pass^k
+/// would count the two as trials of one unit.
 fn refuse_duplicate_ids(files: &[PathBuf], loaded: &[Episode], origin: &[usize]) -> Result<()> {
     let mut first_of_file = vec![0usize; files.len()];
     for (k, &f) in origin.iter().enumerate().rev() {
         first_of_file[f] = k;
     }
-    let mut seen: std::collections::HashMap<&str, usize> = Default::default();
+    // ids are `task:persona:trial`: the same id in two domains (τ² retail's and airline's task
+    // 18) names two episodes
+    let mut seen: std::collections::HashMap<(&str, &str), usize> = Default::default();
     for (k, e) in loaded.iter().enumerate() {
-        let Some(&first) = seen.get(e.id.as_str()) else {
-            seen.insert(&e.id, k);
+        let key = (e.domain.as_str(), e.id.as_str());
+        let Some(&first) = seen.get(&key) else {
+            seen.insert(key, k);
             continue;
         };
         let line = |k: usize| {
@@ -598,10 +601,11 @@ fn refuse_duplicate_ids(files: &[PathBuf], loaded: &[Episode], origin: &[usize])
             &files[origin[k]],
             line(k),
             format!(
-                "episode id '{}' is also at {} {}: every episode needs its own id (pass^k \
+                "episode id '{}' ({}) is also at {} {}: every episode needs its own id (pass^k \
                  would count the two as trials of one task and persona); give each input its \
                  own ids, or export the files one at a time",
                 e.id,
+                e.domain,
                 files[origin[first]].display(),
                 line(first)
             ),

@@ -783,6 +783,11 @@ pub struct ClusterSummary {
     pub pass_hat_k: std::collections::BTreeMap<usize, f64>,
 }
 
+/// The unit pass^k counts trials of: a task of a domain played by a persona.
+fn pass_unit(e: &Episode) -> String {
+    format!("{}\u{1f}{}\u{1f}{}", e.domain, e.task_id, e.persona_id)
+}
+
 /// Per-cluster summaries, clusters sorted by name.
 pub fn cluster_summaries(episodes: &[Episode]) -> Vec<ClusterSummary> {
     let mut groups: std::collections::BTreeMap<String, Vec<Episode>> = Default::default();
@@ -798,11 +803,9 @@ pub fn cluster_summaries(episodes: &[Episode]) -> Vec<ClusterSummary> {
             let personas: std::collections::BTreeSet<&str> =
                 eps.iter().map(|e| e.persona_id.as_str()).collect();
             let max_trials = {
-                let mut per: std::collections::BTreeMap<(String, String), usize> =
-                    Default::default();
+                let mut per: std::collections::BTreeMap<String, usize> = Default::default();
                 for e in &eps {
-                    *per.entry((e.task_id.clone(), e.persona_id.clone()))
-                        .or_default() += 1;
+                    *per.entry(pass_unit(e)).or_default() += 1;
                 }
                 per.values().copied().max().unwrap_or(1)
             };
@@ -812,7 +815,7 @@ pub fn cluster_summaries(episodes: &[Episode]) -> Vec<ClusterSummary> {
                 success_rate: eps.iter().filter(|e| e.success()).count() as f64 / eps.len() as f64,
                 pass_hat_k: crate::simulate::episode::record::pass_hat_k_by(
                     &eps,
-                    |e| format!("{}\u{1f}{}", e.task_id, e.persona_id),
+                    pass_unit,
                     max_trials,
                 ),
                 cluster,
