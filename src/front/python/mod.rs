@@ -653,8 +653,8 @@ fn episodes<'py>(
 
 /// Export episodes as chat fine-tuning records (as `ppol export sft`) in `format` (`ppol`,
 /// `openai`, `hf` or `llamafactory`); returns `{"train", "heldout", "heldout_personas",
-/// "n_episodes", "clusters", "skipped", "dropped_texts", "written", "datasets", "notes",
-/// "format_version", "tokens", "warnings"}` (`tokens`: the estimated lengths of the training
+/// "n_episodes", "clusters", "skipped", "bad_call_policy", "bad_calls", "conversions",
+/// "dropped_texts", "written", "datasets", "notes", "format_version", "tokens", "warnings"}` (`tokens`: the estimated lengths of the training
 /// records, per row and their median and max, and a cutoff that holds them all). With
 /// `output` the records are written too (and, for `llamafactory`, registered in the
 /// `dataset_info.json` next to each file; `notes` says what an output that is not a regular
