@@ -814,9 +814,7 @@ pub fn cluster_summaries(episodes: &[Episode]) -> Vec<ClusterSummary> {
                 episodes: eps.len(),
                 success_rate: eps.iter().filter(|e| e.success()).count() as f64 / eps.len() as f64,
                 pass_hat_k: crate::simulate::episode::record::pass_hat_k_by(
-                    &eps,
-                    pass_unit,
-                    max_trials,
+                    &eps, pass_unit, max_trials,
                 ),
                 cluster,
             }
