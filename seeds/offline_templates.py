@@ -207,11 +207,19 @@ def _compose(task_context, axes, placement, rng):
     return " ".join(parts)
 
 
+def _task_tag(task_context):
+    # Persona ids carry a tag of the task they were written for, so that they are unique across
+    # the tasks of a generated set (a held-out split then counts personas exactly). Drawn from
+    # its own generator: the personas' text and placements do not change with it.
+    return "%08x" % random.Random("persona_id\x00%s" % task_context).getrandbits(32)
+
+
 def generate_personas_detailed(task_context, axes, n):
     rng = _rng(task_context, n)
     placements = _placements(axes, n, rng)
     names = list(FIRST_NAMES)
     rng.shuffle(names)
+    tag = _task_tag(task_context)
     used = set()
     personas = []
     for i, placement in enumerate(placements):
@@ -221,7 +229,7 @@ def generate_personas_detailed(task_context, axes, n):
             for a in axes
         ]
         adjectives = [a for a in adjectives if a] or ["even-tempered"]
-        pid = re.sub(r"[^a-z0-9]+", "_", "%s_%s" % (first, adjectives[0])).strip("_")
+        pid = re.sub(r"[^a-z0-9]+", "_", "%s_%s_%s" % (first, adjectives[0], tag)).strip("_")
         base, k = pid, 2
         while pid in used:
             pid = "%s_%d" % (base, k)

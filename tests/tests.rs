@@ -10,6 +10,7 @@ mod discriminator;
 mod episodes;
 mod evolve;
 mod export;
+mod export_messy;
 mod first_hour;
 mod hub;
 mod interop;

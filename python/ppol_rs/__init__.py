@@ -379,11 +379,12 @@ def export_sft(
     format_version: Optional[int] = None,
     system_prompt: Optional[Union[str, "os.PathLike[str]"]] = None,
     max_tokens: Optional[int] = None,
+    bad_calls: str = "cut",
 ) -> Dict[str, Any]:
     """Agent-hardening training records from episode files (as ``ppol export sft``):
     ``{"train": [...], "heldout": [...], "heldout_personas", "n_episodes", "clusters",
-    "skipped", "dropped_texts", "written", "datasets", "notes", "format_version", "tokens",
-    "warnings"}``.
+    "skipped", "bad_call_policy", "bad_calls", "conversions", "dropped_texts", "written",
+    "datasets", "notes", "format_version", "tokens", "warnings"}``.
 
     ``format`` is ``"ppol"`` (messages + tools + metadata), ``"openai"`` (OpenAI chat
     fine-tuning records), ``"hf"`` (TRL ``SFTTrainer`` / transformers chat-template rows:
@@ -408,6 +409,16 @@ def export_sft(
     examples. ``system_prompt`` (a file) replaces the agent's system prompt in every record;
     records estimated longer than ``max_tokens`` are left out and listed in ``skipped``.
 
+    Calls the agent got wrong (arguments that are not a JSON object, a tool it was not
+    offered, an argument of a type its schema rules out) are listed in ``bad_calls`` and
+    handled as ``bad_calls`` says: ``"cut"`` (the row ends before the agent turn that made the
+    first), ``"drop-call"``, ``"drop-episode"`` or ``"keep"`` (as context, ``weight`` 0).
+    Argument values are converted to their schema's type, and to one type per argument across
+    the file (``conversions`` counts them). Episodes whose turns do not fit together (a tool
+    result without its call, a call without its result) are skipped in every format, listed in
+    ``skipped`` with ``kind`` ``"malformed"``; an episode id twice among the inputs raises
+    ``ParseError`` naming both places.
+
     >>> import ppol_rs, tempfile, os, json
     >>> out = os.path.join(tempfile.mkdtemp(), "eps.jsonl")
     >>> with open(out, "w") as f:
@@ -429,6 +440,7 @@ def export_sft(
         format_version,
         None if system_prompt is None else os.fspath(system_prompt),
         max_tokens,
+        bad_calls,
     )
 
 

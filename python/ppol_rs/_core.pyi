@@ -89,6 +89,7 @@ def export_sft(
     format_version: Optional[int] = None,
     system_prompt: Optional[_Path] = None,
     max_tokens: Optional[int] = None,
+    bad_calls: str = "cut",
 ) -> Dict[str, Any]: ...
 def evolve_start(
     config: Optional[_Path] = None,

@@ -14,6 +14,10 @@ into ``(messages, tools)`` for ``tokenizer.apply_chat_template(messages, tools=t
 >>> messages[1]["tool_calls"][0]["function"]["arguments"], "tool_calls" in messages[2]
 ({'id': 'W1'}, False)
 
+:func:`chat_template` is the tools-aware ChatML template shipped in ``ppol_rs/templates/``
+(``{% generation %}`` markers around what the agent writes, for
+``assistant_only_loss=True``); :func:`loss_tokens` counts the tokens it puts the loss on.
+
 ``datasets`` 4.x (LLaMA-Factory 0.9.5 pins ``datasets<=4.0.0``) reads the ``hf`` and
 ``openai`` rows into one Arrow struct per column: every tool call's ``arguments`` gets the keys
 of all tools' arguments, and every message every message key, padded with ``None``.
@@ -24,10 +28,55 @@ exactly.
 
 from __future__ import annotations
 
+import datetime
 import json
+import pathlib
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["chat_template_inputs", "strip_nulls", "LLAMAFACTORY_RESULT_SEPARATOR"]
+__all__ = [
+    "chat_template",
+    "chat_template_inputs",
+    "from_arrow",
+    "loss_tokens",
+    "strip_nulls",
+    "LLAMAFACTORY_RESULT_SEPARATOR",
+    "RAW_ARGUMENTS_KEY",
+    "TEMPLATES",
+]
+
+#: What ``ppol export sft --bad-calls keep`` writes arguments that are not a JSON object under.
+RAW_ARGUMENTS_KEY = "_raw_arguments"
+
+#: The directory of the chat templates shipped with ppol_rs (copy it along with this file).
+TEMPLATES = pathlib.Path(__file__).resolve().parent / "templates"
+
+
+def chat_template(name: str = "chatml_tools") -> str:
+    """The text of a chat template shipped in :data:`TEMPLATES`: ``chatml_tools`` is ChatML with
+    Hermes / Qwen2.5 tool calls (the same text as LLaMA-Factory's ``template: qwen``) whose
+    ``{% generation %}`` markers enclose what the agent writes — its text, its calls and its
+    ``<|im_end|>`` — so that ``SFTConfig(assistant_only_loss=True)`` (TRL) and
+    ``apply_chat_template(..., return_assistant_tokens_mask=True)`` put the loss there and on
+    nothing else (not the system prompt, the tool schemas, the user's turns or the tool
+    results). An assistant message with ``"weight": 0`` is rendered outside the markers.
+
+    >>> "generation %}" in chat_template() and "endgeneration %}" in chat_template()
+    True
+    """
+    return (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
+
+
+def loss_tokens(tokenizer: Any, messages: List[Dict[str, Any]], tools: Optional[List[Dict[str, Any]]] = None,
+                template: Optional[str] = None) -> Tuple[int, int]:
+    """``(tokens that carry loss, tokens)`` of one conversation rendered with ``template``
+    (default :func:`chat_template`) by ``tokenizer`` (a fast tokenizer: transformers maps the
+    ``{% generation %}`` spans to tokens through its offsets)."""
+    out = tokenizer.apply_chat_template(
+        messages, tools=tools, chat_template=template or chat_template(), tokenize=True,
+        return_dict=True, return_assistant_tokens_mask=True,
+    )
+    mask = out["assistant_masks"]
+    return int(sum(mask)), len(out["input_ids"])
 
 #: How an ``llamafactory`` observation joins the results of several calls of one agent turn.
 LLAMAFACTORY_RESULT_SEPARATOR = "\n</tool_response>\n<tool_response>\n"
@@ -39,6 +88,31 @@ def strip_nulls(value: Any) -> Any:
         return {k: strip_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [strip_nulls(v) for v in value]
+    return value
+
+
+def from_arrow(value: Any) -> Any:
+    """``value`` as the export wrote it, from a row ``datasets`` read: :func:`strip_nulls`, and
+    the timestamps ``datasets`` 4 makes of ISO-8601 date strings (pyarrow's JSON reader infers
+    them: τ² airline's ``"date": "2024-05-21"`` comes back as a ``datetime``, which chat
+    templates render as ``"<datetime>"``) written back as text: a date at midnight as
+    ``YYYY-MM-DD``, else ``YYYY-MM-DDThh:mm:ss``. ``datasets`` 5 reads the strings as they are.
+
+    >>> import datetime
+    >>> from_arrow({"date": datetime.datetime(2024, 5, 21), "at": datetime.datetime(2024, 5, 21, 9, 30), "x": None})
+    {'date': '2024-05-21', 'at': '2024-05-21T09:30:00'}
+    """
+    value = strip_nulls(value)
+    if isinstance(value, dict):
+        return {k: from_arrow(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_arrow(v) for v in value]
+    if isinstance(value, datetime.datetime):
+        if value.time() == datetime.time(0) and value.tzinfo is None:
+            return value.date().isoformat()
+        return value.isoformat()
+    if isinstance(value, datetime.date):
+        return value.isoformat()
     return value
 
 
@@ -93,8 +167,9 @@ def chat_template_inputs(row: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], Opt
     """``(messages, tools)`` of one exported row (``openai``, ``hf`` or ``llamafactory``), for
     ``tokenizer.apply_chat_template(messages, tools=tools)``: Arrow's ``None`` padding removed,
     tool schemas as a list of objects, tool-call ``arguments`` as objects (``openai`` writes
-    JSON strings), ``llamafactory``'s ShareGPT turns as OpenAI-style messages."""
-    row = strip_nulls(dict(row))
+    JSON strings), ``llamafactory``'s ShareGPT turns as OpenAI-style messages, and the
+    timestamps ``datasets`` 4 makes of date strings back as text (:func:`from_arrow`)."""
+    row = from_arrow(dict(row))
     if "conversations" in row:
         return _from_llamafactory(row), _schemas(row.get("tools"))
     messages = []

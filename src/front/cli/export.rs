@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use super::Outcome;
-use crate::front::ops::{self, ExportRequest, SftFormat};
+use crate::front::ops::{self, BadCalls, ExportRequest, SftFormat};
 
 /// `ppol export ...`
 #[derive(Debug, Args)]
@@ -69,6 +69,13 @@ pub enum ExportCommand {
         /// Leave out records estimated longer than N tokens (listed as skipped).
         #[arg(long, value_name = "N")]
         max_tokens: Option<usize>,
+        /// Calls the agent got wrong (arguments that are not a JSON object, a tool it was not
+        /// offered, an argument of a type its schema rules out): `cut` ends the row before the
+        /// agent turn that made the first (its earlier turns stay training targets), `drop-call`
+        /// takes them and their results out, `drop-episode` skips the episode, `keep` leaves them
+        /// as context (weight 0 in ppol, openai and hf).
+        #[arg(long, default_value = "cut", value_name = "POLICY")]
+        bad_calls: BadCalls,
     },
 }
 
@@ -87,6 +94,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
         format_version,
         system_prompt,
         max_tokens,
+        bad_calls,
     } = args.command;
     let report = ops::export_sft(&ExportRequest {
         episodes,
@@ -101,6 +109,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
         format_version,
         system_prompt,
         max_tokens,
+        bad_calls,
     })?;
     let mut line = format!(
         "wrote {} of {} episodes as {format} records (layout {}) to {} ({})",
@@ -114,10 +123,35 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
             "successful only"
         }
     );
-    if let Some(why) = report.skipped_by_reason() {
+    let unfit = [ops::SkipKind::Format, ops::SkipKind::TooLong];
+    if let Some(why) = report.skipped_of(&unfit) {
         line += &format!(
             "; skipped {} that {format} cannot hold: {why}",
-            report.skipped.len()
+            report
+                .skipped
+                .iter()
+                .filter(|s| unfit.contains(&s.kind))
+                .count()
+        );
+    }
+    for (kind, what) in [
+        (ops::SkipKind::Malformed, "whose turns do not fit together"),
+        (
+            ops::SkipKind::BadCall,
+            "with nothing to train on before a bad call",
+        ),
+    ] {
+        let n = report.skipped.iter().filter(|s| s.kind == kind).count();
+        if n > 0 {
+            line += &format!("; skipped {n} {what}");
+        }
+    }
+    if !report.bad_calls.is_empty() {
+        line += &format!(
+            "; {} bad call{} (--bad-calls {})",
+            report.bad_calls.len(),
+            if report.bad_calls.len() == 1 { "" } else { "s" },
+            report.bad_call_policy
         );
     }
     if report.dropped_texts > 0 {
@@ -181,6 +215,19 @@ pub fn run(args: ExportArgs) -> anyhow::Result<Outcome> {
             "{:<36} {:>8} {:>8} {:>8.3}  {pk}",
             s.cluster, s.personas, s.episodes, s.success_rate
         );
+    }
+    let malformed = report
+        .skipped
+        .iter()
+        .filter(|s| s.kind == ops::SkipKind::Malformed)
+        .count();
+    if malformed > 0 {
+        return Ok(Outcome::Partial(format!(
+            "{malformed} episode{} not exported because {} turns do not fit together (see the \
+             warnings above); the other records were written",
+            if malformed == 1 { " was" } else { "s were" },
+            if malformed == 1 { "its" } else { "their" }
+        )));
     }
     Ok(Outcome::Done)
 }

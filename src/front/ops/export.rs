@@ -8,8 +8,13 @@ use serde::Serialize;
 
 use super::load_domain;
 use crate::llm::ToolSpec;
-pub use crate::simulate::export::{RowTokens, SftFormat, FORMAT_VERSION, FORMAT_VERSIONS};
-use crate::simulate::export::{Unexported, ESTIMATE_TOLERANCE};
+use crate::simulate::episode::record::Episode;
+use crate::simulate::export::{
+    BadCallKind, Conversion, ConversionRule, Prepared, Unexported, ESTIMATE_TOLERANCE,
+};
+pub use crate::simulate::export::{
+    BadCalls, RowTokens, SftFormat, FORMAT_VERSION, FORMAT_VERSIONS,
+};
 use crate::{Error, Result};
 
 /// What `ppol export sft` needs.
@@ -45,6 +50,8 @@ pub struct ExportRequest {
     /// Leave out records whose estimated length exceeds this many tokens (they are listed in
     /// `skipped`).
     pub max_tokens: Option<usize>,
+    /// What to do with calls the agent got wrong (default: cut the row before the first).
+    pub bad_calls: BadCalls,
 }
 
 /// Cutoffs trainers commonly use (TRL's `max_length` default is 1,024, LLaMA-Factory's
@@ -153,15 +160,59 @@ impl TokenSummary {
     }
 }
 
-/// A selected episode the format cannot hold.
+/// Why a selected episode was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipKind {
+    /// Its turns do not fit together (a tool result without its call, a call without its
+    /// result, no agent message): skipped in every format.
+    Malformed,
+    /// Its bad calls leave nothing to train on under `--bad-calls`.
+    BadCall,
+    /// The format cannot hold it (LLaMA-Factory's alternation).
+    Format,
+    /// Longer than `--max-tokens`.
+    TooLong,
+}
+
+/// A selected episode that was not exported.
 #[derive(Debug, Clone, Serialize)]
 pub struct SkippedEpisode {
     /// The episode.
     pub episode_id: String,
     /// The file it came from.
     pub file: PathBuf,
-    /// Why the format cannot hold it.
+    /// Why it was skipped.
     pub reason: String,
+    /// The kind of reason.
+    pub kind: SkipKind,
+}
+
+/// A call the agent got wrong, in an exported or skipped episode.
+#[derive(Debug, Clone, Serialize)]
+pub struct BadCallNote {
+    /// The episode.
+    pub episode_id: String,
+    /// The file it came from.
+    pub file: PathBuf,
+    /// The tool it called.
+    pub tool: String,
+    /// Why it is bad.
+    pub kind: BadCallKind,
+    /// The details.
+    pub detail: String,
+}
+
+/// Argument values converted the same way, counted.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConversionCount {
+    /// The tool, the argument's path (`order_id`, `items[].id`), the kinds before and after
+    /// and why: `schema` (the tool's schema declares it) or `one_type_per_path` (the file held
+    /// two kinds at that path).
+    #[serde(flatten)]
+    pub conversion: Conversion,
+    /// How many values.
+    pub count: usize,
 }
 
 /// Training records and a summary.
@@ -177,9 +228,16 @@ pub struct ExportReport {
     pub n_episodes: usize,
     /// pass^k and success per persona cluster.
     pub clusters: Vec<crate::simulate::export::ClusterSummary>,
-    /// Selected episodes left out because the format cannot hold them (`llamafactory`: its
-    /// turn alternation), with the reason.
+    /// Selected episodes left out, with the reason: malformed ones (in every format), bad calls
+    /// that leave nothing to train on, what the format cannot hold (`llamafactory`: its turn
+    /// alternation), rows over `max_tokens`.
     pub skipped: Vec<SkippedEpisode>,
+    /// The bad-call policy applied (`cut`, `drop-call`, `drop-episode`, `keep`).
+    pub bad_call_policy: String,
+    /// Every call the agent got wrong in the selected episodes.
+    pub bad_calls: Vec<BadCallNote>,
+    /// Argument values converted so every argument has one type in the file.
+    pub conversions: Vec<ConversionCount>,
     /// Agent texts written beside tool calls, dropped because the format has no place for
     /// them (`llamafactory`).
     pub dropped_texts: usize,
@@ -204,8 +262,18 @@ impl ExportReport {
     /// The skipped episodes counted by reason, most frequent first
     /// (`"2 the user spoke twice in a row, 1 a tool call has no result"`); `None` when none was.
     pub fn skipped_by_reason(&self) -> Option<String> {
+        self.skipped_of(&[
+            SkipKind::Malformed,
+            SkipKind::BadCall,
+            SkipKind::Format,
+            SkipKind::TooLong,
+        ])
+    }
+
+    /// [`ExportReport::skipped_by_reason`] of the skips of these kinds.
+    pub fn skipped_of(&self, kinds: &[SkipKind]) -> Option<String> {
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for s in &self.skipped {
+        for s in self.skipped.iter().filter(|s| kinds.contains(&s.kind)) {
             *counts.entry(s.reason.as_str()).or_default() += 1;
         }
         let mut counts: Vec<(&str, usize)> = counts.into_iter().collect();
@@ -421,15 +489,292 @@ fn records_text(records: &[serde_json::Value], json_array: bool) -> String {
     }
 }
 
+/// The policy and tools of the built-in domains, by (domain, τ² data directory).
+type Domains = std::collections::HashMap<(String, Option<PathBuf>), (String, Vec<ToolSpec>)>;
+
+/// Where an episode's agent view (system prompt and tools) comes from.
+enum View {
+    /// The episode's own record (external worlds), or none.
+    Own,
+    /// A built-in domain, loaded once.
+    Domain((String, Option<PathBuf>)),
+}
+
+impl View {
+    fn of<'a>(&'a self, e: &'a Episode, domains: &'a Domains) -> (&'a String, &'a Vec<ToolSpec>) {
+        static NONE: std::sync::OnceLock<(String, Vec<ToolSpec>)> = std::sync::OnceLock::new();
+        match (self, &e.agent) {
+            (View::Own, Some(a)) => (&a.system_prompt, &a.tools),
+            (View::Own, None) => {
+                let none = NONE.get_or_init(Default::default);
+                (&none.0, &none.1)
+            }
+            (View::Domain(key), _) => {
+                let (system, tools) = &domains[key];
+                (system, tools)
+            }
+        }
+    }
+}
+
+/// What the agent of `e` saw: the episode's own record (external worlds), else the built-in
+/// domain's policy and tools (loaded into `domains` once); a world with neither (chat without
+/// a recorded prompt) exports the dialogue without system prompt and tools.
+fn agent_view(
+    req: &ExportRequest,
+    e: &Episode,
+    file: usize,
+    domains: &mut Domains,
+) -> Result<View> {
+    if e.agent.is_some() {
+        return Ok(View::Own);
+    }
+    // the data the episode was played from, unless --tau2-data says otherwise
+    let recorded = req
+        .tau2_data
+        .is_none()
+        .then_some(e.tau2_data.as_ref())
+        .flatten();
+    let key = (e.domain.clone(), recorded.cloned());
+    if !domains.contains_key(&key) {
+        let view = if crate::simulate::tau2::Domain::known(&e.domain).is_some() {
+            let d = match recorded {
+                Some(dir) if dir.is_dir() => load_domain(&e.domain, Some(dir))?,
+                Some(dir) => load_domain(&e.domain, None).map_err(|err| {
+                    Error::config(
+                        "--tau2-data",
+                        format!(
+                            "episode '{}' of {} was played from τ² data at '{}', which is gone, \
+                             and no other was found ({err})",
+                            e.id,
+                            req.episodes[file].display(),
+                            dir.display()
+                        ),
+                    )
+                })?,
+                None => load_domain(&e.domain, req.tau2_data.as_deref())?,
+            };
+            (
+                crate::simulate::episode::llm::agent_system_prompt(&d.policy),
+                d.env().tools(),
+            )
+        } else {
+            (String::new(), Vec::new())
+        };
+        domains.insert(key.clone(), view);
+    }
+    Ok(View::Domain(key))
+}
+
+/// The 1-based line of the `nth` episode (0-based) of `path` (blank lines hold none).
+fn episode_line(path: &Path, nth: usize) -> Option<usize> {
+    let text = crate::io::read_to_string(path).ok()?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .nth(nth)
+        .map(|(i, _)| i + 1)
+}
+
+/// An episode id twice among the inputs (in one domain) is refused, naming both places: pass^k
+/// would count the two as trials of one unit.
+fn refuse_duplicate_ids(files: &[PathBuf], loaded: &[Episode], origin: &[usize]) -> Result<()> {
+    let mut first_of_file = vec![0usize; files.len()];
+    for (k, &f) in origin.iter().enumerate().rev() {
+        first_of_file[f] = k;
+    }
+    // ids are `task:persona:trial`: the same id in two domains (τ² retail's and airline's task
+    // 18) names two episodes
+    let mut seen: std::collections::HashMap<(&str, &str), usize> = Default::default();
+    for (k, e) in loaded.iter().enumerate() {
+        let key = (e.domain.as_str(), e.id.as_str());
+        let Some(&first) = seen.get(&key) else {
+            seen.insert(key, k);
+            continue;
+        };
+        let line = |k: usize| {
+            let f = origin[k];
+            episode_line(&files[f], k - first_of_file[f])
+                .map_or("an episode".to_string(), |n| format!("line {n}"))
+        };
+        return Err(Error::parse(
+            &files[origin[k]],
+            line(k),
+            format!(
+                "episode id '{}' ({}) is also at {} {}: every episode needs its own id (pass^k \
+                 would count the two as trials of one task and persona); give each input its \
+                 own ids, or export the files one at a time",
+                e.id,
+                e.domain,
+                files[origin[first]].display(),
+                line(first)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Conversions counted by (tool, path, from, to, rule), most frequent first.
+fn count_conversions(conversions: Vec<Conversion>) -> Vec<ConversionCount> {
+    let mut counts: BTreeMap<Conversion, usize> = BTreeMap::new();
+    for c in conversions {
+        *counts.entry(c).or_default() += 1;
+    }
+    let mut out: Vec<ConversionCount> = counts
+        .into_iter()
+        .map(|(conversion, count)| ConversionCount { conversion, count })
+        .collect();
+    out.sort_by_key(|c| std::cmp::Reverse(c.count));
+    out
+}
+
+/// `n thing` or `n things`.
+fn count(n: usize, thing: &str) -> String {
+    format!("{n} {thing}{}", if n == 1 { "" } else { "s" })
+}
+
+/// Up to three episodes, named with their files.
+fn some_episodes<'a>(eps: impl Iterator<Item = (&'a str, &'a Path)>) -> String {
+    let all: Vec<(&str, &Path)> = eps.collect();
+    let mut named: Vec<String> = Vec::new();
+    for (id, file) in &all {
+        let n = format!("'{id}' of {}", file.display());
+        if !named.contains(&n) {
+            named.push(n);
+        }
+    }
+    let more = named.len().saturating_sub(3);
+    named.truncate(3);
+    let mut text = named.join(", ");
+    if more > 0 {
+        text += &format!(" and {more} more");
+    }
+    text
+}
+
+/// Warnings about what the rows are made of: bad calls and what was done with them, converted
+/// argument values, episodes skipped because their turns do not fit together (one a reason).
+fn row_warnings(report: &ExportReport) -> Vec<String> {
+    let mut out = Vec::new();
+    if !report.bad_calls.is_empty() {
+        let mut kinds: BTreeMap<BadCallKind, BTreeMap<&str, usize>> = BTreeMap::new();
+        for b in &report.bad_calls {
+            *kinds.entry(b.kind).or_default().entry(&b.tool).or_default() += 1;
+        }
+        let kinds: Vec<String> = kinds
+            .iter()
+            .map(|(k, tools)| {
+                let n: usize = tools.values().sum();
+                let tools: Vec<String> = tools.iter().map(|(t, n)| format!("{t} ×{n}")).collect();
+                format!("{n} {} ({})", k.describe(), tools.join(", "))
+            })
+            .collect();
+        let n_eps = report
+            .bad_calls
+            .iter()
+            .map(|b| (&b.episode_id, &b.file))
+            .collect::<BTreeSet<_>>()
+            .len();
+        let done = match report.bad_call_policy.as_str() {
+            "drop-call" => "they and their results were taken out of their rows".to_string(),
+            "drop-episode" => "their episodes were skipped".to_string(),
+            "keep" => format!(
+                "they stay in their rows as context (arguments that are not an object as \
+                 {{\"{}\": text}}; weight 0 in ppol, openai and hf; llamafactory trains on them)",
+                crate::simulate::export::RAW_ARGUMENTS_KEY
+            ),
+            _ => "each of those rows ends before the agent turn that made its first bad call, \
+                  which is not a training target"
+                .to_string(),
+        };
+        let skipped = report
+            .skipped
+            .iter()
+            .filter(|s| s.kind == SkipKind::BadCall)
+            .count();
+        out.push(format!(
+            "warning: the agent made {} in {}: {}; --bad-calls {}: {done}{} (in {}; first: {})",
+            count(report.bad_calls.len(), "bad call"),
+            count(n_eps, "episode"),
+            kinds.join(", "),
+            report.bad_call_policy,
+            if skipped > 0 && report.bad_call_policy != "drop-episode" {
+                format!(
+                    "; {} had nothing left to train on and {} skipped",
+                    count(skipped, "episode"),
+                    if skipped == 1 { "was" } else { "were" }
+                )
+            } else {
+                String::new()
+            },
+            some_episodes(
+                report
+                    .bad_calls
+                    .iter()
+                    .map(|b| (b.episode_id.as_str(), b.file.as_path()))
+            ),
+            report.bad_calls[0].detail
+        ));
+    }
+    if !report.conversions.is_empty() {
+        let n: usize = report.conversions.iter().map(|c| c.count).sum();
+        let list: Vec<String> = report
+            .conversions
+            .iter()
+            .map(
+                |ConversionCount {
+                     conversion: c,
+                     count,
+                 }| {
+                    format!(
+                        "{}.{}: {count} {} → {} ({})",
+                        c.tool,
+                        c.path,
+                        c.from,
+                        c.to,
+                        match c.rule {
+                            ConversionRule::Schema => "the tool's schema",
+                            ConversionRule::OneTypePerPath => "two kinds at one path in the file",
+                        }
+                    )
+                },
+            )
+            .collect();
+        out.push(format!(
+            "warning: converted {} so that every argument has one type in the file (Arrow, as \
+             Hugging Face datasets reads it, allows one per path): {}",
+            count(n, "argument value"),
+            list.join("; ")
+        ));
+    }
+    let mut reasons: BTreeMap<&str, Vec<&SkippedEpisode>> = BTreeMap::new();
+    for s in report
+        .skipped
+        .iter()
+        .filter(|s| s.kind == SkipKind::Malformed)
+    {
+        reasons.entry(&s.reason).or_default().push(s);
+    }
+    for (reason, eps) in reasons {
+        out.push(format!(
+            "warning: skipped {} in every format: {reason} ({})",
+            count(eps.len(), "episode"),
+            some_episodes(
+                eps.iter()
+                    .map(|s| (s.episode_id.as_str(), s.file.as_path()))
+            )
+        ));
+    }
+    out
+}
+
 /// Turn episodes into chat fine-tuning records from the agent's point of view, in
 /// `req.format`; personas held out by `req.heldout_fraction` go to `heldout` in every format.
 /// Episodes the format cannot hold are skipped and listed in `skipped`. With `req.output` the
 /// records are written (nothing is, when no record is left for training), and for
 /// `llamafactory` their entries are merged into the `dataset_info.json` next to each file.
 pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
-    use crate::simulate::export::{
-        held_out, row_tokens, selected, sft_record_versioned, Selection,
-    };
+    use crate::simulate::export::{held_out, row_tokens, selected, sft_record_of, Selection};
     if !(req.heldout_fraction.is_finite() && (0.0..1.0).contains(&req.heldout_fraction)) {
         return Err(Error::config(
             "--heldout-fraction",
@@ -489,8 +834,8 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
                 .join(", ")
         )));
     }
-    let mut domains: std::collections::HashMap<(String, Option<PathBuf>), (String, Vec<ToolSpec>)> =
-        Default::default();
+    refuse_duplicate_ids(&req.episodes, &loaded, &origin)?;
+    let mut domains: Domains = Default::default();
     let mut report = ExportReport {
         train: Vec::new(),
         heldout: Vec::new(),
@@ -498,6 +843,9 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
         n_episodes: loaded.len(),
         clusters: crate::simulate::export::cluster_summaries(&loaded),
         skipped: Vec::new(),
+        bad_call_policy: req.bad_calls.name().to_string(),
+        bad_calls: Vec::new(),
+        conversions: Vec::new(),
         dropped_texts: 0,
         written: Vec::new(),
         datasets: BTreeMap::new(),
@@ -506,83 +854,79 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
         tokens: TokenSummary::default(),
         warnings: Vec::new(),
     };
+    let skip = |report: &mut ExportReport, e: &Episode, file: usize, kind, reason: String| {
+        report.skipped.push(SkippedEpisode {
+            episode_id: e.id.clone(),
+            file: req.episodes[file].clone(),
+            reason,
+            kind,
+        })
+    };
+    // every selected episode made ready (bad calls, argument types, turns that fit together)
+    let mut rows: Vec<(usize, usize, View, Prepared)> = Vec::new();
+    for (i, (e, &file)) in loaded.iter().zip(&origin).enumerate() {
+        if !selected(e, sel) {
+            continue;
+        }
+        let view = agent_view(req, e, file, &mut domains)?;
+        let tools = &view.of(e, &domains).1;
+        let prepared = crate::simulate::export::prepare(e, tools, req.bad_calls);
+        let bad = match &prepared {
+            Ok(p) => p.bad_calls.clone(),
+            Err(_) => crate::simulate::export::prepare(e, tools, BadCalls::Keep)
+                .map(|p| p.bad_calls)
+                .unwrap_or_default(),
+        };
+        report
+            .bad_calls
+            .extend(bad.into_iter().map(|b| BadCallNote {
+                episode_id: e.id.clone(),
+                file: req.episodes[file].clone(),
+                tool: b.tool,
+                kind: b.kind,
+                detail: b.detail,
+            }));
+        match prepared {
+            Ok(p) => rows.push((i, file, view, p)),
+            Err(Unexported::Malformed(why)) => skip(&mut report, e, file, SkipKind::Malformed, why),
+            Err(Unexported::BadCall(why)) => skip(&mut report, e, file, SkipKind::BadCall, why),
+            Err(Unexported::Unfit(why)) => skip(&mut report, e, file, SkipKind::Format, why),
+        }
+    }
+    // one type per argument path across the file (the held-out file too)
+    let mut conversions: Vec<Conversion> = rows
+        .iter()
+        .flat_map(|r| r.3.conversions.iter().cloned())
+        .collect();
+    let mut calls: Vec<&mut crate::dialogue::ToolCall> = rows
+        .iter_mut()
+        .flat_map(|r| r.3.episode.conversation.iter_mut())
+        .flat_map(|t| t.tool_calls.iter_mut())
+        .collect();
+    conversions.extend(crate::simulate::export::one_type_per_path(&mut calls));
+    report.conversions = count_conversions(conversions);
     let mut train_tokens = Vec::new();
     let mut held_ids = BTreeSet::new();
-    for (e, &file) in loaded.iter().zip(&origin).filter(|(e, _)| selected(e, sel)) {
-        // What the agent saw: the episode's own record (external worlds), else the built-in
-        // domain's policy and tools; a world with neither (chat without a recorded prompt)
-        // exports the dialogue without system prompt and tools.
-        let own;
-        let (system, tools) = match &e.agent {
-            Some(a) => {
-                own = (a.system_prompt.clone(), a.tools.clone());
-                (&own.0, &own.1)
-            }
-            None => {
-                // the data the episode was played from, unless --tau2-data says otherwise
-                let recorded = req
-                    .tau2_data
-                    .is_none()
-                    .then_some(e.tau2_data.as_ref())
-                    .flatten();
-                let key = (e.domain.clone(), recorded.cloned());
-                if !domains.contains_key(&key) {
-                    let view = if crate::simulate::tau2::Domain::known(&e.domain).is_some() {
-                        let d = match recorded {
-                            Some(dir) if dir.is_dir() => load_domain(&e.domain, Some(dir))?,
-                            Some(dir) => load_domain(&e.domain, None).map_err(|err| {
-                                Error::config(
-                                    "--tau2-data",
-                                    format!(
-                                        "episode '{}' of {} was played from τ² data at '{}', \
-                                         which is gone, and no other was found ({err})",
-                                        e.id,
-                                        req.episodes[file].display(),
-                                        dir.display()
-                                    ),
-                                )
-                            })?,
-                            None => load_domain(&e.domain, req.tau2_data.as_deref())?,
-                        };
-                        (
-                            crate::simulate::episode::llm::agent_system_prompt(&d.policy),
-                            d.env().tools(),
-                        )
-                    } else {
-                        (String::new(), Vec::new())
-                    };
-                    domains.insert(key.clone(), view);
-                }
-                let (system, tools) = &domains[&key];
-                (system, tools)
-            }
-        };
+    for (i, file, view, prepared) in &rows {
+        let e = &loaded[*i];
+        let (system, tools) = view.of(e, &domains);
         let system = own_prompt.as_ref().unwrap_or(system);
-        let record = match sft_record_versioned(req.format, version, e, system, tools) {
+        let record = match sft_record_of(req.format, version, prepared, system, tools) {
             Ok(r) => r,
-            Err(Unexported::Unfit(reason)) => {
-                report.skipped.push(SkippedEpisode {
-                    episode_id: e.id.clone(),
-                    file: req.episodes[file].clone(),
-                    reason,
-                });
+            Err(u) => {
+                let kind = match u {
+                    Unexported::Malformed(_) => SkipKind::Malformed,
+                    Unexported::BadCall(_) => SkipKind::BadCall,
+                    Unexported::Unfit(_) => SkipKind::Format,
+                };
+                skip(&mut report, e, *file, kind, u.reason().to_string());
                 continue;
-            }
-            Err(Unexported::Invalid(why)) => {
-                return Err(Error::parse(
-                    &req.episodes[file],
-                    format!("episode '{}'", e.id),
-                    why,
-                ))
             }
         };
         let tokens = row_tokens(req.format, &record.record);
         if let Some(max) = req.max_tokens.filter(|&m| tokens.total() > m) {
-            report.skipped.push(SkippedEpisode {
-                episode_id: e.id.clone(),
-                file: req.episodes[file].clone(),
-                reason: format!("estimated longer than --max-tokens {max}"),
-            });
+            let why = format!("estimated longer than --max-tokens {max}");
+            skip(&mut report, e, *file, SkipKind::TooLong, why);
             continue;
         }
         report.dropped_texts += record.dropped_texts;
@@ -597,6 +941,7 @@ pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
     report.heldout_personas = held_ids.into_iter().collect();
     report.tokens = TokenSummary::of(train_tokens);
     report.warnings = report.tokens.warnings();
+    report.warnings.extend(row_warnings(&report));
     if req.format == SftFormat::Openai
         && !report.train.is_empty()
         && report.train.len() < OPENAI_MIN_EXAMPLES
@@ -625,9 +970,8 @@ fn write(req: &ExportRequest, plan: &Plan, report: &mut ExportReport) -> Result<
             )
         } else if let Some(skipped) = report.skipped_by_reason() {
             format!(
-                "{} of {selected} selected episodes {} cannot hold: {skipped}",
+                "{} of {selected} selected episodes were skipped: {skipped}",
                 report.skipped.len(),
-                req.format
             )
         } else if req.all {
             "none ran to an end".to_string()

@@ -51,7 +51,9 @@ pub use episodes::{
     WorldChoice,
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
-pub use export::{export_sft, ExportReport, ExportRequest, SftFormat, SkippedEpisode};
+pub use export::{
+    export_sft, BadCalls, ExportReport, ExportRequest, SftFormat, SkipKind, SkippedEpisode,
+};
 pub use generate::{generate, GenerateReport, GenerateRequest, TaskGeneration};
 pub use study::{study_analyze, study_make, StudyMakeRequest};
 

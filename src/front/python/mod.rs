@@ -651,14 +651,16 @@ fn episodes<'py>(
 
 /// Export episodes as chat fine-tuning records (as `ppol export sft`) in `format` (`ppol`,
 /// `openai`, `hf` or `llamafactory`); returns `{"train", "heldout", "heldout_personas",
-/// "n_episodes", "clusters", "skipped", "dropped_texts", "written", "datasets", "notes",
-/// "format_version", "tokens", "warnings"}` (`tokens`: the estimated lengths of the training
+/// "n_episodes", "clusters", "skipped", "bad_call_policy", "bad_calls", "conversions",
+/// "dropped_texts", "written", "datasets", "notes", "format_version", "tokens", "warnings"}` (`tokens`: the estimated lengths of the training
 /// records, per row and their median and max, and a cutoff that holds them all). With
 /// `output` the records are written too (and, for `llamafactory`, registered in the
 /// `dataset_info.json` next to each file; `notes` says what an output that is not a regular
-/// file did not get beside it).
+/// file did not get beside it). `bad_calls` (`cut`, `drop-call`, `drop-episode`, `keep`) says
+/// what happens to calls the agent got wrong (listed in `bad_calls`; `conversions` counts the
+/// argument values converted to one type per argument).
 #[pyfunction]
-#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0, format="ppol", output=None, heldout_output=None, dataset_name=None, format_version=None, system_prompt=None, max_tokens=None))]
+#[pyo3(signature = (episodes, all=false, tau2_data=None, heldout_fraction=0.0, seed=0, format="ppol", output=None, heldout_output=None, dataset_name=None, format_version=None, system_prompt=None, max_tokens=None, bad_calls="cut"))]
 #[allow(clippy::too_many_arguments)]
 fn export_sft<'py>(
     py: Python<'py>,
@@ -674,6 +676,7 @@ fn export_sft<'py>(
     format_version: Option<u32>,
     system_prompt: Option<PathBuf>,
     max_tokens: Option<usize>,
+    bad_calls: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let req = ops::ExportRequest {
         episodes,
@@ -688,6 +691,7 @@ fn export_sft<'py>(
         format_version,
         system_prompt,
         max_tokens,
+        bad_calls: ops::BadCalls::parse(bad_calls).map_err(to_py_err)?,
     };
     let report = py.detach(|| ops::export_sft(&req)).map_err(to_py_err)?;
     to_py(py, &report)

@@ -296,7 +296,8 @@ pub fn invalid_arguments_error(call: &ToolCall) -> String {
     )
 }
 
-fn json_kind(v: &Value) -> &'static str {
+/// The JSON kind of `v` (`"null"`, `"boolean"`, `"number"`, `"string"`, `"array"`, `"object"`).
+pub fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

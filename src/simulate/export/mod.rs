@@ -43,7 +43,15 @@
 //! unique within the episode, else renumbered `call_1`, `call_2`, ... with the results
 //! following them.
 
+use std::collections::BTreeSet;
+
 use serde_json::{json, Value};
+
+pub mod calls;
+pub mod types;
+
+pub use calls::{prepare, BadCall, BadCallKind, BadCalls, Prepared, RAW_ARGUMENTS_KEY};
+pub use types::{one_type_per_path, Conversion, ConversionRule};
 
 use crate::dialogue::Role;
 use crate::llm::ToolSpec;
@@ -118,22 +126,32 @@ impl std::str::FromStr for SftFormat {
     }
 }
 
-/// Why an episode was not exported.
+/// Why an episode was not exported (the export skips it and says why).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unexported {
-    /// The episode is malformed (a tool result that answers no call, no agent message): the
-    /// export stops with an error naming it.
-    Invalid(String),
+    /// The episode's turns do not fit together (a tool result that answers no call, a call
+    /// left without its result, no agent message): skipped in every format
+    /// ([`calls::check_turns`]).
+    Malformed(String),
+    /// The agent's bad calls leave nothing to train on under the export's [`BadCalls`] policy.
+    BadCall(String),
     /// The episode is well formed but the format cannot hold it (LLaMA-Factory's turn
-    /// alternation): the export skips it and reports the reason.
+    /// alternation).
     Unfit(String),
+}
+
+impl Unexported {
+    /// The reason.
+    pub fn reason(&self) -> &str {
+        match self {
+            Unexported::Malformed(why) | Unexported::BadCall(why) | Unexported::Unfit(why) => why,
+        }
+    }
 }
 
 impl std::fmt::Display for Unexported {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unexported::Invalid(why) | Unexported::Unfit(why) => f.write_str(why),
-        }
+        f.write_str(self.reason())
     }
 }
 
@@ -147,9 +165,10 @@ pub struct SftRecord {
     pub dropped_texts: usize,
 }
 
-/// One record of `episode` in `format`. An [`Unexported::Invalid`] error (a tool result that
-/// answers no call) says what is wrong with the episode; [`Unexported::Unfit`] why the format
-/// cannot hold it.
+/// One record of `episode` in `format`, in the default layout, with bad calls handled the
+/// default way ([`prepare`], [`BadCalls::Cut`]). The error is why the episode is skipped:
+/// [`Unexported::Malformed`] (a tool result that answers no call, ...), [`Unexported::BadCall`]
+/// or [`Unexported::Unfit`] (the format cannot hold it).
 pub fn sft_record_as(
     format: SftFormat,
     episode: &Episode,
@@ -178,11 +197,26 @@ pub fn sft_record_versioned(
     system_prompt: &str,
     tools: &[ToolSpec],
 ) -> Result<SftRecord, Unexported> {
+    let prepared = prepare(episode, tools, BadCalls::default())?;
+    sft_record_of(format, version, &prepared, system_prompt, tools)
+}
+
+/// The record of an episode [`prepare`]d for export, in `format` and layout `version`. Agent
+/// turns kept as context only ([`Prepared::context_only`]) carry `"weight": 0` in `ppol`,
+/// `openai` and `hf`.
+pub fn sft_record_of(
+    format: SftFormat,
+    version: u32,
+    prepared: &Prepared,
+    system_prompt: &str,
+    tools: &[ToolSpec],
+) -> Result<SftRecord, Unexported> {
+    let (episode, context_only) = (&prepared.episode, &prepared.context_only);
     let record = match format {
-        SftFormat::Ppol => sft_record(episode, system_prompt, tools),
+        SftFormat::Ppol => ppol_record(episode, context_only, system_prompt, tools),
         SftFormat::Openai | SftFormat::Hf => {
-            toolkit_record(format, version, episode, system_prompt, tools)
-                .map_err(Unexported::Invalid)?
+            toolkit_record(format, version, episode, context_only, system_prompt, tools)
+                .map_err(Unexported::Malformed)?
         }
         SftFormat::Llamafactory => return llamafactory_record(episode, system_prompt, tools),
     };
@@ -192,17 +226,25 @@ pub fn sft_record_versioned(
     })
 }
 
+/// `"weight": 0` on an agent message kept as context only.
+fn weigh(m: &mut serde_json::Map<String, Value>, context_only: bool) {
+    if context_only {
+        m.insert("weight".into(), 0.into());
+    }
+}
+
 fn toolkit_record(
     format: SftFormat,
     version: u32,
     episode: &Episode,
+    context_only: &BTreeSet<usize>,
     system_prompt: &str,
     tools: &[ToolSpec],
 ) -> Result<Value, String> {
     let conv = &episode.conversation;
     let last_assistant = conv.iter().rposition(|t| t.role == Role::Assistant);
     let Some(last) = last_assistant else {
-        return Err("no agent message to train on".to_string());
+        return Err(NO_AGENT_MESSAGE.to_string());
     };
     let turns = &conv[..=last];
     let ids: Vec<&str> = turns
@@ -216,7 +258,7 @@ fn toolkit_record(
     let mut pending: std::collections::VecDeque<(String, String, String)> = Default::default();
     let mut parallel = false;
     let mut messages = vec![json!({"role": "system", "content": system_prompt})];
-    for t in turns {
+    for (i, t) in turns.iter().enumerate() {
         match t.role {
             Role::System => continue,
             Role::User => messages.push(json!({"role": "user", "content": t.content})),
@@ -252,6 +294,7 @@ fn toolkit_record(
                     m.insert("content".into(), t.content.clone().into());
                 }
                 m.insert("tool_calls".into(), calls.into());
+                weigh(&mut m, context_only.contains(&i));
                 messages.push(Value::Object(m));
             }
             Role::Tool => {
@@ -260,7 +303,7 @@ fn toolkit_record(
                     None => (!pending.is_empty()).then_some(0),
                 };
                 let Some(pos) = pos else {
-                    return Err(unanswered(t.tool_call_id.as_deref()));
+                    return Err(calls::orphan_result(t.tool_call_id.as_deref()));
                 };
                 let (_, id, name) = pending.remove(pos).expect("position is in range");
                 messages.push(match format {
@@ -293,14 +336,6 @@ fn toolkit_record(
             "parallel_tool_calls": parallel,
         }),
     })
-}
-
-/// The message of a tool result that answers no earlier call.
-fn unanswered(call_id: Option<&str>) -> String {
-    format!(
-        "a tool result answers {} that no earlier agent turn made",
-        call_id.map_or("a call".to_string(), |i| format!("call '{i}'"))
-    )
 }
 
 /// How the results of several calls made in one agent turn are joined into one LLaMA-Factory
@@ -337,9 +372,7 @@ fn llamafactory_record(
 ) -> Result<SftRecord, Unexported> {
     let conv = &episode.conversation;
     let Some(last) = conv.iter().rposition(|t| t.role == Role::Assistant) else {
-        return Err(Unexported::Invalid(
-            "no agent message to train on".to_string(),
-        ));
+        return Err(Unexported::Malformed(NO_AGENT_MESSAGE.to_string()));
     };
     // the agent's opening lines (the greeting) come before anything they could answer
     let start = conv[..=last]
@@ -349,7 +382,7 @@ fn llamafactory_record(
         })
         .unwrap_or(last + 1);
     let unfit = |why: &str| Err(Unexported::Unfit(why.to_string()));
-    let no_result = "a tool call has no result";
+    let no_result = calls::NO_RESULT;
     let mut messages: Vec<LfMessage> = Vec::new();
     // (call id as written, slot in the last observation)
     let mut pending: Vec<(String, usize)> = Vec::new();
@@ -386,7 +419,9 @@ fn llamafactory_record(
                     None => (!pending.is_empty()).then_some(0),
                 };
                 let Some(pos) = pos else {
-                    return Err(Unexported::Invalid(unanswered(t.tool_call_id.as_deref())));
+                    return Err(Unexported::Malformed(calls::orphan_result(
+                        t.tool_call_id.as_deref(),
+                    )));
                 };
                 let (_, slot) = pending.remove(pos);
                 if let Some(LfMessage::Observation(results)) = messages.last_mut() {
@@ -540,12 +575,24 @@ pub fn merge_dataset_info(
     Ok(text)
 }
 
+/// The reason an episode without an agent message is skipped.
+const NO_AGENT_MESSAGE: &str = "no agent message to train on";
+
 /// One fine-tuning record `{"messages": [...], "tools": [...], "metadata": {...}}` (the `ppol`
-/// format).
+/// format) of the episode's conversation as it is.
 pub fn sft_record(episode: &Episode, system_prompt: &str, tools: &[ToolSpec]) -> Value {
+    ppol_record(episode, &BTreeSet::new(), system_prompt, tools)
+}
+
+fn ppol_record(
+    episode: &Episode,
+    context_only: &BTreeSet<usize>,
+    system_prompt: &str,
+    tools: &[ToolSpec],
+) -> Value {
     let mut messages = vec![json!({"role": "system", "content": system_prompt})];
-    for t in &episode.conversation {
-        let m = match t.role {
+    for (i, t) in episode.conversation.iter().enumerate() {
+        let mut m = match t.role {
             Role::User => json!({"role": "user", "content": t.content}),
             Role::Assistant if !t.tool_calls.is_empty() => json!({
                 "role": "assistant",
@@ -562,6 +609,9 @@ pub fn sft_record(episode: &Episode, system_prompt: &str, tools: &[ToolSpec]) ->
             }
             Role::System => continue,
         };
+        if let Value::Object(m) = &mut m {
+            weigh(m, context_only.contains(&i));
+        }
         messages.push(m);
     }
     json!({
@@ -733,6 +783,11 @@ pub struct ClusterSummary {
     pub pass_hat_k: std::collections::BTreeMap<usize, f64>,
 }
 
+/// The unit pass^k counts trials of: a task of a domain played by a persona.
+fn pass_unit(e: &Episode) -> String {
+    format!("{}\u{1f}{}\u{1f}{}", e.domain, e.task_id, e.persona_id)
+}
+
 /// Per-cluster summaries, clusters sorted by name.
 pub fn cluster_summaries(episodes: &[Episode]) -> Vec<ClusterSummary> {
     let mut groups: std::collections::BTreeMap<String, Vec<Episode>> = Default::default();
@@ -748,11 +803,9 @@ pub fn cluster_summaries(episodes: &[Episode]) -> Vec<ClusterSummary> {
             let personas: std::collections::BTreeSet<&str> =
                 eps.iter().map(|e| e.persona_id.as_str()).collect();
             let max_trials = {
-                let mut per: std::collections::BTreeMap<(String, String), usize> =
-                    Default::default();
+                let mut per: std::collections::BTreeMap<String, usize> = Default::default();
                 for e in &eps {
-                    *per.entry((e.task_id.clone(), e.persona_id.clone()))
-                        .or_default() += 1;
+                    *per.entry(pass_unit(e)).or_default() += 1;
                 }
                 per.values().copied().max().unwrap_or(1)
             };
@@ -761,9 +814,7 @@ pub fn cluster_summaries(episodes: &[Episode]) -> Vec<ClusterSummary> {
                 episodes: eps.len(),
                 success_rate: eps.iter().filter(|e| e.success()).count() as f64 / eps.len() as f64,
                 pass_hat_k: crate::simulate::episode::record::pass_hat_k_by(
-                    &eps,
-                    |e| format!("{}\u{1f}{}", e.task_id, e.persona_id),
-                    max_trials,
+                    &eps, pass_unit, max_trials,
                 ),
                 cluster,
             }
@@ -913,7 +964,7 @@ mod tests {
         ]));
         let err = sft_record_as(SftFormat::Hf, &e, "p", &[]).unwrap_err();
         assert!(
-            matches!(&err, Unexported::Invalid(why) if why.contains("call 'zz'")),
+            matches!(&err, Unexported::Malformed(why) if why.contains("call 'zz'")),
             "{err}"
         );
         let silent = episode(json!([{"role": "user", "content": "hi"}]));
@@ -963,7 +1014,7 @@ mod tests {
         ]));
         assert!(matches!(
             sft_record_as(SftFormat::Llamafactory, &stray, "p", &[]),
-            Err(Unexported::Invalid(why)) if why.contains("call 'zz'")
+            Err(Unexported::Malformed(why)) if why.contains("call 'zz'")
         ));
         assert_eq!(
             merge_dataset_info(Some("[1]"), &[]).unwrap_err().1,
