@@ -5,8 +5,8 @@
 use rand::RngExt;
 
 use super::agent::{classify_answer, Answer};
-use super::facts::re;
 use super::intent::Need;
+use super::phrases::*;
 use super::style::{hard, unmark};
 use super::turns::{Core, Kind, Voice};
 
@@ -21,10 +21,7 @@ impl Voice for AxisVoice {
         c.request_said = true;
         if !s.easy && !s.verbose && !s.formal && c.p(0.08) {
             c.request_said = false;
-            parts.push(
-                c.pick(&["hi", "hello", "hey there", "hi there"])
-                    .to_string(),
-            );
+            parts.push(c.pick(GREET_BARE).to_string());
             return parts;
         }
         let first = c.details.pop_front().unwrap_or_default();
@@ -33,22 +30,11 @@ impl Voice for AxisVoice {
             let greet = if s.formal {
                 c.pick(&["Good day.", "Hello.", "Good afternoon."])
             } else {
-                c.pick(&[
-                    "Hello!",
-                    "Hi there!",
-                    "Hello, I hope you are doing well.",
-                    "Hi, good morning!",
-                    "Hello there!",
-                ])
+                c.pick(GREET_WARM)
             };
             parts.push(greet.to_string());
             if s.front_loads() {
-                parts.push(c.mark_ids(&first));
-                while let Some(d) = c.details.pop_front() {
-                    let d = c.mark_ids(&d);
-                    parts.push(d);
-                }
-                parts.extend(c.identity_sentences());
+                c.front_load(&mut parts, &first);
                 let said = parts.join(" ");
                 let f = c.facts.clone();
                 for id in f.order_ids.iter().filter(|i| !said.contains(i.as_str())) {
@@ -123,17 +109,11 @@ impl Voice for AxisVoice {
             c.strip_ids(&first)
         };
         if greet {
-            parts.push(c.pick(&["hi,", "hello,", "hi there,", "hey,"]).to_string());
+            parts.push(c.pick(GREET_PREFIX).to_string());
         }
         parts.push(body);
         if !s.incremental && c.p(0.3) {
-            if let Some(d) = c.details.pop_front() {
-                parts.push(if keep_ids {
-                    c.mark_ids(&d)
-                } else {
-                    c.strip_ids(&d)
-                });
-            }
+            c.push_detail(&mut parts, keep_ids);
         }
         parts
     }
@@ -142,12 +122,7 @@ impl Voice for AxisVoice {
         let s = c.style;
         let first_ask = c.confirm_streak == 1;
         if first_ask && s.skeptical && s.terse && c.p(0.75) {
-            let t = c.pick(&[
-                "are you sure?",
-                "are you sure thats right",
-                "that's not right?",
-                "hmm are you sure",
-            ]);
+            let t = c.pick(DOUBT_TERSE);
             return vec![t.to_string()];
         }
         if first_ask && s.skeptical && c.p(0.75) {
@@ -187,16 +162,7 @@ impl Voice for AxisVoice {
         } else if s.acknowledger && c.p(0.8) {
             c.pick(&["ok", "sure", "yes", "sounds good", "alright", "okay"])
         } else if s.terse {
-            c.pick(&[
-                "yes",
-                "y",
-                "ok",
-                "k",
-                "yep",
-                "yes go ahead",
-                "sure",
-                "yes pls",
-            ])
+            c.pick(YES_TERSE)
         } else if s.ambiguous && s.terse && c.p(0.5) {
             c.pick(&["yeah i guess", "ok i think", "yes i guess"])
         } else if s.ambiguous && c.p(0.6) {
@@ -213,23 +179,9 @@ impl Voice for AxisVoice {
                 "ok yes, but i'm definitely going to check it afterwards",
             ])
         } else if s.long() {
-            c.pick(&[
-                "Yes, that sounds perfect, please go ahead.",
-                "Yes, please proceed with that. Thank you for taking care of it.",
-                "Yes, that is correct, you can go ahead with it.",
-                "Yes, I confirm. That is exactly what I wanted to do.",
-                "Yes, that is exactly what I would like, so you can go ahead.",
-                "Yes, that all sounds right to me, go ahead and proceed.",
-            ])
+            c.pick(YES_WARM)
         } else {
-            c.pick(&[
-                "yes please",
-                "yes, go ahead",
-                "yes that's right, go ahead",
-                "ok, please do it",
-                "sure, go ahead",
-                "yes",
-            ])
+            c.pick(YES_PLAIN)
         };
         let mut parts = vec![text.to_string()];
         if s.easy && c.p(0.6) {
@@ -261,12 +213,7 @@ impl Voice for AxisVoice {
                     "no. this was a waste of time",
                 ])
             } else {
-                c.pick(&[
-                    "no. this took way too long",
-                    "no. that was ridiculous",
-                    "no. worst support ever",
-                    "no, just do your job faster next time",
-                ])
+                c.pick(NO_ANGRY)
             }
         } else if s.terse || (s.acknowledger && c.p(0.7)) {
             c.pick(&[
@@ -320,13 +267,9 @@ impl Voice for AxisVoice {
             ])
             .to_string()
         } else if s.long() {
-            c.pick(&[
-                "I see, I understand. Thank you for checking on that for me.",
-                "That is unfortunate; however, I understand the policy.",
-            ])
-            .to_string()
+            c.pick(ACCEPT_POLICY).to_string()
         } else {
-            c.pick(&["oh ok", "hm, ok", "ok i see"]).to_string()
+            c.pick(ACK_SOFT).to_string()
         }]
     }
 
@@ -352,25 +295,11 @@ impl Voice for AxisVoice {
             }
         } else if s.frustrated {
             if c.p(0.6) {
-                let e = c.pick(&[
-                    "ugh.",
-                    "this is ridiculous.",
-                    "come on.",
-                    "i'm so frustrated right now.",
-                    "seriously?",
-                    "this is taking forever.",
-                    "unbelievable.",
-                ]);
+                let e = c.pick(FRUSTRATION);
                 parts.insert(0, e.to_string());
             }
             if c.p(0.35) {
-                let a = c.pick(&[
-                    "you're not helping.",
-                    "this is useless.",
-                    "terrible service.",
-                    "just do your job.",
-                    "this is unacceptable.",
-                ]);
+                let a = c.pick(ACCUSATION);
                 parts.push(a.to_string());
             }
             if kind != Kind::Closing && !parts.iter().any(|p| p.contains(&c.demand)) && c.p(0.9) {
@@ -429,12 +358,7 @@ impl Voice for AxisVoice {
         }
         if s.impatient && kind != Kind::Closing && c.p(0.6) {
             let k = if s.terse {
-                c.pick(&[
-                    "any update?",
-                    "when will it be done?",
-                    "can you check faster",
-                    "asap pls",
-                ])
+                c.pick(IMPATIENT_TERSE)
             } else {
                 c.pick(&[
                     "any update?",
@@ -451,14 +375,9 @@ impl Voice for AxisVoice {
             && c.p(if s.terse { 0.3 } else { 0.5 })
         {
             let k = if s.terse {
-                c.pick(&["i think", "maybe", "idk"])
+                c.pick(HEDGE_TERSE)
             } else {
-                c.pick(&[
-                    "i think.",
-                    "maybe.",
-                    "not sure though...",
-                    "or something like that, i guess",
-                ])
+                c.pick(HEDGE)
             };
             parts.push(k.to_string());
         }
@@ -481,36 +400,11 @@ impl Voice for AxisVoice {
             parts.push(k.to_string());
         }
         if kind != Kind::Closing && c.p(c.style.p_formal()) {
-            let k = c.pick(&[
-                "However, I would appreciate a brief confirmation once it is done.",
-                "Furthermore, I would like this handled promptly.",
-                "Regarding my account, the details above should be sufficient.",
-                "Additionally, please let me know if anything further is required.",
-                "With regard to my request, accuracy is important to me.",
-            ]);
+            let k = c.pick(FORMAL_TAILS);
             parts.push(k.to_string());
         }
-        let joined = parts.join(" ").to_lowercase();
-        let polite_already =
-            re!(r"\b(?:please|pls|thanks?|thank you|thx|ty|appreciate|grateful|sorry)\b")
-                .is_match(&joined);
-        if !polite_already && c.p(c.style.p_polite()) {
-            let k = if s.terse {
-                c.pick(&["thx", "pls", "ty"])
-            } else if s.long() || s.polite {
-                c.pick(&[
-                    "Thank you so much.",
-                    "Thank you!",
-                    "I really appreciate your help.",
-                    "Thanks in advance.",
-                    "Sorry for the trouble, and thank you.",
-                    "Thank you for your patience.",
-                ])
-            } else {
-                c.pick(&["thanks", "thank you", "please", "thanks!"])
-            };
-            parts.push(k.to_string());
-        }
+        let warm = s.long() || s.polite;
+        c.polite_tail(&mut parts, c.style.p_polite(), warm);
         parts
     }
 
@@ -564,10 +458,6 @@ impl Voice for AxisVoice {
         if !c.p(0.2) {
             return None;
         }
-        Some(c.pick(&[
-            "forget it. this is useless",
-            "forget it, i'll call instead. terrible service",
-            "never mind. this is a waste of my time",
-        ]))
+        Some(c.pick(GIVE_UP))
     }
 }

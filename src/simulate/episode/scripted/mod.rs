@@ -57,6 +57,7 @@ mod axis_voice;
 mod facts;
 mod intent;
 pub mod mechanics;
+mod phrases;
 mod style;
 mod text_voice;
 mod turns;

@@ -7,6 +7,7 @@ use rand::RngExt;
 use super::facts::re;
 use super::intent::Need;
 use super::mechanics::{Arc, Play};
+use super::phrases::*;
 use super::style::typos;
 use super::turns::{Core, Kind, Voice};
 
@@ -85,16 +86,11 @@ impl Voice for TextVoice {
         };
         if greet {
             let g = if s.long() {
-                c.pick(&[
-                    "Hello!",
-                    "Hi there!",
-                    "Hello, I hope you are doing well.",
-                    "Hi, good morning!",
-                ])
+                c.pick(GREET_WARM)
             } else if s.terse {
-                c.pick(&["hi", "hey", "hello"])
+                c.pick(GREET_BARE)
             } else {
-                c.pick(&["hi,", "hello,", "hi there,", "hey,"])
+                c.pick(GREET_PREFIX)
             };
             parts.push(g.to_string());
         }
@@ -110,12 +106,7 @@ impl Voice for TextVoice {
         }
         let withhold = k.withhold > 0 || k.one_field;
         if k.front_load && !withhold {
-            parts.push(c.mark_ids(&first));
-            while let Some(d) = c.details.pop_front() {
-                let d = c.mark_ids(&d);
-                parts.push(d);
-            }
-            parts.extend(c.identity_sentences());
+            c.front_load(&mut parts, &first);
             return parts;
         }
         let keep_ids = !withhold && c.p(0.5);
@@ -131,13 +122,7 @@ impl Voice for TextVoice {
         parts.push(body);
         let more = !k.reactive && !k.one_field && !k.clear_request && !short;
         if more && c.p(if s.long() { 0.6 } else { 0.3 }) {
-            if let Some(d) = c.details.pop_front() {
-                parts.push(if keep_ids {
-                    c.mark_ids(&d)
-                } else {
-                    c.strip_ids(&d)
-                });
-            }
+            c.push_detail(&mut parts, keep_ids);
         }
         parts
     }
@@ -154,11 +139,7 @@ impl Voice for TextVoice {
             if self.pushbacks_left > 0 && c.p(doubt) {
                 self.pushbacks_left -= 1;
                 let t = if s.terse {
-                    c.pick(&[
-                        "are you sure?",
-                        "are you sure thats right",
-                        "hmm are you sure",
-                    ])
+                    c.pick(DOUBT_TERSE)
                 } else {
                     c.pick(&[
                         "are you sure that's right?",
@@ -190,25 +171,13 @@ impl Voice for TextVoice {
             return vec![t.to_string()];
         }
         let yes = if s.terse {
-            c.pick(&["yes", "y", "ok", "yep", "yes go ahead", "sure", "yes pls"])
+            c.pick(YES_TERSE)
         } else if s.long() {
-            c.pick(&[
-                "Yes, that sounds perfect, please go ahead.",
-                "Yes, please proceed with that. Thank you for taking care of it.",
-                "Yes, that is correct, you can go ahead with it.",
-                "Yes, that is exactly what I would like, so you can go ahead.",
-            ])
+            c.pick(YES_WARM)
         } else if k.no_restate {
             c.pick(&["yes", "yes go ahead", "ok go ahead", "yes please", "sure"])
         } else {
-            c.pick(&[
-                "yes please",
-                "yes, go ahead",
-                "yes that's right, go ahead",
-                "ok, please do it",
-                "sure, go ahead",
-                "yes",
-            ])
+            c.pick(YES_PLAIN)
         };
         let mut parts = vec![yes.to_string()];
         if k.restate > 0.0 && c.p(k.restate) {
@@ -237,11 +206,7 @@ impl Voice for TextVoice {
                     "unbelievable. terrible service",
                 ])
             } else {
-                c.pick(&[
-                    "no. this took way too long",
-                    "no. worst support ever",
-                    "no. that was a waste of time",
-                ])
+                c.pick(NO_ANGRY)
             }
         } else if rough && c.p(k.emotion) {
             c.pick(&[
@@ -317,12 +282,9 @@ impl Voice for TextVoice {
             return vec![t.to_string()];
         }
         let t = if s.long() {
-            c.pick(&[
-                "I see, I understand. Thank you for checking on that for me.",
-                "That is unfortunate; however, I understand the policy.",
-            ])
+            c.pick(ACCEPT_POLICY)
         } else {
-            c.pick(&["oh ok", "hm, ok", "ok i see", "ok"])
+            c.pick(ACK_SOFT)
         };
         vec![t.to_string()]
     }
@@ -344,13 +306,7 @@ impl Voice for TextVoice {
         let pe = self.emotion_now(c, kind);
         if pe > 0.0 && c.p(pe) {
             let e = if k.emotion >= 0.75 {
-                c.pick(&[
-                    "this is ridiculous.",
-                    "i'm really frustrated right now.",
-                    "seriously?",
-                    "come on.",
-                    "this is taking forever.",
-                ])
+                c.pick(FRUSTRATION)
             } else if k.emotion >= 0.45 {
                 c.pick(&[
                     "this is frustrating.",
@@ -388,12 +344,7 @@ impl Voice for TextVoice {
                     "your system keeps getting this wrong.",
                 ])
             } else {
-                c.pick(&[
-                    "this is useless.",
-                    "terrible service.",
-                    "you're not helping.",
-                    "this is unacceptable.",
-                ])
+                c.pick(ACCUSATION)
             };
             parts.push(a.to_string());
         }
@@ -411,7 +362,7 @@ impl Voice for TextVoice {
         }
         if k.impatient > 0.0 && kind != Kind::Closing && c.p(k.impatient * 0.5) {
             let t = if s.terse {
-                c.pick(&["any update?", "how long?", "asap pls"])
+                c.pick(IMPATIENT_TERSE)
             } else {
                 c.pick(&[
                     "any update?",
@@ -436,9 +387,9 @@ impl Voice for TextVoice {
         }
         if k.hedge > 0.0 && matches!(kind, Kind::Other | Kind::Opening) && c.p(k.hedge * 0.5) {
             let t = if s.terse {
-                c.pick(&["i think", "maybe"])
+                c.pick(HEDGE_TERSE)
             } else {
-                c.pick(&["i think.", "maybe.", "not sure though."])
+                c.pick(HEDGE)
             };
             parts.push(t.to_string());
         }
@@ -452,33 +403,11 @@ impl Voice for TextVoice {
             parts.push(t.to_string());
         }
         if k.formal > 0.0 && kind != Kind::Closing && c.p(k.formal * 0.85) {
-            let t = c.pick(&[
-                "However, I would appreciate a brief confirmation once it is done.",
-                "Furthermore, I would like this handled promptly.",
-                "Additionally, please let me know if anything further is required.",
-            ]);
+            let t = c.pick(FORMAL_TAILS);
             parts.push(t.to_string());
         }
-        let joined = parts.join(" ").to_lowercase();
-        let polite_already =
-            re!(r"\b(?:please|pls|thanks?|thank you|thx|ty|appreciate|grateful|sorry)\b")
-                .is_match(&joined);
         let p_polite = k.polite.unwrap_or_else(|| s.p_polite());
-        if !polite_already && c.p(p_polite) {
-            let t = if s.terse {
-                c.pick(&["thx", "pls", "ty"])
-            } else if s.long() || p_polite > 0.6 {
-                c.pick(&[
-                    "Thank you so much.",
-                    "Thank you!",
-                    "I really appreciate your help.",
-                    "Thanks in advance.",
-                ])
-            } else {
-                c.pick(&["thanks", "thank you", "please", "thanks!"])
-            };
-            parts.push(t.to_string());
-        }
+        c.polite_tail(&mut parts, p_polite, s.long() || p_polite > 0.6);
         parts
     }
 
@@ -574,11 +503,7 @@ impl Voice for TextVoice {
                 "alright, i'll sort it out another time",
             ])
         } else {
-            c.pick(&[
-                "forget it. this is useless",
-                "forget it, i'll call instead",
-                "never mind. this is a waste of my time",
-            ])
+            c.pick(GIVE_UP)
         })
     }
 }

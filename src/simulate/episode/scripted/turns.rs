@@ -106,6 +106,28 @@ impl Core {
         xs[self.rng.random_range(0..xs.len())]
     }
 
+    /// Say everything at once: the request with its identifiers, every detail left, and who
+    /// the user is.
+    pub(super) fn front_load(&mut self, parts: &mut Vec<String>, first: &str) {
+        parts.push(self.mark_ids(first));
+        while let Some(d) = self.details.pop_front() {
+            let d = self.mark_ids(&d);
+            parts.push(d);
+        }
+        parts.extend(self.identity_sentences());
+    }
+
+    /// Add the next unsaid detail, with its identifiers or without.
+    pub(super) fn push_detail(&mut self, parts: &mut Vec<String>, keep_ids: bool) {
+        if let Some(d) = self.details.pop_front() {
+            parts.push(if keep_ids {
+                self.mark_ids(&d)
+            } else {
+                self.strip_ids(&d)
+            });
+        }
+    }
+
     /// The closing both users end on when nothing in their style says otherwise: resigned after
     /// a refusal, else a short thanks.
     pub(super) fn plain_closing(&mut self, refused: bool) -> &'static str {
