@@ -128,7 +128,7 @@ pub fn human_row(humans: &[Dialogue], scorer: &Scorer) -> EvalRow {
 
 /// Build the table. `n` personas per task for every persona condition, and `n` persona-free
 /// episodes per task for the base row. With `keep`, each row's episodes go to
-/// `keep/<row>.jsonl` and its personas to `keep/<row>.personas.jsonl` (see [`program_row`]).
+/// `keep/<row>.jsonl` and its personas to `keep/<row>.personas.json`.
 /// Errors: the kept files only.
 #[allow(clippy::too_many_arguments)]
 pub async fn compare(

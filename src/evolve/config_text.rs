@@ -39,7 +39,7 @@ fn is_section(root: &Json, prop: &Json) -> bool {
 }
 
 /// A description as plain text for a TOML comment: code spans lose their backticks, links
-/// keep their text (`[label](Self::label)` → label, [`X`] → X); other brackets, such as the
+/// keep their text (`[label](Self::label)` → label, `[`X`]` → X); other brackets, such as the
 /// ends of a range `[0, 1]`, stay.
 pub fn plain(doc: &str) -> String {
     let mut out = String::with_capacity(doc.len());
