@@ -264,4 +264,14 @@ mod tests {
         );
         assert_eq!(plain("`demo` or\n`chat`"), "demo or chat");
     }
+
+    #[test]
+    fn the_schema_shipped_in_the_python_package_is_current() {
+        let shipped = include_str!("../../python/ppol_rs/run.schema.json");
+        let now = crate::io::to_json_pretty(&RunConfig::schema()) + "\n";
+        assert!(
+            shipped == now,
+            "python/ppol_rs/run.schema.json is stale: run `ppol config schema -o python/ppol_rs/run.schema.json`"
+        );
+    }
 }
