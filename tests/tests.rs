@@ -10,6 +10,7 @@ mod episodes;
 mod evolve;
 mod export;
 mod first_hour;
+mod help_text;
 mod hub;
 mod interop;
 mod llm;

@@ -72,17 +72,43 @@ pub fn field_docs(source: &str, name: &str) -> Vec<(String, String)> {
     out
 }
 
-/// A doc comment as plain text: intra-doc link brackets and backticks dropped.
+/// A doc comment as plain text: intra-doc links (`` [`X`] ``, `` [`X`](path) ``, `[text](path)`)
+/// become their text and backticks are dropped; every other bracket stays, so ranges read as
+/// written ("in [0, 1]", "in (0, 1]").
 fn plain(doc: &str) -> String {
-    let mut s = doc.replace('`', "");
-    while let (Some(a), Some(b)) = (s.find("[`"), s.find("`]")) {
-        if b < a {
-            break;
+    let mut out = String::with_capacity(doc.len());
+    let mut rest = doc;
+    while let Some(open) = rest.find('[') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let link = after.find(']').and_then(|close| {
+            let inner = &after[..close];
+            let tail = &after[close + 1..];
+            // `[text](target)`: the text; `` [`X`] ``: X
+            let target = tail
+                .strip_prefix('(')
+                .and_then(|t| t.find(')').map(|end| &t[end + 1..]));
+            match target {
+                Some(next) if !inner.is_empty() => Some((inner, next)),
+                _ if inner.len() > 2 && inner.starts_with('`') && inner.ends_with('`') => {
+                    Some((inner, tail))
+                }
+                _ => None,
+            }
+        });
+        match link {
+            Some((inner, next)) => {
+                out.push_str(inner);
+                rest = next;
+            }
+            None => {
+                out.push('[');
+                rest = after;
+            }
         }
-        s.replace_range(b..b + 2, "");
-        s.replace_range(a..a + 2, "");
     }
-    s.replace(['[', ']'], "")
+    out.push_str(rest);
+    out.replace('`', "")
 }
 
 /// Wrap `text` as `# ` comment lines of at most ~96 characters.
@@ -179,6 +205,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn doc_links_become_their_text_and_other_brackets_stay() {
+        assert_eq!(plain("see [`Foo`] and [`bar`](crate::x::bar)"), "see Foo and bar");
+        assert_eq!(plain("the [README](../README.md), `code`"), "the README, code");
+        assert_eq!(
+            plain("in [0, 1]; in (0, 1]; [a] [`b` c"),
+            "in [0, 1]; in (0, 1]; [a] [b c"
+        );
+    }
+
+    #[test]
     fn every_key_is_printed_with_its_doc_and_reads_back() {
         let cfg = RunConfig::default();
         let text = annotated(&cfg);
@@ -204,6 +240,9 @@ mod tests {
                 assert!(lines[i - 1].starts_with("# "), "no doc for: {l}");
             }
         }
+        // ranges keep both brackets
+        assert!(text.contains("in (0, 1]. Default 0.2."), "{text}");
+        assert!(text.contains("in [0, 1]"), "{text}");
         // and it is a valid configuration equal to the one printed
         let back = RunConfig::from_toml_str(&text, std::path::Path::new("printed.toml")).unwrap();
         assert_eq!(back, cfg);
