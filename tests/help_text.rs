@@ -46,7 +46,9 @@ fn internal_names() -> BTreeSet<String> {
             let text = std::fs::read_to_string(&path).unwrap();
             for line in text.lines() {
                 let t = line.trim_start().trim_start_matches("pub(crate) ");
-                let t = t.trim_start_matches("pub(super) ").trim_start_matches("pub ");
+                let t = t
+                    .trim_start_matches("pub(super) ")
+                    .trim_start_matches("pub ");
                 for kw in ["struct ", "enum ", "trait ", "type ", "const ", "static "] {
                     let Some(rest) = t.strip_prefix(kw) else {
                         continue;
@@ -76,7 +78,16 @@ fn is_word_char(c: char) -> bool {
 /// What is wrong with a text a user reads (empty: nothing).
 fn problems(text: &str, names: &BTreeSet<String>) -> Vec<String> {
     let mut out = Vec::new();
-    for markup in ["[`", "`]", "](", "Self::", "crate::", "super::", "ppol-spec", "§"] {
+    for markup in [
+        "[`",
+        "`]",
+        "](",
+        "Self::",
+        "crate::",
+        "super::",
+        "ppol-spec",
+        "§",
+    ] {
         if text.contains(markup) {
             out.push(format!("doc markup or an outside reference: {markup:?}"));
         }
@@ -86,8 +97,13 @@ fn problems(text: &str, names: &BTreeSet<String>) -> Vec<String> {
         let before = text[..i].chars().next_back();
         let after = text[i + 2..].chars().next();
         if before.is_some_and(is_word_char) && after.is_some_and(is_word_char) {
-            let start = text[..i].rfind(|c: char| !is_word_char(c)).map_or(0, |s| s + 1);
-            out.push(format!("a Rust path: {:?}", &text[start..(i + 20).min(text.len())]));
+            let start = text[..i]
+                .rfind(|c: char| !is_word_char(c))
+                .map_or(0, |s| s + 1);
+            out.push(format!(
+                "a Rust path: {:?}",
+                &text[start..(i + 20).min(text.len())]
+            ));
         }
     }
     // clap's value placeholders (`--max-turns <MAX_TURNS>`) are named after the flag
@@ -110,7 +126,16 @@ fn problems(text: &str, names: &BTreeSet<String>) -> Vec<String> {
         let token = token.trim_end_matches(['.', ':']);
         let top = token.split('/').next().unwrap_or("");
         if token.contains('/')
-            && ["src", "seeds", "fitness", "generators", "python", "tests", ".ci"].contains(&top)
+            && [
+                "src",
+                "seeds",
+                "fitness",
+                "generators",
+                "python",
+                "tests",
+                ".ci",
+            ]
+            .contains(&top)
             && !root().join(token).exists()
         {
             out.push(format!("a file that is not in the repository: {token}"));
@@ -138,7 +163,10 @@ fn every_help_and_the_printed_configuration_are_plain_text_for_users() {
             texts.push((format!("ppol {}", args.join(" ")), out));
         }
     }
-    for extra in [&[][..], &["--llm", "openai:small@http://127.0.0.1:9/v1"][..]] {
+    for extra in [
+        &[][..],
+        &["--llm", "openai:small@http://127.0.0.1:9/v1"][..],
+    ] {
         let mut args = vec!["evolve", "--print-config"];
         args.extend_from_slice(extra);
         let (code, out, err) = run_ppol(&args);
@@ -178,6 +206,10 @@ fn the_help_text_checker_catches_each_kind_of_slip() {
         "see seeds/README.md and http://127.0.0.1:8000/v1",
         "a Persona record",
     ] {
-        assert!(problems(good, &names).is_empty(), "{good}: {:?}", problems(good, &names));
+        assert!(
+            problems(good, &names).is_empty(),
+            "{good}: {:?}",
+            problems(good, &names)
+        );
     }
 }

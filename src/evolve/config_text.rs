@@ -206,8 +206,14 @@ mod tests {
 
     #[test]
     fn doc_links_become_their_text_and_other_brackets_stay() {
-        assert_eq!(plain("see [`Foo`] and [`bar`](crate::x::bar)"), "see Foo and bar");
-        assert_eq!(plain("the [README](../README.md), `code`"), "the README, code");
+        assert_eq!(
+            plain("see [`Foo`] and [`bar`](crate::x::bar)"),
+            "see Foo and bar"
+        );
+        assert_eq!(
+            plain("the [README](../README.md), `code`"),
+            "the README, code"
+        );
         assert_eq!(
             plain("in [0, 1]; in (0, 1]; [a] [`b` c"),
             "in [0, 1]; in (0, 1]; [a] [b c"

@@ -50,7 +50,7 @@ pub use episodes::{
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
 pub use export::{export_sft, ExportReport, ExportRequest, SftFormat, SkippedEpisode};
-pub use generate::{generate, GenerateReport, GenerateRequest, TaskGeneration};
+pub use generate::{generate, FromRun, GenerateReport, GenerateRequest, TaskGeneration};
 pub use study::{study_analyze, study_make, StudyMakeRequest};
 
 // ---------------------------------------------------------------------------------------------
