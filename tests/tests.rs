@@ -23,6 +23,7 @@ mod report;
 mod restart;
 mod sandbox;
 mod scripted;
+mod second_hour;
 mod stop;
 mod structured;
 mod study;

@@ -64,25 +64,48 @@ pub fn compare_to_seed(table: &EvalTable, evolved_is_seed: Option<String>) -> Se
         evolved_is_seed,
         ..Default::default()
     };
-    let (evolved, seed) = match (row(table, "evolved"), row(table, "seed")) {
-        (Some(e), Some(s)) => (e, s),
-        _ => {
-            c.not_shown = Some("the table has no evolved or no seed row".into());
-            return c;
+    c.not_shown = differences(table, &mut c).err();
+    let tasks = table.tasks.len();
+    let measured = match (c.per_task_mean.or(c.score), c.standard_error) {
+        (Some(d), Some(se)) => format!(" ({:+.1} pp, standard error {:.1})", 100.0 * d, 100.0 * se),
+        (Some(d), None) => format!(" ({:+.1} pp)", 100.0 * d),
+        _ => String::new(),
+    };
+    c.noise = if tasks < MIN_TASKS {
+        Some(format!(
+            "{tasks} test task(s) are too few to tell evolved - seed{measured} from noise: one \
+             task can carry the mean; evaluate on {MIN_TASKS} or more (more tasks in the task \
+             file, a larger [world] test_fraction, or --split with a larger split)"
+        ))
+    } else {
+        match (c.per_task_mean, c.standard_error) {
+            (Some(m), Some(se)) if m.abs() < 2.0 * se => Some(format!(
+                "evolved - seed ({:+.1} pp) is within two standard errors ({:.1} pp) of 0 on \
+                 these {tasks} tasks: it cannot be told from noise",
+                100.0 * m,
+                100.0 * se
+            )),
+            _ => None,
         }
     };
+    c
+}
+
+/// Fill in `c`'s differences and per-task spread, or say why there are none.
+fn differences(table: &EvalTable, c: &mut SeedComparison) -> Result<(), String> {
+    let (Some(evolved), Some(seed)) = (row(table, "evolved"), row(table, "seed")) else {
+        return Err("the table has no evolved or no seed row".into());
+    };
     if c.evolved_is_seed.is_some() {
-        c.not_shown = Some(
-            "evolved is the seed program (the line above says why): the two rows are one \
-             program played with the same seeds"
+        return Err(
+            "evolved is the seed program (the line above says why): the two rows are \
+                    one program played with the same seeds"
                 .into(),
         );
-        return c;
     }
     for r in [seed, evolved] {
         if let Some(why) = &r.skipped {
-            c.not_shown = Some(format!("the {} row was skipped: {why}", r.name));
-            return c;
+            return Err(format!("the {} row was skipped: {why}", r.name));
         }
     }
     c.human_likeness = Some(evolved.human_likeness - seed.human_likeness);
@@ -112,31 +135,7 @@ pub fn compare_to_seed(table: &EvalTable, evolved_is_seed: Option<String>) -> Se
         c.standard_error = Some((var / n as f64).sqrt());
     }
     c.per_task = diffs;
-    let tasks = table.tasks.len();
-    let se = c
-        .standard_error
-        .map(|se| format!(", standard error {:.1}", 100.0 * se))
-        .unwrap_or_default();
-    let diff = c.per_task_mean.or(c.score).unwrap_or(0.0);
-    c.noise = if tasks < MIN_TASKS {
-        Some(format!(
-            "{tasks} test task(s) are too few to tell evolved - seed ({:+.1} pp{se}) from \
-             noise: one task can carry the mean; evaluate on {MIN_TASKS} or more (more tasks in \
-             the task file, a larger [world] test_fraction, or --split with a larger split)",
-            100.0 * diff
-        ))
-    } else {
-        match (c.per_task_mean, c.standard_error) {
-            (Some(m), Some(se)) if m.abs() < 2.0 * se => Some(format!(
-                "evolved - seed ({:+.1} pp) is within two standard errors ({:.1} pp) of 0 on \
-                 these {tasks} tasks: it cannot be told from noise",
-                100.0 * m,
-                100.0 * se
-            )),
-            _ => None,
-        }
-    };
-    c
+    Ok(())
 }
 
 /// The text of one cell of the success column: "no reward" when the world (or, for the human

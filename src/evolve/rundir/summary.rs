@@ -669,6 +669,60 @@ mod tests {
         assert_eq!(overview.iterations, 3);
     }
 
+    /// Why the best is still the seed: no child, no mutation landed (LLM or not), none beat it.
+    #[test]
+    fn a_seed_that_stays_best_says_why() {
+        let mut seed = evaluated(1, None, 0.3, true);
+        if let Event::CandidateEvaluated { mutation, .. } = &mut seed {
+            *mutation = "seed".into();
+        }
+        let failed = |k: u64, op: &str, stage: &str| Event::CandidateFailed {
+            iteration: k,
+            program_id: None,
+            parent_id: Some("p1".into()),
+            mutation: op.into(),
+            failure: runlog::FailureInfo {
+                stage: stage.into(),
+                reason: "x".into(),
+                ..Default::default()
+            },
+            requeued: false,
+        };
+        let log = records(vec![seed.clone()]);
+        assert_eq!(
+            seed_still_best(&log, "p1").as_deref(),
+            Some("no child was made: the run stopped after evaluating its seed")
+        );
+        let log = records(vec![
+            seed.clone(),
+            failed(2, "structured", "mutation:unparsable"),
+            failed(3, "diff", "mutation:mutator-call"),
+        ]);
+        let why = seed_still_best(&log, "p1").unwrap();
+        assert!(
+            why.starts_with("no LLM mutation landed: 2 attempted, none made a program"),
+            "{why}"
+        );
+        let log = records(vec![
+            seed,
+            evaluated(2, Some("p1"), 0.2, false),
+            Event::Validation {
+                iteration: 2,
+                program_id: "p2".into(),
+                metrics: m(0.1),
+            },
+        ]);
+        assert_eq!(
+            seed_still_best(&log, "p1").as_deref(),
+            Some(
+                "none beat the seed: 1 child program(s) were played, 1 of them validated \
+                 against it, none above it"
+            )
+        );
+        assert_eq!(seed_still_best(&log, "p2"), None, "p2 is no seed");
+        assert_eq!(world_rewards(&log), None, "no persona recorded");
+    }
+
     #[test]
     fn cost_summaries_of_either_shape() {
         let flat: CostSummary = serde_json::from_value(serde_json::json!({
