@@ -338,3 +338,64 @@ fn generate_from_a_run_takes_its_best_program_and_its_world() {
     assert_eq!(code, 2);
     assert!(err.contains("no best/program.py"), "{err}");
 }
+
+/// A call that times out is retried with a warning a user can read without knowing ppol's
+/// roles: which role, what its call was doing, and what happens next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_call_warns_with_what_it_was_doing_and_what_happens_next() {
+    use ppol::testing::mock_server::{serve, MockReply, MockScript};
+    // the first answer comes after the timeout; the second says goodbye at once
+    let server = serve(
+        MockScript::queue(vec![MockReply::text("late").with_delay(2000)])
+            .with_default(MockReply::text("Thanks, bye ###STOP###")),
+    )
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let llm = tmp.path().join("llm.toml");
+    std::fs::write(
+        &llm,
+        format!(
+            "max_concurrency = 1\nmax_retries = 2\nbackoff_base_ms = 1\nbackoff_max_ms = 10\n\
+             [default]\nprovider = \"openai\"\nmodel = \"mock\"\nbase_url = \"{}\"\n\
+             timeout_s = 0.3\n",
+            server.base_url()
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("eps.jsonl");
+    let (code, _o, err) = tokio::task::spawn_blocking(move || {
+        run_ppol(&[
+            "episodes",
+            "--tasks",
+            "0",
+            "--llm",
+            llm.to_str().unwrap(),
+            "--max-turns",
+            "1",
+            "--quiet",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let warn = err
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("failed"))
+        .unwrap_or_else(|| panic!("no warning:\n{err}"));
+    assert!(
+        warn.contains("the user simulator's call (writing a user turn) failed: ")
+            || warn.contains("the agent's call (writing an agent turn) failed: "),
+        "which role and what it was doing: {warn}"
+    );
+    assert!(
+        warn.contains("retrying in") && warn.contains("(retry 1 of 2)"),
+        "{warn}"
+    );
+    assert!(
+        warn.contains("if every retry fails, the episode is recorded as failed"),
+        "what happens next: {warn}"
+    );
+}

@@ -610,7 +610,8 @@ def evaluate(
             "coverage": c["coverage"],
             "score": c["score"],
             "standard_error": c["standard_error"],
-            "skipped": c["not_shown"],
+            "skipped": ("evolved is the seed program: " + c["evolved_is_seed"]
+                        if c["evolved_is_seed"] else c["not_shown"]),
             "note": c["noise"],
         }
         diff.update({f"dice_{k}": v for k, v in (c["dice"] or {}).items()})
