@@ -399,3 +399,35 @@ async fn a_timed_out_call_warns_with_what_it_was_doing_and_what_happens_next() {
         "what happens next: {warn}"
     );
 }
+
+/// The report's slips: an eval on task ids is titled by them (not "3 split"), seeds are one a
+/// line (a long seed wrapped mid-number in one joined line), and the running best of the
+/// human-likeness and coverage charts says it follows the combined score.
+#[test]
+fn the_report_titles_evals_keeps_seeds_whole_and_labels_the_running_best() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let r = run.to_str().unwrap();
+    evolve(&["evolve", "--iterations", "2", "--out", r, "--quiet"]);
+    let (code, _o, err) = run_ppol(&["eval", r, "--split", "3", "--n", "1"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _o, err) = run_ppol(&["report", r]);
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(
+        html.contains("task 3, eval-3.json"),
+        "the D1–D4 chart's title"
+    );
+    assert!(
+        html.contains("<h3>task 3 <span"),
+        "the eval table's heading"
+    );
+    assert!(!html.contains("3 split"));
+    assert!(
+        html.contains("root: 1<br>") || html.contains("<br>root: 1<"),
+        "one seed a line"
+    );
+    assert!(!html.contains("root=1"));
+    assert!(html.contains("dl.facts dd{margin:0;font-weight:500;overflow-wrap:break-word}"));
+    assert!(html.contains("running best (by combined score)"));
+}
