@@ -34,7 +34,9 @@ Mutation operators (one to three per call, on non-overlapping segments):
   dup-fragment  duplicate a string of a list of strings
   drop-fragment remove a string of a list of strings (at least one is kept)
   swap-fragment exchange two strings of a list of strings
-  recombine     replace a string by the head of one fragment joined to the tail of another
+  recombine     replace a string by the leading sentences of one fragment joined to the trailing
+                sentences of another (cut only between whole sentences, so every sentence of
+                the result is a sentence of a parent; one-sentence fragments are not cut)
   add-mechanic  append a canonical sentence of the offline user's mechanics vocabulary
                 (fitness/mechanics.toml, passed as "mechanics": [{"id", "phrases"}]) to a list of
                 instruction sentences (MECHANICS... first), one the list does not already play
@@ -315,11 +317,26 @@ def perturb_value(rng, old, prob):
     return None
 
 
+SENTENCE_END = re.compile(r"(?<![.])[.!?]['\")]?\s+(?=[A-Z\"'(])")
+
+
 def split_points(s):
-    pts = [m.end() for m in re.finditer(r"[.!?;:]\s+", s) if 0 < m.end() < len(s)]
-    if not pts:
-        pts = [m.start() for m in re.finditer(r"\s+", s) if 0 < m.start() < len(s)]
+    """Where ``s`` may be cut so that both sides are whole sentences: after a sentence's end
+    (``.``, ``!`` or ``?``, not an ellipsis) followed by a capital, outside parentheses. A
+    one-sentence string has none: cutting it mid-sentence ("mention it" + "and polite even
+    when ...") made ungrammatical persona text."""
+    pts = []
+    for m in SENTENCE_END.finditer(s):
+        before = s[:m.end()]
+        if before.count("(") == before.count(")") and 0 < m.end() < len(s):
+            pts.append(m.end())
     return pts
+
+
+def sentences(s):
+    """The sentences of ``s`` (cut at :func:`split_points`)."""
+    cuts = [0] + split_points(s) + [len(s)]
+    return [s[a:b].strip() for a, b in zip(cuts, cuts[1:]) if s[a:b].strip()]
 
 
 def recombine(rng, a, b):
@@ -331,7 +348,26 @@ def recombine(rng, a, b):
     if not head or not tail:
         return None
     out = head + " " + tail
+    # the check on the edited text: every sentence is a whole sentence of a parent
+    whole = set(sentences(a)) | set(sentences(b))
+    if any(x not in whole for x in sentences(out)):
+        return None
     return out if out not in (a, b) else None
+
+
+def as_sentence(text, like):
+    """An LLM's replacement or addition for a list of instruction sentences, checked as one:
+    when ``like`` (the text it replaces, or a sentence of the list) is an instruction sentence,
+    the new text starts with a capital, ends with a sentence's punctuation and repeats no word
+    twice in a row ("the the"); small slips are repaired rather than the edit lost."""
+    if not is_instruction(like):
+        return text
+    out = re.sub(r"\b(\w+)(\s+\1\b)+", r"\1", text, flags=re.I)
+    if out[:1].islower():
+        out = out[0].upper() + out[1:]
+    if out[-1:] not in ".!?)'\"":
+        out = out.rstrip(",;: ") + "."
+    return out
 
 
 # Intensity scales of instruction sentences (the words fitness/mechanics.toml reads).
@@ -868,6 +904,9 @@ def apply_edits(code, edits, max_targets=64, text_max=TEXT_MAX):
                 skipped.append(f"edit {i + 1}: empty text")
                 continue
             text = " ".join(text.split())
+            like = node.value if op == "set" else next(
+                (x.value for x in node.elts if is_str(x)), "")
+            text = as_sentence(text, like)
             if len(text) > text_max:
                 skipped.append(f"edit {i + 1}: text longer than {text_max} characters")
                 continue

@@ -827,7 +827,8 @@ fn report_fact(html: &str, name: &str) -> Option<String> {
 /// score (its `validation`). Before, `run_stopped` and the CLI named the train best (it00010)
 /// with the validated program's validation, `best/` held it00003, and the report labelled
 /// it00003 with it00010's train score. (The cascade is off: with it, validations below the
-/// best's stop after their first stage, and this run no longer shows the case.)
+/// best's stop after their first stage, and this run no longer shows the case. Seed 3: since
+/// structural recombination keeps whole sentences, seed 1's train best validates best.)
 #[test]
 fn the_run_names_one_best_program_with_its_own_numbers() {
     let tmp = tempfile::tempdir().unwrap();
@@ -837,7 +838,7 @@ fn the_run_names_one_best_program_with_its_own_numbers() {
         "--iterations",
         "10",
         "--seed",
-        "1",
+        "3",
         "--no-cascade",
         "--out",
         out.to_str().unwrap(),

@@ -500,7 +500,7 @@ fn report_is_self_contained_and_complete() {
         "0.912",
         "demo",
         "ppol-0.1.1",
-        "root=42",
+        "root: 42",
     ] {
         assert!(html.contains(s), "header lacks {s}");
     }
@@ -553,7 +553,7 @@ fn report_is_self_contained_and_complete() {
     assert_eq!(map.matches(r#"class="pt evolved""#).count(), 24);
     assert!(map.contains("PC1 (") && map.contains("% of human variance)"));
     // D1–D4 bars: 4 computed rows × 5 groups (the skipped "direct" row has none)
-    let bars = svg_with_title(&html, "test split (eval-test.json)");
+    let bars = svg_with_title(&html, "test split (2 tasks), eval-test.json");
     assert_eq!(bars.matches(r#"class="bar "#).count(), 4 * 5);
     assert_eq!(bars.matches(r#"class="bar evolved""#).count(), 5);
     // eval table, with the skipped reason

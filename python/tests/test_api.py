@@ -37,7 +37,7 @@ def test_evolve_progress_stop_resume_evaluate_report(tmp_path):
     more = ppol_rs.resume(out, iterations=summary["iterations"] + 1)
     assert more["iterations"] == summary["iterations"] + 1
     df = ppol_rs.evaluate(out, n=3)
-    assert list(df.index) == ["human", "base", "direct", "seed", "evolved"]
+    assert list(df.index) == ["human", "base", "direct", "seed", "evolved", "evolved - seed"]
     assert df.loc["evolved", "human_likeness"] > df.loc["base", "human_likeness"]
     assert ppol_rs.report(out).endswith("report.html")
 

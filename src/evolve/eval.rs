@@ -1,15 +1,16 @@
 //! `ppol eval RUN_DIR`: the paper's Table 1 for a run, on held-out tasks — humans, the base
 //! simulator, direct-prompt personas, the seed program and the run's best program, each
 //! scored with the run's own human reference and discriminator ([`compare`] builds the
-//! table). The table is written to `RUN_DIR/eval-<split>.json`; each row's personas and
-//! episodes to `RUN_DIR/eval-<split>/` as they are made (`base.jsonl`, `seed.jsonl`,
-//! `seed.personas.json`, ...), so an interrupted eval reruns only what is missing.
+//! table), with evolved − seed ([`crate::evolve::eval_table`]). The table is written to
+//! `RUN_DIR/eval-<split>.json`; each row's personas and episodes to `RUN_DIR/eval-<split>/` as
+//! they are made (`base.jsonl`, `seed.jsonl`, `seed.personas.json`, ...), so an interrupted
+//! eval reruns only what is missing.
 
 use std::path::{Path, PathBuf};
 
-use crate::evolve::compare::{compare, render_table, Condition};
+use crate::evolve::compare::{compare, Condition};
 use crate::evolve::context::RunContext;
-use crate::evolve::rundir::runlog::EvalTable;
+use crate::evolve::eval_table::{compare_to_seed, render, EvalReport};
 use crate::evolve::rundir::RunDir;
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;
@@ -28,7 +29,7 @@ pub async fn evaluate_run(
     human: &[PathBuf],
     n_personas: Option<usize>,
     progress: Option<&(dyn Fn(&crate::simulate::batch::Progress) + Sync)>,
-) -> Result<EvalTable> {
+) -> Result<EvalReport> {
     let run = RunDir::open(dir);
     let cfg = run.load_config()?;
     let split = split.unwrap_or(&cfg.run.test_split).to_string();
@@ -100,14 +101,26 @@ pub async fn evaluate_run(
     .await;
     ctx.world.shutdown().await;
     let mut table = table?;
+    // evolved is the seed program: the log says why (no mutation landed, none beat it)
+    let evolved_is_seed = match &best_program_id {
+        Some(id) => crate::evolve::rundir::runlog::read(&run.log_path())
+            .ok()
+            .and_then(|log| crate::evolve::rundir::summary::seed_still_best(&log, id)),
+        None => (best_code == ctx.seed_code)
+            .then(|| "best/program.py is the seed program's code".to_string()),
+    };
     table.best_program_id = best_program_id;
+    let report = EvalReport {
+        evolved_vs_seed: compare_to_seed(&table, evolved_is_seed),
+        table,
+    };
     crate::io::write_atomic(
         &run.join(format!("eval-{}.json", file_safe(&split))),
-        serde_json::to_string_pretty(&table)
+        serde_json::to_string_pretty(&report)
             .expect("json")
             .as_bytes(),
     )?;
-    Ok(table)
+    Ok(report)
 }
 
 /// A split's name as part of a file name: characters other than letters, digits, `.`, `_`
@@ -131,6 +144,6 @@ pub fn file_safe(split: &str) -> String {
 }
 
 /// The evaluation table rendered as text (for the CLI).
-pub fn table_text(t: &EvalTable) -> String {
-    render_table(t)
+pub fn table_text(r: &EvalReport) -> String {
+    render(r)
 }

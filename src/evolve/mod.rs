@@ -17,7 +17,8 @@
 //! - What stays on disk: the run directory ([`rundir`]) with its run log
 //!   ([`rundir::runlog`]), cost ledger ([`rundir::ledger`]) and checkpoint
 //!   ([`rundir::checkpoint`]).
-//! - `ppol eval`: the held-out comparison ([`eval`], table built by [`compare`]).
+//! - `ppol eval`: the held-out comparison ([`eval`], table built by [`compare`], read with
+//!   evolved − seed and rendered by [`eval_table`]).
 //!
 //! Depends on the floor and on every earlier stage.
 
@@ -28,6 +29,7 @@ pub mod config;
 pub mod config_text;
 pub mod context;
 pub mod eval;
+pub mod eval_table;
 pub mod evaluate;
 pub mod evolution;
 pub mod mutation;

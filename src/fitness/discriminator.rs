@@ -188,7 +188,8 @@ impl<'de> Deserialize<'de> for MaxFeatures {
 pub struct ForestParams {
     /// Number of trees (200).
     pub n_trees: usize,
-    /// Maximum depth; `None` grows until leaves are pure (12).
+    /// Maximum depth of a tree (12); without one (`ppol discriminator train --max-depth 0`)
+    /// trees grow until their leaves are pure.
     pub max_depth: Option<usize>,
     /// Features tried per split (`sqrt`).
     pub max_features: MaxFeatures,

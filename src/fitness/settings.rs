@@ -33,8 +33,9 @@ pub struct FitnessSection {
     /// `standardize = true, n_clusters = 0` to reproduce `PPol.evolve`'s defaults.
     pub n_clusters: usize,
     /// How the archive ranks programs: `fixed` (λh·HL + λb·coverage with the final weights, so
-    /// programs scored at different curriculum stages are comparable — the reference mixes
-    /// scales, ppol-spec §10 item 7) or `ramp` (the reference's ramped training score).
+    /// programs scored at different curriculum stages are comparable; the reference ranks
+    /// scores of different curriculum stages against each other) or `ramp` (the reference's
+    /// ramped training score).
     pub select_by: SelectBy,
     /// Discriminator settings.
     pub discriminator: ForestParams,

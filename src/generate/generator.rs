@@ -350,7 +350,7 @@ fn kind(v: &Value) -> &'static str {
 /// Output formats of `ppol generate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
-    /// One [`Persona`] JSON record per line.
+    /// One persona JSON record per line (persona_id, task_id, text, axis_placement, ...).
     Jsonl,
     /// One line per task: `{"task_id", "personas": [{"persona_id", "axis_placement",
     /// "user_scenario": {"persona": TEXT}}]}` — each `user_scenario` merges into a τ²-bench

@@ -18,9 +18,9 @@ pub struct SandboxSection {
     pub memory_mb: u64,
     /// LLM calls one generation may make.
     pub max_llm_calls: usize,
-    /// Generations at once (0 = the number of CPUs offline; with an LLM behind `ppol_llm`,
-    /// [`LLM_SANDBOX_CONCURRENCY`], or as many requests as the generator role may have in
-    /// flight when fewer, or the number of CPUs when more).
+    /// Generations at once (0 = the number of CPUs offline; with an LLM behind `ppol_llm`, 16,
+    /// or as many requests as the generator role may have in flight when fewer, or the number
+    /// of CPUs when more).
     pub concurrency: usize,
 }
 

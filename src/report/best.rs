@@ -12,6 +12,7 @@ use super::{N_SAMPLE_DIALOGUES, N_SAMPLE_PERSONAS};
 use crate::dialogue::Role;
 use crate::evolve::rundir::summary::{lineage_from_log, RunOverview};
 use crate::simulate::episode::record::{Episode, EpisodeStatus};
+use crate::simulate::episode::STOP_TOKENS;
 
 /// Unplayed sentences listed in the mechanics section.
 const N_UNPLAYED: usize = 15;
@@ -282,6 +283,8 @@ pub struct Dialogues {
     pub n_episodes: usize,
     /// Successful ones.
     pub n_success: usize,
+    /// Whether any episode carries a reward (none: the world gives none, "no reward").
+    pub rewarded: bool,
     /// Failed ones.
     pub n_failed: usize,
     /// The sample.
@@ -312,12 +315,15 @@ fn dialogue(e: &Episode) -> DialogueView {
     for t in &e.conversation {
         match t.role {
             Role::User | Role::Assistant => {
-                if !t.content.is_empty() || t.tool_calls.is_empty() {
+                // the protocol's stop markers end the episode (its termination says how);
+                // they are not part of what the user said
+                let text = without_stop_markers(&t.content);
+                if !text.is_empty() || (t.content.is_empty() && t.tool_calls.is_empty()) {
                     turns.push(TurnItem {
                         kind: "message",
                         role: t.role.as_str(),
                         name: None,
-                        text: t.content.clone(),
+                        text,
                     });
                 }
                 for c in &t.tool_calls {
@@ -351,12 +357,27 @@ fn dialogue(e: &Episode) -> DialogueView {
     }
 }
 
+/// A message as shown: τ²'s stop markers (`###STOP###`, `###TRANSFER###`,
+/// `###OUT-OF-SCOPE###`) removed.
+fn without_stop_markers(text: &str) -> String {
+    let mut out = text.to_string();
+    for (marker, _) in STOP_TOKENS {
+        out = out.replace(marker, "");
+    }
+    if out.len() == text.len() {
+        out
+    } else {
+        out.trim_end().to_string()
+    }
+}
+
 impl Dialogues {
     pub(crate) fn build(files: &RunFiles) -> Dialogues {
         let none = |why: &str| Dialogues {
             notice: Some(why.into()),
             n_episodes: 0,
             n_success: 0,
+            rewarded: false,
             n_failed: 0,
             dialogues: Vec::new(),
         };
@@ -367,6 +388,7 @@ impl Dialogues {
                 notice: None,
                 n_episodes: eps.len(),
                 n_success: eps.iter().filter(|e| e.success()).count(),
+                rewarded: eps.iter().any(|e| e.reward.is_some()),
                 n_failed: eps
                     .iter()
                     .filter(|e| e.status == EpisodeStatus::Failed)

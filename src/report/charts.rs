@@ -170,7 +170,9 @@ impl Scores {
                     })
                     .collect(),
             });
-            // running best (by combined), one step per iteration
+            // running best (by combined), one step per iteration: on the human-likeness and
+            // coverage charts it shows that program's own value, which can go down when a
+            // program with a higher combined score takes over, so it is labelled as such
             let mut best: Option<&Evaluated> = None;
             let mut steps: Vec<Point> = Vec::new();
             for e in &view.evaluated {
@@ -181,7 +183,7 @@ impl Scores {
                 let p = Point {
                     x: e.iteration as f64,
                     y: metric_of(b.metrics, which),
-                    title: format!("best so far: {}", b.program_id),
+                    title: format!("best so far by combined score: {}", b.program_id),
                 };
                 match steps.last_mut() {
                     Some(last) if last.x == p.x => *last = p,
@@ -190,7 +192,11 @@ impl Scores {
             }
             if !steps.is_empty() {
                 series.push(Series {
-                    label: "running best".into(),
+                    label: if which == 0 {
+                        "running best".into()
+                    } else {
+                        "running best (by combined score)".into()
+                    },
                     class: "best",
                     color: COLOR_BEST,
                     style: Style::Step,
@@ -417,7 +423,7 @@ impl Dice {
                     })
                     .collect();
                 let chart = BarChart {
-                    title: format!("{} split ({file})", table.split),
+                    title: format!("{}, {file}", eval_selection(&table.split, &table.tasks)),
                     groups: groups.clone(),
                     series,
                 };
@@ -468,5 +474,36 @@ fn row_class(name: &str) -> &'static str {
         "seed" => "seed",
         "evolved" => "evolved",
         _ => "other",
+    }
+}
+
+/// What an eval table was run on, for titles: `test split (7 tasks)`, `all 16 tasks`, or
+/// `task 2` / `tasks 2, 5` when `ppol eval --split` named task ids rather than a split.
+pub(crate) fn eval_selection(split: &str, tasks: &[String]) -> String {
+    let ids: Vec<&str> = split.split(',').map(str::trim).collect();
+    if ids.len() == tasks.len() && ids.iter().zip(tasks).all(|(a, b)| a == b) {
+        let s = if tasks.len() == 1 { "" } else { "s" };
+        format!("task{s} {}", tasks.join(", "))
+    } else if split == "all" {
+        format!("all {} tasks", tasks.len())
+    } else {
+        format!("{split} split ({} tasks)", tasks.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::eval_selection;
+
+    #[test]
+    fn eval_titles_name_a_split_or_the_task_ids() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(eval_selection("2", &ids(&["2"])), "task 2");
+        assert_eq!(eval_selection("2,5", &ids(&["2", "5"])), "tasks 2, 5");
+        assert_eq!(
+            eval_selection("test", &ids(&["5", "6"])),
+            "test split (2 tasks)"
+        );
+        assert_eq!(eval_selection("all", &ids(&["1", "2", "3"])), "all 3 tasks");
     }
 }

@@ -176,12 +176,11 @@ impl Summary {
                     .collect::<Vec<_>>()
                     .join(" · ");
                 fact(&mut facts, "split sizes (tasks)", splits);
-                let seeds = seeds
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(" · ");
-                fact(&mut facts, "seeds", seeds);
+                // one seed a line: a 20-digit number in a joined line wrapped mid-number
+                facts.push(Fact {
+                    name: "seeds".into(),
+                    lines: seeds.iter().map(|(k, v)| format!("{k}: {v}")).collect(),
+                });
                 fact(&mut facts, "ppol version", ppol_version);
             }
             _ => fact(&mut facts, "run", "no run_started event in log.jsonl"),
@@ -368,6 +367,9 @@ pub struct EvalTable {
     pub file: String,
     /// Split.
     pub split: String,
+    /// What it was run on, for its heading: `test split (7 tasks)`, or `task 2` when `ppol
+    /// eval --split` named task ids.
+    pub title: String,
     /// Tasks.
     pub n_tasks: usize,
     /// The human traces, comma-separated.
@@ -391,6 +393,7 @@ impl Evaluation {
             .map(|(file, t)| EvalTable {
                 file: file.clone(),
                 split: t.split.clone(),
+                title: super::charts::eval_selection(&t.split, &t.tasks),
                 n_tasks: t.tasks.len(),
                 human_source: t.human_source.join(", "),
                 rows: t

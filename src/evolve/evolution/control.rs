@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::evolve::rundir::runlog::{self, EvalMetrics, ProcessShare};
+#[cfg(doc)]
+use crate::evolve::rundir::summary;
 use crate::llm::client::RoleAccounting;
 
 /// What `evolve` reports as it goes (for progress bars and notebooks).
@@ -72,6 +74,17 @@ pub struct RunSummary {
     /// validations (None for a run halted by the test hook).
     #[serde(default)]
     pub episodes: Option<runlog::EpisodeCounts>,
+    /// Why the run's best is still its seed program, when it is
+    /// ([`summary::seed_still_best`]: no mutation landed, or none beat the seed).
+    #[serde(default)]
+    pub seed_still_best: Option<String>,
+    /// Whether the world gives rewards ([`summary::world_rewards`]): `Some(false)` is shown
+    /// as "no reward", not as a success rate of 0.
+    #[serde(default)]
+    pub rewards: Option<bool>,
+    /// Tasks of the run's test split: what `ppol eval` compares evolved and seed on.
+    #[serde(default)]
+    pub test_tasks: Option<usize>,
 }
 
 /// Options of a run beyond its configuration.

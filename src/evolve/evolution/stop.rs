@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::evolve::evolution::control::RunSummary;
 use crate::evolve::evolution::Evolution;
 use crate::evolve::rundir::runlog::{self, CostSummary, Event};
+use crate::evolve::rundir::summary;
 use crate::Result;
 
 /// Why the driver stops before the next step.
@@ -79,6 +80,9 @@ impl Evolution {
             cost: None,
             processes: Vec::new(),
             episodes: None,
+            seed_still_best: None,
+            rewards: None,
+            test_tasks: None,
         }
     }
 
@@ -114,7 +118,13 @@ impl Evolution {
             new_bests: new_bests.clone(),
             episodes: Some(episodes),
         })?;
+        let best_id = best.as_ref().map(|b| b.program_id.clone());
         Ok(RunSummary {
+            seed_still_best: best_id
+                .as_deref()
+                .and_then(|id| summary::seed_still_best(&records, id)),
+            rewards: summary::world_rewards(&records),
+            test_tasks: summary::split_tasks(&records, &self.ctx.cfg.run.test_split),
             run_dir: self.ctx.dir.path().to_path_buf(),
             reason,
             iterations: self.state.iteration,

@@ -15,10 +15,15 @@
 //! | drop axis | `DIVERSITY_AXES` | remove one axis (at least one is kept) |
 //! | edit axis | `DIVERSITY_AXES` | swap in the vocabulary's phrasing of a definition or on/off playbook |
 //! | perturb | any number in a literal (dicts of weights, scalars) | multiply by `exp(N(0, 0.3))`, rounded to 3 decimals; clipped to [0, 1] when the number is a probability (a float in [0, 1] whose numeric siblings are all in [0, 1]); integers stay integers ≥ 1 |
-//! | fragments | any list of strings | duplicate, drop (≥ 1 kept), swap two, or recombine the head of one with the tail of another |
+//! | fragments | any list of strings | duplicate, drop (≥ 1 kept), swap two, or recombine the leading sentences of one with the trailing sentences of another (cut only between whole sentences, so persona text stays grammatical; one-sentence fragments are not cut) |
 //! | add mechanic | a list of instruction sentences (`MECHANICS…` first) | append a canonical sentence of a mechanic of the offline user's vocabulary ([`StructuralOptions::mechanics`], from `fitness/mechanics.toml`) that the list does not hold yet |
 //! | steer axis | a dict of axis probabilities (`PLACEMENT_WEIGHTS`) | move one axis's probability toward the state whose personas were more human in the parent's own evaluation ([`StructuralOptions::axis_evidence`], [`axis_evidence`]), all the way (half of the time) or by 40–100 % of the distance; an axis is chosen with probability ∝ its effect² |
 //! | tune mechanic | an instruction sentence | move one intensity one or two steps along its scale: rarely < sometimes < often < usually < always, once < twice < repeatedly, slightly < plain < very, or scale a word limit ("under twelve words") by `exp(N(0, 0.35))` |
+//!
+//! Every edited text is checked as text: a recombined fragment is made only of whole sentences
+//! of its parents, and a sentence an LLM writes into a list of instruction sentences (the
+//! structured edits' `set` and `add`) starts with a capital, ends with a sentence's punctuation
+//! and repeats no word twice in a row (small slips are repaired, not the edit lost).
 //!
 //! [`crossover`] takes, for each literal defined in both parents, the second parent's value
 //! with probability ½ (key by key for dicts of numbers) and merges `DIVERSITY_AXES` by union

@@ -352,6 +352,85 @@ pub fn best_validation(
     })
 }
 
+/// Why the run's best program `best_id` is still its seed, when it is (else None): no child
+/// landed (every mutation failed before it could be played: "no LLM mutation landed" when the
+/// run's mutations were LLM edits), or children were played and none beat the seed on
+/// validation. From the log's `candidate_*` events, over every process of the run.
+pub fn seed_still_best(log: &[Record], best_id: &str) -> Option<String> {
+    let is_seed = log.iter().any(|r| {
+        matches!(&r.event, Event::CandidateEvaluated { program_id, mutation, .. }
+            if program_id == best_id && mutation == "seed")
+    });
+    if !is_seed {
+        return None;
+    }
+    let outcomes = runlog::mutation_outcomes(log);
+    let count = |pred: &dyn Fn(&str, &str) -> bool| -> u64 {
+        outcomes
+            .iter()
+            .filter(|(k, _)| {
+                let (op, outcome) = k.split_once(':').unwrap_or((k.as_str(), ""));
+                pred(op, outcome)
+            })
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let attempted = count(&|_, _| true);
+    let played = count(&|_, o| o == "applied" || o == "stopped-early");
+    let llm = count(&|op, _| matches!(op, "structured" | "diff" | "rewrite"));
+    let validated = log
+        .iter()
+        .filter(|r| {
+            matches!(&r.event, Event::Validation { program_id, .. }
+                | Event::ValidationStopped { program_id, .. }
+                | Event::ValidationFailed { program_id, .. } if program_id != best_id)
+        })
+        .count();
+    Some(if attempted == 0 {
+        "no child was made: the run stopped after evaluating its seed".to_string()
+    } else if played == 0 {
+        format!(
+            "no {}mutation landed: {attempted} attempted, none made a program that could be \
+             played ({})",
+            if llm > 0 { "LLM " } else { "" },
+            runlog::mutation_outcomes_line(&outcomes)
+        )
+    } else {
+        format!(
+            "none beat the seed: {played} child program(s) were played, {validated} of them \
+             validated against it, none above it"
+        )
+    })
+}
+
+/// Whether the run's world gives rewards: `Some(false)` when none of the episodes its log
+/// records (the personas of evaluated candidates) carries a reward — a world without rewards
+/// (`chat`, many `external:` simulators), shown as "no reward", not as a success rate of 0 —
+/// `Some(true)` when one does, None when the log records no episode.
+pub fn world_rewards(log: &[Record]) -> Option<bool> {
+    let mut any = false;
+    for r in log {
+        if let Event::CandidateEvaluated { personas, .. } = &r.event {
+            for p in personas {
+                if p.reward.is_some() {
+                    return Some(true);
+                }
+                any = true;
+            }
+        }
+    }
+    any.then_some(false)
+}
+
+/// How many tasks the run's split `split` (its test split: `run.test_split`) holds, as its
+/// `run_started` event records them.
+pub fn split_tasks(log: &[Record], split: &str) -> Option<usize> {
+    log.iter().find_map(|r| match &r.event {
+        Event::RunStarted { splits, .. } => splits.get(split).map(Vec::len),
+        _ => None,
+    })
+}
+
 /// The lineage of `best_id` from the parent ids of the log's `candidate_evaluated` events (the
 /// first evaluation of each program is the one that created it), seed first.
 pub fn lineage_from_log(log: &[Record], best_id: Option<&str>) -> Vec<String> {
@@ -588,6 +667,60 @@ mod tests {
             }
         );
         assert_eq!(overview.iterations, 3);
+    }
+
+    /// Why the best is still the seed: no child, no mutation landed (LLM or not), none beat it.
+    #[test]
+    fn a_seed_that_stays_best_says_why() {
+        let mut seed = evaluated(1, None, 0.3, true);
+        if let Event::CandidateEvaluated { mutation, .. } = &mut seed {
+            *mutation = "seed".into();
+        }
+        let failed = |k: u64, op: &str, stage: &str| Event::CandidateFailed {
+            iteration: k,
+            program_id: None,
+            parent_id: Some("p1".into()),
+            mutation: op.into(),
+            failure: runlog::FailureInfo {
+                stage: stage.into(),
+                reason: "x".into(),
+                ..Default::default()
+            },
+            requeued: false,
+        };
+        let log = records(vec![seed.clone()]);
+        assert_eq!(
+            seed_still_best(&log, "p1").as_deref(),
+            Some("no child was made: the run stopped after evaluating its seed")
+        );
+        let log = records(vec![
+            seed.clone(),
+            failed(2, "structured", "mutation:unparsable"),
+            failed(3, "diff", "mutation:mutator-call"),
+        ]);
+        let why = seed_still_best(&log, "p1").unwrap();
+        assert!(
+            why.starts_with("no LLM mutation landed: 2 attempted, none made a program"),
+            "{why}"
+        );
+        let log = records(vec![
+            seed,
+            evaluated(2, Some("p1"), 0.2, false),
+            Event::Validation {
+                iteration: 2,
+                program_id: "p2".into(),
+                metrics: m(0.1),
+            },
+        ]);
+        assert_eq!(
+            seed_still_best(&log, "p1").as_deref(),
+            Some(
+                "none beat the seed: 1 child program(s) were played, 1 of them validated \
+                 against it, none above it"
+            )
+        );
+        assert_eq!(seed_still_best(&log, "p2"), None, "p2 is no seed");
+        assert_eq!(world_rewards(&log), None, "no persona recorded");
     }
 
     #[test]

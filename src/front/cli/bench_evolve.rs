@@ -186,7 +186,7 @@ fn measure_arm(
             summary.reason,
             dir.display()
         );
-        let table = ops::block_on(evaluate_run(&summary.run_dir, None, &[], None, None))??;
+        let table = ops::block_on(evaluate_run(&summary.run_dir, None, &[], None, None))??.table;
         let n_heldout = row(&table, "human").map_or(0, |r| r.n_dialogues);
         anyhow::ensure!(
             n_heldout > 0,

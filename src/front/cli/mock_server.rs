@@ -19,7 +19,7 @@ Faults per reply (script keys): status, retry_after, raw_body, delay_ms, hang_up
 (never answer), endless_body (headers, then a body that never ends), usage, model.
 Control routes: GET /mock/stats, GET /mock/requests, POST /mock/replies, POST /mock/default, \
 POST /mock/outage {\"for_s\": S}.
-Reference: the module docs of ppol::testing::mock_server.")]
+Reference: the module docs of src/testing/mock_server/mod.rs.")]
 pub struct MockServerArgs {
     /// Script file (JSON object with queue/rules/default, or JSONL replies); default: echo.
     #[arg(long)]

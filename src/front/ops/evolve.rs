@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use super::runtime;
 use crate::evolve::config::RunConfig;
+use crate::evolve::eval_table::EvalReport;
 use crate::evolve::run::{RunControl, RunSummary};
-use crate::evolve::runlog::EvalTable;
 use crate::{Error, Result};
 
 /// Run `ppol evolve` with a resolved configuration.
@@ -111,14 +111,14 @@ pub fn spawn_evolution(start: EvolveStart, mut control: RunControl) -> Result<Ev
     Ok(EvolutionHandle { stop, outcome })
 }
 
-/// `ppol eval`: the paper's Table 1 on held-out tasks.
+/// `ppol eval`: the paper's Table 1 on held-out tasks, with evolved − seed.
 pub async fn evaluate(
     dir: &Path,
     split: Option<&str>,
     human: &[PathBuf],
     n: Option<usize>,
     progress: Option<&(dyn Fn(&crate::simulate::batch::Progress) + Sync)>,
-) -> Result<EvalTable> {
+) -> Result<EvalReport> {
     if let Some(n) = n {
         crate::limits::check("n", n, 1, crate::limits::MAX_PERSONAS)?;
     }

@@ -4,8 +4,11 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{llm_client, TaskRef};
+use std::path::{Path, PathBuf};
+
+use super::{llm_client, TaskRef, TaskSelection};
 use crate::evolve::config::RunConfig;
+use crate::evolve::rundir::RunDir;
 use crate::generate::generator::{generate_in, Failure, GenerationOutcome, Program, Sandbox};
 use crate::llm::{Accounting, ChatModel, LlmConfig};
 use crate::persona::Persona;
@@ -33,6 +36,59 @@ impl GenerateRequest {
     pub const SEED: u64 = 0;
     /// Default of `--llm` (Python: `llm=None`): the configuration's `[llm]`, else none.
     pub const LLM: &'static str = "offline";
+}
+
+/// What `ppol generate --run RUN_DIR` (Python: `generate(run=...)`) takes from a run: its best
+/// program (`best/program.py`, the program `ppol eval` calls evolved), its configuration
+/// (`[sandbox]`, `[llm]`, `fitness.n_personas`) and its world's tasks.
+#[derive(Debug, Clone)]
+pub struct FromRun {
+    /// `RUN_DIR/best/program.py`.
+    pub program: PathBuf,
+    /// The run's configuration.
+    pub config: RunConfig,
+    /// Its file, `RUN_DIR/config.toml` (for overrides over it, [`super::load_config`]).
+    pub config_file: PathBuf,
+}
+
+impl FromRun {
+    /// Open the run in `dir`: an error names the directory when it is not a run or has no best
+    /// program yet.
+    pub fn open(dir: &Path) -> Result<FromRun> {
+        let run = RunDir::open(dir);
+        let config = run.load_config()?;
+        run.best_code()?;
+        Ok(FromRun {
+            program: run.join("best/program.py"),
+            config,
+            config_file: run.config_path(),
+        })
+    }
+
+    /// The tasks to generate for. A selection that names its own tasks (`--task-file`,
+    /// `--domain` or `--world`) keeps them, taking only the run's τ² data directory when it
+    /// gives none; otherwise the run's world (its domain or world, task file and τ² data), with
+    /// `--task` / `--split` selecting among its tasks (ids or a split), every task by default.
+    pub fn tasks(&self, sel: TaskSelection) -> Result<TaskSelection> {
+        let tau2_data = sel.tau2_data.or_else(|| self.config.run.tau2_data.clone());
+        if sel.task_file.is_some() || sel.domain.is_some() || sel.world.is_some() {
+            return Ok(TaskSelection { tau2_data, ..sel });
+        }
+        let split = match (&sel.tasks, sel.split) {
+            (None, None) => Some("all".to_string()),
+            (_, split) => split,
+        };
+        Ok(TaskSelection {
+            domain: None,
+            world: Some(self.config.world_spec().label()),
+            tau2_data,
+            tasks: sel.tasks,
+            split,
+            task_file: self.config.world.task_file.clone(),
+            // the run's seed: a task file without splits is split as the run split it
+            seed: self.config.search.seed,
+        })
+    }
 }
 
 /// The outcome of one task's generation.

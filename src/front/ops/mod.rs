@@ -54,7 +54,7 @@ pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHan
 pub use export::{
     export_sft, BadCalls, ExportReport, ExportRequest, SftFormat, SkipKind, SkippedEpisode,
 };
-pub use generate::{generate, GenerateReport, GenerateRequest, TaskGeneration};
+pub use generate::{generate, FromRun, GenerateReport, GenerateRequest, TaskGeneration};
 pub use study::{study_analyze, study_make, StudyMakeRequest};
 
 // ---------------------------------------------------------------------------------------------

@@ -520,13 +520,14 @@ fn llm_of(
 
 /// Run a generator program in the sandbox for tasks (as `ppol generate`); returns the report:
 /// `{"tasks": [{"task_id", "outcome": {"status": "ok", "personas", ...} | {"status": "failed",
-/// "stage", "reason", ...}}], "sandbox", "llm"}`.
+/// "stage", "reason", ...}}], "sandbox", "llm"}`. `run` (as `--run`) takes the program, the
+/// configuration and the tasks from a run directory.
 #[pyfunction]
-#[pyo3(signature = (program, task=None, domain=None, split=None, n=None, llm=None, seed=0, tau2_data=None, timeout_s=None, config=None, world=None, task_file=None))]
+#[pyo3(signature = (program=None, task=None, domain=None, split=None, n=None, llm=None, seed=0, tau2_data=None, timeout_s=None, config=None, world=None, task_file=None, run=None))]
 #[allow(clippy::too_many_arguments)]
 fn generate<'py>(
     py: Python<'py>,
-    program: PathBuf,
+    program: Option<PathBuf>,
     task: Option<String>,
     domain: Option<String>,
     split: Option<String>,
@@ -538,15 +539,36 @@ fn generate<'py>(
     config: Option<PathBuf>,
     world: Option<String>,
     task_file: Option<PathBuf>,
+    run: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let from_run = run
+        .as_deref()
+        .map(ops::FromRun::open)
+        .transpose()
+        .map_err(to_py_err)?;
+    let program = match (&from_run, program) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::new_err(
+                "give program= or run= (run= uses the run's best program), not both",
+            ))
+        }
+        (Some(r), None) => r.program.clone(),
+        (None, Some(p)) => p,
+        (None, None) => {
+            return Err(ConfigError::new_err(
+                "give program= (a generator program) or run= (a run directory)",
+            ))
+        }
+    };
     crate::generate::generator::Program::Path(program.clone())
         .check()
         .map_err(to_py_err)?;
     let mut o = Overrides::new();
     o.python("timeout_s=", "sandbox.timeout_s", timeout_s)
         .map_err(to_py_err)?;
+    let config = config.or_else(|| from_run.as_ref().map(|r| r.config_file.clone()));
     let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
-    let tasks = ops::resolve_tasks(&ops::TaskSelection {
+    let mut selection = ops::TaskSelection {
         domain,
         world,
         tau2_data,
@@ -554,8 +576,11 @@ fn generate<'py>(
         split,
         task_file,
         seed,
-    })
-    .map_err(to_py_err)?;
+    };
+    if let Some(r) = &from_run {
+        selection = r.tasks(selection).map_err(to_py_err)?;
+    }
+    let tasks = ops::resolve_tasks(&selection).map_err(to_py_err)?;
     let request = ops::GenerateRequest {
         program: crate::generate::generator::Program::Path(program),
         tasks,

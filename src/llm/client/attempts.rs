@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::super::context;
 use super::super::endpoint::{Overload, Reachability, Slot, Ticket};
-use super::super::{AttemptError, ChatRequest, ChatResponse, FailureKind, ModelSpec};
+use super::super::{AttemptError, CallRole, ChatRequest, ChatResponse, FailureKind, ModelSpec};
 use super::{
     unbounded_tools_hint, LlmClient, Outcome, Replica, Route, MAX_CONTEXT_RESENDS, MAX_RECONNECTS,
     RETRY_TEMPERATURES,
@@ -126,7 +126,12 @@ impl LlmClient {
                 attempt = s.attempts,
                 max_retries = self.inner.max_retries,
                 delay_ms = delay.as_millis() as u64,
-                "LLM call failed, retrying: {error}"
+                "{} failed: {error}; retrying in {:.1} s (retry {} of {}); if every retry fails, {}",
+                purpose(role),
+                delay.as_secs_f64(),
+                s.retry + 1,
+                self.inner.max_retries,
+                if_it_fails(role)
             );
             tokio::time::sleep(delay).await;
             s.retry += 1;
@@ -164,11 +169,14 @@ impl LlmClient {
                         .overloaded(ticket, Overload::Timeout, error.retry_after)
                 {
                     tracing::warn!(
+                        role = role.as_str(),
                         %endpoint,
                         in_flight,
                         limit,
-                        "an attempt timed out with {in_flight} requests in flight: at most \
-                         {limit} from now on (set max_concurrency for this model to choose)"
+                        "{} timed out with {in_flight} requests in flight at the endpoint: at \
+                         most {limit} from now on (set max_concurrency for this model to \
+                         choose); it is tried again",
+                        purpose(role)
                     );
                     s.notes.push(format!(
                         "timed out with {in_flight} requests in flight at the endpoint; its \
@@ -505,5 +513,28 @@ async fn acquire(route: &Route, avoid: Option<usize>) -> (usize, Slot<'_>) {
                 .collect();
         }
         futures::future::select_all(released).await;
+    }
+}
+
+/// What a call of `role` was doing, for warnings a user reads without knowing the roles.
+fn purpose(role: CallRole) -> &'static str {
+    match role {
+        CallRole::Mutator => "the mutator's call (writing an edit of a parent program)",
+        CallRole::Reflection => "the reflection call (a critique of an evaluation for the mutator)",
+        CallRole::Generator => "a generator program's call (writing personas)",
+        CallRole::UserSim => "the user simulator's call (writing a user turn)",
+        CallRole::Agent => "the agent's call (writing an agent turn)",
+    }
+}
+
+/// What happens when a call of `role` fails for good.
+fn if_it_fails(role: CallRole) -> &'static str {
+    match role {
+        CallRole::Mutator => {
+            "this child is recorded as a failed mutation (mutator-call) and the run goes on"
+        }
+        CallRole::Reflection => "the mutator gets the computed critique alone",
+        CallRole::Generator => "the program gets an LLMError (its generation may fail)",
+        CallRole::UserSim | CallRole::Agent => "the episode is recorded as failed with this reason",
     }
 }
