@@ -24,7 +24,7 @@
 //! | train tasks per evaluation | `fitness.batch_size` | 1 ..= [`MAX_BATCH`] (10,000) |
 //! | the discriminator: trees, depth, folds | `--trees`, `--max-depth`, `--folds`, `fitness.discriminator.n_trees`, `.max_depth`, `fitness.folds` | 1 ..= [`MAX_TREES`] (10,000); ..= [`MAX_DEPTH`] (1,000); 2 ..= [`MAX_FOLDS`] (100) |
 //! | the archive: islands; programs per island and elites; inspirations | `archive.num_islands`; `archive.population_size`, `archive.archive_size`; `archive.num_top_programs`, `archive.num_diverse_programs` | 1 ..= [`MAX_ISLANDS`] (1,000); 1 ..= [`MAX_POPULATION`] (100,000); ..= [`MAX_INSPIRATIONS`] (100) |
-//! | an audit: bootstrap resamples; judge pairs per condition; folds | `audit --bootstrap`, `--judge-pairs`, `fitness.judge_pairs`; `audit --folds` | 1 ..= [`MAX_BOOTSTRAP`] (100,000); ..= [`MAX_JUDGE_PAIRS`] (10,000); 2 ..= [`MAX_FOLDS`] (100) |
+//! | an audit: bootstrap resamples; judge pairs per condition; folds | `audit --bootstrap`, `fitness.audit_bootstrap`; `--judge-pairs`, `fitness.judge_pairs`; `audit --folds` | 1 ..= [`MAX_BOOTSTRAP`] (100,000); ..= [`MAX_JUDGE_PAIRS`] (10,000); 2 ..= [`MAX_FOLDS`] (100) |
 //! | retraining the discriminator during a run | `fitness.retrain_every`, `fitness.retrain_elites` | ..= [`MAX_ITERATIONS`]; ..= [`MAX_POPULATION`] |
 //! | a study: dialogues per condition; attention checks | `study make --per-condition`, `--attention-checks` | ..= [`MAX_STUDY_ITEMS`] (100,000); ..= [`MAX_ATTENTION_CHECKS`] (100) |
 //! | an LLM answer | `llm.max_response_bytes` | 1 KiB ..= [`MAX_INPUT_BYTES`] (1 GiB) |

@@ -2,6 +2,7 @@
 
 mod architecture;
 mod archive;
+mod audit;
 mod bounds;
 mod cli;
 mod defaults;

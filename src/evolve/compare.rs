@@ -11,6 +11,7 @@ use crate::evolve::evaluate::{
     generate_all, jobs, play, rollouts, Generation, PersonaGenerator, TaskContext,
 };
 use crate::evolve::rundir::runlog::{EvalRow, EvalTable};
+use crate::fitness::audit::AuditRow;
 use crate::fitness::score::{Rollout, Scorer, Weights};
 use crate::persona::Persona;
 use crate::rng::mix;
@@ -67,6 +68,11 @@ fn row_from(name: &str, episodes: &[Episode], scorer: &Scorer) -> EvalRow {
         personas_generated: None,
         failures: Vec::new(),
         per_task,
+        audit: None,
+        dialogues: rollouts(episodes)
+            .into_iter()
+            .filter_map(|r| r.dialogue)
+            .collect(),
     }
 }
 
@@ -84,6 +90,8 @@ fn skipped(name: &str, why: String) -> EvalRow {
         personas_generated: None,
         failures: Vec::new(),
         per_task: Default::default(),
+        audit: None,
+        dialogues: Vec::new(),
     }
 }
 
@@ -119,6 +127,8 @@ pub fn human_row(humans: &[Dialogue], scorer: &Scorer) -> EvalRow {
         personas_generated: None,
         failures: Vec::new(),
         per_task: Default::default(),
+        audit: None,
+        dialogues: humans.to_vec(),
     }
 }
 
@@ -159,6 +169,7 @@ pub async fn compare(
         human_source,
         rows,
         best_program_id: None,
+        audit: None,
     }
 }
 
@@ -240,11 +251,11 @@ async fn program_row(
 /// The table as text.
 pub fn render_table(t: &EvalTable) -> String {
     let mut s = format!(
-        "split: {} ({} tasks); humans: {}\n{:<9} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>5}\n",
+        "split: {} ({} tasks); humans: {}\n{:<9} {:>6} {:<19} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>5}\n",
         t.split,
         t.tasks.len(),
         t.human_source.join(", "),
-        "condition", "HL", "Cov", "Score", "D1", "D2", "D3", "D4", "USI", "success", "n"
+        "condition", "HL", " audit AUC [95%]", "Cov", "Score", "D1", "D2", "D3", "D4", "USI", "success", "n"
     );
 
     for r in &t.rows {
@@ -253,10 +264,14 @@ pub fn render_table(t: &EvalTable) -> String {
             continue;
         }
         let f = |x: f64| format!("{:.3}", x);
+        let audit = r.audit.as_ref().map_or("-".into(), |a| {
+            AuditRow::cell(a.random_forest.as_ref(), a.too_few.is_some())
+        });
         s.push_str(&format!(
-            "{:<9} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>5}\n",
+            "{:<9} {:>6}  {:<18} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>5}\n",
             r.name,
             f(r.human_likeness),
+            audit,
             f(r.coverage),
             f(r.score),
             f(r.dice.D1),
@@ -329,7 +344,13 @@ pub fn spread_line(t: &EvalTable) -> Option<String> {
 /// What the columns of the evaluation table mean (printed under it, in `ppol eval --help` and
 /// the README).
 pub const TABLE_LEGEND: &str = "\
-HL     human-likeness: the discriminator's mean P(human) of the dialogues (1 = like humans)
+HL     human-likeness: the run's own discriminator's mean P(human) of the dialogues (1 = like
+       humans); the search optimised it, so a program can climb it by the forest's quirks
+audit  independent of HL: a fresh random forest trained to tell the held-out humans from the
+       row's dialogues, cross-validated by task; AUC with its 95% bootstrap interval (0.5 =
+       indistinguishable, 1 = always told apart; lower is more human; the human row is the
+       humans against themselves in halves by task); the block under the table adds a
+       logistic regression, the features that separate most and the LLM judge
 Cov    coverage: how much of the human behaviour cloud the dialogues reach (Chamfer; 1 = all)
 Score  lambda_h x HL + lambda_b x Cov, the fitness the search maximises
 D1-D4  Dice similarity to the humans' mean features: D1 communication style, D2 information

@@ -1,7 +1,8 @@
 //! `ppol eval RUN_DIR`: the paper's Table 1 for a run, on held-out tasks — humans, the base
 //! simulator, direct-prompt personas, the seed program and the run's best program, each
 //! scored with the run's own human reference and discriminator ([`compare`] builds the
-//! table). The table is written to `RUN_DIR/eval-<split>.json`.
+//! table), then audited against the held-out humans independently of that discriminator
+//! ([`table_audit`]). The table is written to `RUN_DIR/eval-<split>.json`.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +10,8 @@ use crate::evolve::compare::{compare, render_table, Condition};
 use crate::evolve::context::RunContext;
 use crate::evolve::rundir::runlog::EvalTable;
 use crate::evolve::rundir::RunDir;
+use crate::evolve::table_audit::{audit_table, Judge};
+use crate::fitness::audit::{judge, AuditOptions, JudgeOptions};
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::score::Scorer;
@@ -82,7 +85,7 @@ pub async fn evaluate_run(
         &tasks,
         n_personas.unwrap_or(cfg.fitness.n_personas),
         &humans,
-        human_source,
+        human_source.clone(),
         &conditions,
         &ctx.generator,
         ctx.val_runner.as_ref(),
@@ -92,6 +95,27 @@ pub async fn evaluate_run(
     .await;
     ctx.world.shutdown().await;
     table.best_program_id = best_program_id;
+    let judge = match ctx.model() {
+        None => Judge::Skipped(judge::OFFLINE_NOTE.replace(
+            "give --llm, or an [llm] section",
+            "an [llm] section in the run's configuration",
+        )),
+        Some(model) => Judge::Model(
+            model,
+            JudgeOptions::new(
+                cfg.fitness.judge_pairs,
+                cfg.fitness.judge_prompt.as_deref(),
+                derive_seed(cfg.search.seed, "judge"),
+            )?,
+        ),
+    };
+    let audit = AuditOptions {
+        feature_set: cfg.run.feature_set,
+        seed: derive_seed(cfg.search.seed, "audit"),
+        bootstrap: cfg.fitness.audit_bootstrap,
+        ..AuditOptions::default()
+    };
+    audit_table(&mut table, &humans, human_source, audit, judge).await?;
     crate::io::write_atomic(
         &run.join(format!("eval-{split}.json")),
         serde_json::to_string_pretty(&table)
@@ -101,7 +125,7 @@ pub async fn evaluate_run(
     Ok(table)
 }
 
-/// The evaluation table rendered as text (for the CLI).
+/// The evaluation table rendered as text (for the CLI), with its audit under it.
 pub fn table_text(t: &EvalTable) -> String {
-    render_table(t)
+    render_table(t) + &crate::evolve::table_audit::render(t)
 }

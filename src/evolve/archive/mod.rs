@@ -68,6 +68,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 pub mod program;
+mod rescore;
 
 use crate::evolve::archive::program::ChildFailure;
 use crate::evolve::archive::program::{Program, ProgramId};

@@ -105,6 +105,9 @@ pub struct JudgeResult {
     pub answered: usize,
     /// Answers that picked the human.
     pub correct: usize,
+    /// Pairs where the human was shown as user A (a judge that always answers A scores
+    /// this share).
+    pub human_first: usize,
     /// correct / answered with its 95% Wilson interval (None when nothing was answered).
     pub accuracy: Option<Wilson>,
     /// `task` (each pair shares its task) or `random` (the sets share no task).
@@ -335,6 +338,7 @@ pub async fn judge(
         pairs: pairs.len(),
         answered,
         correct,
+        human_first: pairs.iter().filter(|p| p.human_first).count(),
         accuracy: wilson(correct, answered, Z95),
         paired_by: by.into(),
         unanswered,

@@ -99,32 +99,50 @@ pub(super) fn halves(keys: &[String], seed: u64) -> Vec<bool> {
     keys.iter().map(|k| first[k.as_str()]).collect()
 }
 
-/// `n` bootstrap resamples of rows: each draws as many human groups as there are, with
-/// replacement, and as many groups of the other side, and takes their rows (a two-sample
-/// cluster bootstrap: dialogues of one task stay together, both classes are always present).
-pub(super) fn resample_groups(units: &[Unit], n: usize, seed: u64) -> Vec<Vec<usize>> {
-    let human: Vec<&[usize]> = units
-        .iter()
-        .filter(|u| !u.human.is_empty())
-        .map(|u| u.human.as_slice())
-        .collect();
-    let other: Vec<&[usize]> = units
-        .iter()
-        .filter(|u| !u.other.is_empty())
-        .map(|u| u.other.as_slice())
-        .collect();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..n)
-        .map(|_| {
+/// Draws bootstrap samples of rows: as many human groups as there are, with replacement, and
+/// as many groups of the other side (a two-sample cluster bootstrap: dialogues of one task
+/// stay together, both classes are always present).
+pub(super) struct Resampler {
+    human: Vec<Vec<usize>>,
+    other: Vec<Vec<usize>>,
+}
+
+impl Resampler {
+    pub(super) fn new(units: &[Unit]) -> Resampler {
+        let side = |f: fn(&Unit) -> &Vec<usize>| -> Vec<Vec<usize>> {
+            units
+                .iter()
+                .map(f)
+                .filter(|rows| !rows.is_empty())
+                .cloned()
+                .collect()
+        };
+        Resampler {
+            human: side(|u| &u.human),
+            other: side(|u| &u.other),
+        }
+    }
+
+    /// One sample's rows (indices repeat for groups drawn more than once). A draw with fewer
+    /// than two distinct groups of a side cannot be cross-validated and is drawn again (up to
+    /// 100 times; None after that).
+    pub(super) fn draw(&self, rng: &mut ChaCha8Rng) -> Option<Vec<usize>> {
+        for _ in 0..100 {
             let mut rows = Vec::new();
-            for side in [&human, &other] {
+            let mut distinct = [std::collections::BTreeSet::new(), Default::default()];
+            for (side, seen) in [&self.human, &self.other].into_iter().zip(&mut distinct) {
                 for _ in 0..side.len() {
-                    rows.extend_from_slice(side[rng.random_range(0..side.len())]);
+                    let g = rng.random_range(0..side.len());
+                    seen.insert(g);
+                    rows.extend_from_slice(&side[g]);
                 }
             }
-            rows
-        })
-        .collect()
+            if distinct.iter().all(|d| d.len() >= 2) {
+                return Some(rows);
+            }
+        }
+        None
+    }
 }
 
 /// The `q`-quantile of sorted values (linear between order statistics).
@@ -216,14 +234,22 @@ mod tests {
 
     #[test]
     fn resamples_draw_whole_groups_of_each_class() {
-        let (k, l) = keys(&[("h1", 2, true), ("h2", 3, true), ("s1", 4, false)]);
-        let us = units(&k, &l);
-        for rows in resample_groups(&us, 50, 7) {
-            let h = rows.iter().filter(|&&i| l[i]).count();
-            let s = rows.len() - h;
-            assert_eq!(s, 4);
-            assert!([4, 5, 6].contains(&h), "{h}");
+        let (k, l) = keys(&[
+            ("h1", 2, true),
+            ("h2", 3, true),
+            ("s1", 4, false),
+            ("s2", 1, false),
+        ]);
+        let r = Resampler::new(&units(&k, &l));
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..50 {
+            // two groups a side: only draws of both are kept
+            let rows = r.draw(&mut rng).unwrap();
+            assert_eq!(rows.iter().filter(|&&i| l[i]).count(), 5);
+            assert_eq!(rows.iter().filter(|&&i| !l[i]).count(), 5);
         }
+        let one = Resampler::new(&units(&k[..6], &l[..6]));
+        assert!(one.draw(&mut rng).is_none(), "one group of the other side");
         assert_eq!(quantile_sorted(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.5), 3.0);
         assert_eq!(quantile_sorted(&[1.0, 2.0], 0.25), 1.25);
     }

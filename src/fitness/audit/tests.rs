@@ -63,7 +63,7 @@ fn simulator(n: usize, tasks: usize) -> Vec<Dialogue> {
 fn a_plain_simulator_is_told_apart_and_humans_are_not() {
     let h = humans(30, 6, 0);
     let opts = AuditOptions {
-        bootstrap: 200,
+        bootstrap: 40,
         ..AuditOptions::default()
     };
     let r = audit(
@@ -108,7 +108,7 @@ fn a_plain_simulator_is_told_apart_and_humans_are_not() {
 fn too_few_is_a_marked_row_with_the_counts_never_an_auc() {
     let h = humans(20, 5, 0);
     let opts = AuditOptions {
-        bootstrap: 50,
+        bootstrap: 20,
         ..AuditOptions::default()
     };
     // nine dialogues, plus one without user text
@@ -152,7 +152,7 @@ fn without_tasks_dialogues_are_the_groups() {
             .collect()
     };
     let opts = AuditOptions {
-        bootstrap: 50,
+        bootstrap: 20,
         folds: 3,
         ..AuditOptions::default()
     };
