@@ -29,20 +29,24 @@ fn interval(row: &Value, classifier: &str) -> (f64, f64, f64) {
     )
 }
 
-/// The demo humans against themselves sit at 0.5; the plain simulator is told apart.
-#[test]
-fn audit_demo_control_holds_half_and_the_baseline_is_told_apart() {
+/// `ppol audit --human HUMAN CANDIDATE --bootstrap B --json`, which must succeed.
+fn audit_json(human: &str, candidate: &str, bootstrap: &str) -> Value {
     let (code, out, err) = run_ppol(&[
         "audit",
         "--human",
-        &demo("human.jsonl"),
-        &demo("baseline.jsonl"),
+        human,
+        candidate,
         "--bootstrap",
-        "50",
+        bootstrap,
         "--json",
     ]);
     assert_eq!(code, 0, "{err}");
-    let r = json(&out);
+    json(&out)
+}
+
+/// The headline property: the humans against themselves sit at 0.5 (their interval holds it)
+/// and the plain simulator's row is told apart (AUC above 0.9), for both classifiers.
+fn assert_control_at_half_and_baseline_apart(r: &Value) {
     for c in ["random_forest", "logistic"] {
         let (auc, low, high) = interval(&r["control"], c);
         assert!(
@@ -55,6 +59,28 @@ fn audit_demo_control_holds_half_and_the_baseline_is_told_apart() {
             "baseline {c}: {auc}"
         );
     }
+}
+
+/// `ppol evolve --config CFG --out OUT --quiet ARGS...`, which must succeed.
+fn evolve(cfg: &Path, out: &Path, args: &[&str]) {
+    let mut all = vec![
+        "evolve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ];
+    all.extend_from_slice(args);
+    let (code, _, err) = run_ppol(&all);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// The demo humans against themselves sit at 0.5; the plain simulator is told apart.
+#[test]
+fn audit_demo_control_holds_half_and_the_baseline_is_told_apart() {
+    let r = audit_json(&demo("human.jsonl"), &demo("baseline.jsonl"), "50");
+    assert_control_at_half_and_baseline_apart(&r);
     assert_eq!(r["rows"][0]["grouped_by"], "task");
     assert!(r["rows"][0]["top_features"].as_array().unwrap().len() == 5);
     assert!(r["judge"].as_str().unwrap().contains("offline"));
@@ -290,19 +316,7 @@ fn eval_json_carries_hl_and_the_audit_of_every_row() {
     // a light audit (each resample refits: 1,000 of them are minutes in a debug build)
     let cfg = tmp.path().join("run.toml");
     std::fs::write(&cfg, "[fitness]\naudit_bootstrap = 20\n").unwrap();
-    let (code, _, err) = run_ppol(&[
-        "evolve",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--iterations",
-        "3",
-        "--seed",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    evolve(&cfg, &out, &["--iterations", "3", "--seed", "1"]);
     let (code, stdout, err) = run_ppol(&[
         "eval",
         out.to_str().unwrap(),
@@ -355,6 +369,69 @@ fn eval_json_carries_hl_and_the_audit_of_every_row() {
     assert!(text.contains("logistic AUC [95%]"), "{text}");
 }
 
+/// `ppol eval` of a run with a model asks the judge on that model: each simulated row gets its
+/// accuracy, the human row (the control) none, and the table says which model judged.
+#[tokio::test(flavor = "multi_thread")]
+async fn eval_asks_the_judge_on_the_run_model() {
+    use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
+    let server = serve(MockScript {
+        rules: vec![MockRule {
+            contains: Some("Which user is the real person?".into()),
+            reply: MockReply::text("A"),
+            ..Default::default()
+        }],
+        default: MockReply::text("The terse personas read as human."),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = crate::evolve::llm_config(tmp.path(), &server.base_url());
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str("[fitness]\naudit_bootstrap = 10\njudge_pairs = 3\n");
+    std::fs::write(&cfg, text).unwrap();
+    let out = tmp.path().join("run");
+    let (cfg_s, out_s, human) = (
+        cfg.to_str().unwrap().to_string(),
+        out.to_str().unwrap().to_string(),
+        demo("human.jsonl"),
+    );
+    let (code, stdout, err) = tokio::task::spawn_blocking(move || {
+        let (code, _, err) = run_ppol(&["evolve", "--config", &cfg_s, "--out", &out_s, "--quiet"]);
+        assert_eq!(code, 0, "{err}");
+        run_ppol(&["eval", &out_s, "--human", &human, "--n", "2", "--json"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let t = json(&stdout);
+    let judge = t["audit"]["judge"].as_str().unwrap();
+    assert!(
+        judge.contains("mock-model") && judge.contains("reflection"),
+        "{judge}"
+    );
+    let mut judged = 0;
+    for row in t["rows"].as_array().unwrap() {
+        let j = &row["audit"]["judge"];
+        match row["name"].as_str().unwrap() {
+            "human" => assert!(j.is_null()),
+            name if row.get("skipped").is_none() => {
+                // the mock always answers A: right exactly when the human was shown first
+                assert_eq!(
+                    (j["pairs"].as_u64(), j["answered"].as_u64()),
+                    (Some(3), Some(3)),
+                    "{name}"
+                );
+                assert_eq!(j["correct"], j["human_first"], "{name}");
+                judged += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(judged >= 3, "base, seed and evolved are judged");
+    server.stop();
+}
+
 /// The evaluated programs and best of a run.
 fn history(dir: &Path) -> (Vec<(u64, String, String)>, Vec<String>) {
     let log = ppol::evolve::runlog::read(&dir.join("log.jsonl")).unwrap();
@@ -386,31 +463,24 @@ fn history(dir: &Path) -> (Vec<(u64, String, String)>, Vec<String>) {
 
 /// `[fitness] retrain_every`: the discriminator is retrained on the elites' dialogues and the
 /// archive rescored; a run killed at a checkpoint (after a retraining, and after one that was
-/// done but not committed) and resumed ends exactly as an uninterrupted one.
+/// done but not committed) and resumed ends exactly as an uninterrupted one: the same programs
+/// with the same metrics, the same retrainings and the same best.
 #[test]
 fn retraining_survives_kill_9_and_resume() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = tmp.path().join("run.toml");
     std::fs::write(
         &cfg,
-        "[search]\niterations = 9\nseed = 5\n[fitness]\nretrain_every = 3\nretrain_elites = 4\n",
+        "[search]\niterations = 6\nseed = 5\n[fitness]\nretrain_every = 2\nretrain_elites = 4\n",
     )
     .unwrap();
     let full = tmp.path().join("full");
-    let (code, _, err) = run_ppol(&[
-        "evolve",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        full.to_str().unwrap(),
-        "--quiet",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    evolve(&cfg, &full, &[]);
     let (evaluated, events) = history(&full);
     let retrains = events.iter().filter(|e| e.contains("\"count\"")).count();
     assert_eq!(
         retrains, 2,
-        "retrained after iterations 3 and 6: {events:?}"
+        "retrained after iterations 2 and 4: {events:?}"
     );
     assert!(full.join("retrain/discriminator-2.json").is_file());
     let cp: Value =
@@ -425,9 +495,9 @@ fn retraining_survives_kill_9_and_resume() {
         second.split("\"forest\"").nth(1)
     );
 
-    // kill -9 after the 4th commit (the first retraining committed with it), and right after
+    // kill -9 after the 3rd commit (the first retraining committed with it), and right after
     // the second retraining, before anything committed it
-    for point in ["checkpoint:4", "retrained:2"] {
+    for point in ["checkpoint:3", "retrained:2"] {
         let killed = tmp.path().join(point.replace(':', "-"));
         let err = tmp.path().join(format!("{}.err", point.replace(':', "-")));
         let mut child = crate::restart::spawn(
@@ -478,23 +548,6 @@ fn shared_audit_of_real_airline_humans() {
     ]);
     assert_eq!(code, 0, "{err}");
     let humans = shared.join("human/tau_usi_airline_sample.jsonl");
-    let (code, out, err) = run_ppol(&[
-        "audit",
-        "--human",
-        humans.to_str().unwrap(),
-        base.to_str().unwrap(),
-        "--bootstrap",
-        "200",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let r = json(&out);
-    for c in ["random_forest", "logistic"] {
-        let (auc, low, high) = interval(&r["control"], c);
-        assert!(
-            low <= 0.5 && 0.5 <= high,
-            "control {c}: {auc} [{low}, {high}]"
-        );
-        assert!(interval(&r["rows"][0], c).0 > 0.9, "baseline {c}");
-    }
+    let r = audit_json(humans.to_str().unwrap(), base.to_str().unwrap(), "200");
+    assert_control_at_half_and_baseline_apart(&r);
 }

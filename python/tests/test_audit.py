@@ -45,16 +45,15 @@ def test_audit_judge_against_the_mock_server(tmp_path):
     # human does: a judge that answers B when user A opens so, else A, is always right
     rules = [{"contains": f"User A:\n- {g}", "reply": {"content": "B"}} for g in ("Hello!", "Hi!", "Hi there!")]
     script.write_text(json.dumps({"rules": rules, "default": {"content": "A"}}))
-    proc = subprocess.Popen([sys.executable, "-m", "ppol_rs", "mock-server", "--script", str(script),
-                             "--port", "0", "--lifetime-s", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        base = json.loads(proc.stdout.readline())["base_url"]
-        r = ppol_rs.audit(DEMO / "human.jsonl", {"base": DEMO / "baseline.jsonl"}, bootstrap=10,
-                          llm=f"openai:judge@{base}", judge_pairs=8, as_frame=False)
-    finally:
-        proc.kill()
-        proc.wait()
+    with subprocess.Popen([sys.executable, "-m", "ppol_rs", "mock-server", "--script", str(script),
+                           "--port", "0", "--lifetime-s", "120"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as proc:
+        try:
+            base = json.loads(proc.stdout.readline())["base_url"]
+            r = ppol_rs.audit(DEMO / "human.jsonl", {"base": DEMO / "baseline.jsonl"}, bootstrap=10,
+                              llm=f"openai:judge@{base}", judge_pairs=8, as_frame=False)
+        finally:
+            proc.kill()
     j = r["rows"][0]["judge"]
     assert (j["pairs"], j["answered"], j["correct"]) == (8, 8, 8)
     assert j["paired_by"] == "task" and 0 < j["human_first"] < 8

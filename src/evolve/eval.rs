@@ -2,7 +2,7 @@
 //! simulator, direct-prompt personas, the seed program and the run's best program, each
 //! scored with the run's own human reference and discriminator ([`compare`] builds the
 //! table), then audited against the held-out humans independently of that discriminator
-//! ([`table_audit`]). The table is written to `RUN_DIR/eval-<split>.json`.
+//! ([`crate::evolve::table_audit`]). The table is written to `RUN_DIR/eval-<split>.json`.
 
 use std::path::{Path, PathBuf};
 
@@ -11,7 +11,7 @@ use crate::evolve::context::RunContext;
 use crate::evolve::rundir::runlog::EvalTable;
 use crate::evolve::rundir::RunDir;
 use crate::evolve::table_audit::{audit_table, Judge};
-use crate::fitness::audit::{judge, AuditOptions, JudgeOptions};
+use crate::fitness::audit::{AuditOptions, JudgeOptions};
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::score::Scorer;
@@ -96,10 +96,11 @@ pub async fn evaluate_run(
     ctx.world.shutdown().await;
     table.best_program_id = best_program_id;
     let judge = match ctx.model() {
-        None => Judge::Skipped(judge::OFFLINE_NOTE.replace(
-            "give --llm, or an [llm] section",
-            "an [llm] section in the run's configuration",
-        )),
+        None => Judge::Skipped(
+            "skipped: an offline run (no model configured); a run with an [llm] section asks \
+             its model"
+                .into(),
+        ),
         Some(model) => Judge::Model(
             model,
             JudgeOptions::new(

@@ -300,12 +300,7 @@ impl Evolution {
         self.state.batch_best = batch_best;
         self.state.stage_scores.clear();
         self.state.best_stage_score = None;
-        let validation_before = self
-            .state
-            .best
-            .as_ref()
-            .and_then(|b| b.validation.as_ref())
-            .map(|v| v.combined);
+        let validation_before = self.best_validation_score();
         if let Some(best) = self.state.best.as_mut() {
             if let Some(kept) = scored.get(&best.program_id) {
                 best.train = train_metrics(kept, &best.train);
@@ -321,12 +316,7 @@ impl Evolution {
             }
             dir.write_best_program(best)?;
         }
-        let validation_after = self
-            .state
-            .best
-            .as_ref()
-            .and_then(|b| b.validation.as_ref())
-            .map(|v| v.combined);
+        let validation_after = self.best_validation_score();
         let training = &disc.training;
         let event = Event::DiscriminatorRetrained {
             iteration: self.state.iteration,
@@ -357,6 +347,12 @@ impl Evolution {
             elites.len()
         ));
         Ok(())
+    }
+
+    /// The validation score of the run's best, when it has one.
+    fn best_validation_score(&self) -> Option<f64> {
+        let best = self.state.best.as_ref()?;
+        best.validation.as_ref().map(|v| v.combined)
     }
 
     /// The archive's best program and its fitness.

@@ -23,7 +23,7 @@ use crate::{Error, Result};
 
 /// What the audit says when no model is configured.
 pub const OFFLINE_NOTE: &str =
-    "skipped: no model configured (offline); give --llm, or an [llm] section, to run it";
+    "skipped: no model configured (offline); give --llm (Python: llm=) to ask one";
 
 /// The role whose model judges.
 pub const ROLE: CallRole = CallRole::Reflection;

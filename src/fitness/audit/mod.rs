@@ -659,18 +659,20 @@ fn separating_features(x: &[Vec<f64>], y: &[bool]) -> Vec<FeatureSeparation> {
     let mut out: Vec<FeatureSeparation> = (0..N_FEATURES)
         .map(|j| {
             let col: Vec<f64> = x.iter().map(|r| r[j]).collect();
-            let (h, c): (Vec<(f64, bool)>, Vec<(f64, bool)>) = col
-                .iter()
-                .copied()
-                .zip(y.iter().copied())
-                .partition(|p| p.1);
-            let stats = |v: &[(f64, bool)]| {
+            let side = |human: bool| -> Vec<f64> {
+                col.iter()
+                    .zip(y)
+                    .filter(|(_, &l)| l == human)
+                    .map(|(v, _)| *v)
+                    .collect()
+            };
+            let stats = |v: &[f64]| {
                 let n = v.len().max(1) as f64;
-                let m = v.iter().map(|p| p.0).sum::<f64>() / n;
-                let var = v.iter().map(|p| (p.0 - m).powi(2)).sum::<f64>() / n;
+                let m = v.iter().sum::<f64>() / n;
+                let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / n;
                 (m, var)
             };
-            let ((mh, vh), (mc, vc)) = (stats(&h), stats(&c));
+            let ((mh, vh), (mc, vc)) = (stats(&side(true)), stats(&side(false)));
             let sd = ((vh + vc) / 2.0).sqrt();
             FeatureSeparation {
                 feature: FEATURE_NAMES[j].into(),
