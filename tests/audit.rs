@@ -29,6 +29,10 @@ fn interval(row: &Value, classifier: &str) -> (f64, f64, f64) {
     )
 }
 
+/// A small run for the tests: 3 personas of 2 tasks per candidate, a light audit.
+const LIGHT: &str =
+    "[fitness]\ncurriculum = false\nn_personas = 3\nbatch_size = 2\naudit_bootstrap = 20\n";
+
 /// `ppol audit --human HUMAN CANDIDATE --bootstrap B --json`, which must succeed.
 fn audit_json(human: &str, candidate: &str, bootstrap: &str) -> Value {
     let (code, out, err) = run_ppol(&[
@@ -313,21 +317,27 @@ async fn audit_cli_runs_the_judge_on_a_configured_model() {
 fn eval_json_carries_hl_and_the_audit_of_every_row() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    // a light audit (each resample refits: 1,000 of them are minutes in a debug build)
+    // a light run and audit (each resample refits: 1,000 of them are minutes in a debug build)
     let cfg = tmp.path().join("run.toml");
-    std::fs::write(&cfg, "[fitness]\naudit_bootstrap = 20\n").unwrap();
+    std::fs::write(&cfg, LIGHT).unwrap();
     evolve(&cfg, &out, &["--iterations", "3", "--seed", "1"]);
-    let (code, stdout, err) = run_ppol(&[
+    let (code, text, err) = run_ppol(&[
         "eval",
         out.to_str().unwrap(),
         "--human",
         &demo("human.jsonl"),
         "--n",
-        "4",
-        "--json",
+        "2",
     ]);
     assert_eq!(code, 0, "{err}");
-    let t = json(&stdout);
+    // the text table shows the audit next to HL and says what each is
+    assert!(
+        text.contains("audit AUC [95%]") && text.contains("independent of HL"),
+        "{text}"
+    );
+    assert!(text.contains("logistic AUC [95%]"), "{text}");
+    // the JSON (what --json prints, also written to the run directory)
+    let t = json(&std::fs::read_to_string(out.join("eval-test.json")).unwrap());
     assert!(t["audit"]["method"]["description"].is_string());
     assert!(t["audit"]["judge"].as_str().unwrap().contains("offline"));
     for row in t["rows"].as_array().unwrap() {
@@ -352,21 +362,6 @@ fn eval_json_carries_hl_and_the_audit_of_every_row() {
     let base = &t["rows"][1];
     assert_eq!(base["name"], "base");
     assert!(interval(&base["audit"], "random_forest").0 > 0.9);
-    // the text table shows the audit next to HL and says what each is
-    let (code, text, _) = run_ppol(&[
-        "eval",
-        out.to_str().unwrap(),
-        "--human",
-        &demo("human.jsonl"),
-        "--n",
-        "4",
-    ]);
-    assert_eq!(code, 0);
-    assert!(
-        text.contains("audit AUC [95%]") && text.contains("independent of HL"),
-        "{text}"
-    );
-    assert!(text.contains("logistic AUC [95%]"), "{text}");
 }
 
 /// `ppol eval` of a run with a model asks the judge on that model: each simulated row gets its
@@ -471,7 +466,9 @@ fn retraining_survives_kill_9_and_resume() {
     let cfg = tmp.path().join("run.toml");
     std::fs::write(
         &cfg,
-        "[search]\niterations = 6\nseed = 5\n[fitness]\nretrain_every = 2\nretrain_elites = 4\n",
+        format!(
+            "[search]\niterations = 5\nseed = 5\n{LIGHT}retrain_every = 2\nretrain_elites = 4\n"
+        ),
     )
     .unwrap();
     let full = tmp.path().join("full");
