@@ -190,6 +190,23 @@ fn marked(dir: &Path) -> (PathBuf, PathBuf) {
     (write("humans.jsonl", true), write("sims.jsonl", false))
 }
 
+/// A mock judge that answers A when the prompt shows `user_a` (the human's marked first turn
+/// in user A's place), else B: right on every pair.
+async fn oracle(user_a: &str) -> ppol::testing::mock_server::MockServer {
+    use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
+    serve(MockScript {
+        rules: vec![MockRule {
+            contains: Some(user_a.into()),
+            reply: MockReply::text("A"),
+            ..Default::default()
+        }],
+        default: MockReply::text("B"),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// The judge against the mock server: a script that recognises the human is right on every
 /// pair; one that always answers A scores the share of pairs that showed the human first; an
 /// answer that is neither is unanswered, never right or wrong.
@@ -198,7 +215,7 @@ async fn the_judge_scores_scripted_answers() {
     use ppol::fitness::audit::judge::{self, JudgeOptions};
     use ppol::fitness::audit::stats::{wilson, Z95};
     use ppol::llm::LlmClient;
-    use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
+    use ppol::testing::mock_server::{serve, MockReply, MockScript};
     let tmp = tempfile::tempdir().unwrap();
     let (h, s) = marked(tmp.path());
     let load = |p: &Path| ppol::fitness::traces::load(p, &Default::default()).unwrap();
@@ -208,17 +225,7 @@ async fn the_judge_scores_scripted_answers() {
     let opts = JudgeOptions::new(10, Some(&prompt), 3).unwrap();
 
     // an oracle: the human is A when A's turns start with the marker
-    let oracle = serve(MockScript {
-        rules: vec![MockRule {
-            contains: Some("A:\n- zq".into()),
-            reply: MockReply::text("A"),
-            ..Default::default()
-        }],
-        default: MockReply::text("B"),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let oracle = oracle("A:\n- zq").await;
     let client = LlmClient::from_cli_value(&format!("openai:judge@{}", oracle.base_url())).unwrap();
     let r = judge::judge(&client, &humans, &sims, &opts, 1).await;
     assert_eq!((r.pairs, r.answered, r.correct), (10, 10, 10), "{r:?}");
@@ -257,20 +264,9 @@ async fn the_judge_scores_scripted_answers() {
 /// row, next to the classifiers'.
 #[tokio::test(flavor = "multi_thread")]
 async fn audit_cli_runs_the_judge_on_a_configured_model() {
-    use ppol::testing::mock_server::{serve, MockReply, MockRule, MockScript};
     let tmp = tempfile::tempdir().unwrap();
     let (h, s) = marked(tmp.path());
-    let server = serve(MockScript {
-        rules: vec![MockRule {
-            contains: Some("User A:\n- zq".into()),
-            reply: MockReply::text("A"),
-            ..Default::default()
-        }],
-        default: MockReply::text("B"),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let server = oracle("User A:\n- zq").await;
     let llm = format!("openai:judge@{}", server.base_url());
     let args: Vec<String> = [
         "audit",
