@@ -24,6 +24,8 @@
 //! | train tasks per evaluation | `fitness.batch_size` | 1 ..= [`MAX_BATCH`] (10,000) |
 //! | the discriminator: trees, depth, folds | `--trees`, `--max-depth`, `--folds`, `fitness.discriminator.n_trees`, `.max_depth`, `fitness.folds` | 1 ..= [`MAX_TREES`] (10,000); ..= [`MAX_DEPTH`] (1,000); 2 ..= [`MAX_FOLDS`] (100) |
 //! | the archive: islands; programs per island and elites; inspirations | `archive.num_islands`; `archive.population_size`, `archive.archive_size`; `archive.num_top_programs`, `archive.num_diverse_programs` | 1 ..= [`MAX_ISLANDS`] (1,000); 1 ..= [`MAX_POPULATION`] (100,000); ..= [`MAX_INSPIRATIONS`] (100) |
+//! | an audit: bootstrap resamples; judge pairs per condition; folds | `audit --bootstrap`, `fitness.audit_bootstrap`; `--judge-pairs`, `fitness.judge_pairs`; `audit --folds` | 1 ..= [`MAX_BOOTSTRAP`] (100,000); ..= [`MAX_JUDGE_PAIRS`] (10,000); 2 ..= [`MAX_FOLDS`] (100) |
+//! | retraining the discriminator during a run | `fitness.retrain_every`, `fitness.retrain_elites` | ..= [`MAX_ITERATIONS`]; ..= [`MAX_POPULATION`] |
 //! | a study: dialogues per condition; attention checks | `study make --per-condition`, `--attention-checks` | ..= [`MAX_STUDY_ITEMS`] (100,000); ..= [`MAX_ATTENTION_CHECKS`] (100) |
 //! | an LLM answer | `llm.max_response_bytes` | 1 KiB ..= [`MAX_INPUT_BYTES`] (1 GiB) |
 //! | a benchmark | `bench ... --repeat`, `--end-to-end-dialogues`, `--seeds`, ... | ..= [`MAX_BENCH`] (1,000,000) |
@@ -90,6 +92,12 @@ pub const MAX_DEPTH: usize = 1_000;
 
 /// Folds of the grouped held-out AUC.
 pub const MAX_FOLDS: usize = 100;
+
+/// Bootstrap resamples of an audit's interval.
+pub const MAX_BOOTSTRAP: usize = 100_000;
+
+/// Pairs per condition shown to the audit's LLM judge.
+pub const MAX_JUDGE_PAIRS: usize = 10_000;
 
 /// Islands of the archive.
 pub const MAX_ISLANDS: usize = 1_000;

@@ -1,6 +1,7 @@
-//! Files shipped inside the binary and the wheel: the seed generator programs and the demo
-//! traces (invented dialogues, see `fitness/demo/README.md`). One table, used by the run, the
-//! command line and Python (`ppol_rs.seed_program`, `ppol_rs.demo_traces`).
+//! Files shipped inside the binary and the wheel: the seed generator programs, the demo
+//! traces (invented dialogues, see `fitness/demo/README.md`) and the audit's judge prompt.
+//! One table, used by the run, the command line and Python (`ppol_rs.seed_program`,
+//! `ppol_rs.demo_traces`).
 
 macro_rules! shipped_file {
     ($path:literal) => {
@@ -20,6 +21,8 @@ pub const DEMO_HUMANS: &str = shipped_file!("fitness/demo/human.jsonl");
 pub const DEMO_BASELINE: &str = shipped_file!("fitness/demo/baseline.jsonl");
 /// Demo candidate traces.
 pub const DEMO_CANDIDATES: &str = shipped_file!("fitness/demo/candidates.jsonl");
+/// The audit's LLM-judge prompt (`{user_a}`, `{user_b}`; a user may give their own).
+pub const JUDGE_PROMPT: &str = shipped_file!("fitness/judge_prompt.md");
 
 /// Every shipped file by its path relative to the repository.
 pub const FILES: &[(&str, &str)] = &[
@@ -29,6 +32,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("demo/human.jsonl", DEMO_HUMANS),
     ("demo/baseline.jsonl", DEMO_BASELINE),
     ("demo/candidates.jsonl", DEMO_CANDIDATES),
+    ("fitness/judge_prompt.md", JUDGE_PROMPT),
 ];
 
 /// A shipped file by name (see [`FILES`]).

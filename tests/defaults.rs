@@ -10,10 +10,11 @@
 use std::collections::BTreeMap;
 
 use clap::CommandFactory;
+use ppol::fitness::audit::{AuditOptions, JudgeOptions};
 use ppol::fitness::discriminator::ForestParams;
 use ppol::fitness::settings::FitnessSection;
 use ppol::front::cli::Cli;
-use ppol::front::ops::{EpisodesRequest, GenerateRequest};
+use ppol::front::ops::{AuditRequest, EpisodesRequest, GenerateRequest};
 use ppol::simulate::settings::EpisodesSection;
 
 /// Parameters of one function: name → default (None: required), in a common notation
@@ -21,7 +22,7 @@ use ppol::simulate::settings::EpisodesSection;
 type Params = BTreeMap<String, Option<String>>;
 
 /// (CLI subcommand path, Python function in `_core` / `__init__`) pairs of the same verb.
-const VERBS: [(&str, &str); 9] = [
+const VERBS: [(&str, &str); 10] = [
     ("episodes", "episodes"),
     ("generate", "generate"),
     ("evolve", "evolve"),
@@ -31,6 +32,7 @@ const VERBS: [(&str, &str); 9] = [
     ("score", "score"),
     ("export sft", "export_sft"),
     ("study make", "study_make"),
+    ("audit", "audit"),
 ];
 
 /// Python parameters whose `None` stands for "the configuration's, else the CLI's default":
@@ -301,6 +303,26 @@ fn the_verbs_defaults_are_their_request_structs() {
     for key in ["max_turns", "max_tool_rounds", "config"] {
         assert_eq!(e[key], None, "ppol episodes --{key}");
     }
+    for (key, value) in [
+        ("folds", AuditOptions::FOLDS.to_string()),
+        ("bootstrap", AuditOptions::BOOTSTRAP.to_string()),
+        ("seed", AuditOptions::SEED.to_string()),
+        ("judge_pairs", JudgeOptions::PAIRS.to_string()),
+    ] {
+        assert_eq!(cli["audit"][key], some(&value), "ppol audit --{key}");
+        assert_eq!(py["audit"][key], some(&value), "ppol_rs.audit({key}=)");
+    }
+    assert_eq!(cli["audit"]["llm"], some(AuditRequest::LLM));
+    assert_eq!(
+        FitnessSection::default().judge_pairs,
+        JudgeOptions::PAIRS,
+        "[fitness] judge_pairs"
+    );
+    assert_eq!(
+        FitnessSection::default().audit_bootstrap,
+        AuditOptions::BOOTSTRAP,
+        "[fitness] audit_bootstrap"
+    );
     for key in ["trees", "max_depth", "max_features", "seed", "folds"] {
         assert_eq!(cli["discriminator train"][key], None, "--{key}");
         assert_eq!(

@@ -393,7 +393,7 @@ fn kill_9_then_resume_matches_an_uninterrupted_run() {
     assert!(kinds.contains(&"resumed".to_string()) || before == 8);
 }
 
-fn llm_config(dir: &Path, base_url: &str) -> PathBuf {
+pub(crate) fn llm_config(dir: &Path, base_url: &str) -> PathBuf {
     let seed = root().join("seeds/offline_templates.py");
     let text = format!(
         "[run]\nname = \"llm-test\"\n[search]\niterations = 3\nseed = 2\nseed_program = \"{}\"\n[episodes]\nbackend = \"scripted\"\n\

@@ -439,16 +439,53 @@ pub fn write_fixture_run(dir: &Path) {
             personas_generated: None,
             failures: Vec::new(),
             per_task: Default::default(),
+            audit: None,
+            dialogues: Vec::new(),
         }
     };
+    // the audit of two rows: the base told apart, the evolved with too few dialogues
+    let audited = |mut r: EvalRow, auc: Option<(f64, f64, f64)>| {
+        use ppol::fitness::audit::{AucInterval, AuditRow};
+        let interval = auc.map(|(auc, low, high)| AucInterval { auc, low, high });
+        r.audit = Some(AuditRow {
+            name: r.name.clone(),
+            n_human: 12,
+            n_candidate: if auc.is_some() { 24 } else { 6 },
+            n_groups_human: 4,
+            n_groups_candidate: 2,
+            dropped_human: 0,
+            dropped_candidate: 0,
+            grouped_by: "task".into(),
+            folds: 2,
+            resamples: 200,
+            random_forest: interval,
+            logistic: interval,
+            top_features: Vec::new(),
+            too_few: auc
+                .is_none()
+                .then(|| "too few: candidate: 6 dialogue(s) in 2 group(s)".into()),
+            judge: None,
+        });
+        r
+    };
     let table = EvalTable {
+        audit: Some(ppol::fitness::audit::AuditSetup {
+            method: ppol::fitness::audit::AuditOptions::default().method(),
+            human: ppol::fitness::audit::HumanSide {
+                source: vec!["fitness/demo/human.jsonl".into()],
+                n: 12,
+                n_groups: 4,
+                dropped: 0,
+            },
+            judge: "skipped: offline".into(),
+        }),
         split: "test".into(),
         tasks: vec!["demo_task_test_0".into(), "demo_task_test_1".into()],
         human_source: vec!["fitness/demo/human.jsonl".into()],
         best_program_id: Some(LINEAGE[4].into()),
         rows: vec![
             row("human", 0.81, 0.93, 1.0, None),
-            row("base", 0.1, 0.31, 2.0, None),
+            audited(row("base", 0.1, 0.31, 2.0, None), Some((0.987, 0.94, 1.0))),
             row(
                 "direct",
                 0.0,
@@ -457,7 +494,7 @@ pub fn write_fixture_run(dir: &Path) {
                 Some("needs an LLM endpoint (offline run)"),
             ),
             row("seed", 0.22, 0.45, 4.0, None),
-            row("evolved", 0.58, 0.71, 5.0, None),
+            audited(row("evolved", 0.58, 0.71, 5.0, None), None),
         ],
     };
     std::fs::write(
@@ -558,7 +595,13 @@ fn report_is_self_contained_and_complete() {
     assert_eq!(bars.matches(r#"class="bar evolved""#).count(), 5);
     // eval table, with the skipped reason
     assert!(html.contains("skipped: needs an LLM endpoint (offline run)"));
-    assert!(html.contains("<td>evolved</td><td>0.580</td><td>0.710</td><td>0.645</td>"));
+    // the audit next to HL, with its interval, and a row with too few dialogues says so
+    assert!(html.contains("audit: forest AUC [95%]") && html.contains("0.987 [0.94, 1.00]"));
+    assert!(html.contains("evolved: too few: candidate: 6 dialogue(s) in 2 group(s)"));
+    assert!(html.contains("Judge: skipped: offline."));
+    assert!(html.contains(
+        "<td>evolved</td><td>0.580</td><td>too few</td><td>too few</td><td>–</td><td>0.710</td><td>0.645</td>"
+    ));
     // lineage in order, each with its iteration and mutation
     let lineage = &html[html.find(r#"<ol class="lineage">"#).unwrap()..];
     let lineage = &lineage[..lineage.find("</ol>").unwrap()];

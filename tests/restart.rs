@@ -323,7 +323,7 @@ fn resume_refuses_lost_files_and_sweeps_temporaries() {
 }
 
 /// Spawn `ppol ARGS` with stderr in `err` (stdout discarded).
-fn spawn(args: &[&str], err: &Path) -> std::process::Child {
+pub(crate) fn spawn(args: &[&str], err: &Path) -> std::process::Child {
     ppol()
         .args(args)
         .stdout(std::process::Stdio::null())
@@ -333,7 +333,7 @@ fn spawn(args: &[&str], err: &Path) -> std::process::Child {
 }
 
 /// Wait for the `--pause-at` hook to report it is waiting (the child must still be alive).
-fn wait_paused(child: &mut std::process::Child, err: &Path, point: &str) {
+pub(crate) fn wait_paused(child: &mut std::process::Child, err: &Path, point: &str) {
     wait_for(point, Duration::from_secs(240), || {
         if let Ok(Some(status)) = child.try_wait() {
             panic!(

@@ -2,6 +2,7 @@
 
 mod architecture;
 mod archive;
+mod audit;
 mod batch;
 mod bounds;
 mod cli;

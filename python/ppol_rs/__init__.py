@@ -65,6 +65,7 @@ __all__ = [
     "RunError",
     "SandboxError",
     "EvolveRun",
+    "audit",
     "config_schema",
     "demo_traces",
     "seed_program",
@@ -195,6 +196,75 @@ def score(
     True
     """
     return _core.score(human, _norm(candidates), discriminator, lambda_h, lambda_b, raw, clusters)
+
+
+def audit(
+    human: Traces,
+    candidates: Union[Traces, Dict[str, Traces]],
+    *,
+    feature_set: Optional[str] = None,
+    folds: int = 5,
+    bootstrap: int = 200,
+    seed: int = 0,
+    llm: Optional[str] = None,
+    judge_pairs: int = 20,
+    judge_prompt: Optional[Union[str, "os.PathLike[str]"]] = None,
+    human_domain: Optional[str] = None,
+    as_frame: Optional[bool] = None,
+) -> Any:
+    """Audit human-likeness independently of any run's discriminator (as ``ppol audit``):
+    fresh classifiers — a random forest and a logistic regression on standardised features —
+    trained to tell ``human`` from each condition's dialogues, cross-validated with folds
+    grouped by task; the AUC of each with a 95% bootstrap interval (0.5 = indistinguishable,
+    1 = always told apart), the features that separate most, and a control row: the humans
+    against themselves in two halves by task. A side with fewer than 10 dialogues or 2 task
+    groups gives a row marked ``too_few`` (too few humans raise :class:`InsufficientData`).
+
+    ``candidates`` is a dict ``{name: traces}``, or trace files (each one a row named by its
+    path). ``llm`` (the ``--llm`` grammar) adds the LLM judge: ``judge_pairs`` pairs of a human
+    and a simulated user per condition, which it must tell apart (``judge_prompt``: your own
+    prompt file with ``{user_a}`` and ``{user_b}``).
+
+    Returns a DataFrame indexed by condition (the control first) with ``n_human``,
+    ``n_candidate``, ``forest_auc``/``_low``/``_high``, ``logistic_auc``/``_low``/``_high``,
+    ``judge_accuracy``/``_low``/``_high``, ``top_features`` and ``too_few`` when pandas is
+    installed and ``as_frame`` is not False (the whole report in ``df.attrs["report"]``);
+    otherwise the report as a dict.
+
+    >>> import ppol_rs
+    >>> r = ppol_rs.audit(ppol_rs.demo_traces("human"), {"base": ppol_rs.demo_traces("baseline")},
+    ...                   bootstrap=50, as_frame=False)
+    >>> r["rows"][0]["random_forest"]["auc"] > 0.9, r["control"]["name"]
+    (True, 'control (humans vs humans)')
+    """
+    if isinstance(candidates, dict):
+        pairs = [(str(k), _norm(v)) for k, v in candidates.items()]
+    else:
+        if isinstance(candidates, (str, os.PathLike)):
+            candidates = [candidates]
+        pairs = []
+        for c in candidates:
+            if not isinstance(c, (str, os.PathLike)):
+                raise ConfigError(
+                    "candidates must be a dict {name: traces} or trace files (paths); "
+                    f"found {type(c).__name__} in the list"
+                )
+            pairs.append((os.fspath(c), os.fspath(c)))
+    report = _core.audit(
+        _norm(human), pairs, feature_set, folds, bootstrap, seed, llm, judge_pairs,
+        None if judge_prompt is None else os.fspath(judge_prompt), human_domain,
+    )
+    pd = _pandas(as_frame)
+    if pd is None:
+        return report
+    rows = []
+    for r in [report["control"], *report["rows"]]:
+        flat: Dict[str, Any] = {"name": r["name"], "n_human": r["n_human"], "n_candidate": r["n_candidate"]}
+        flat.update(_audit_columns(r, ""))
+        rows.append(flat)
+    df = pd.DataFrame(rows).set_index("name")
+    df.attrs["report"] = report
+    return df
 
 
 SEEDS = ("offline_templates", "two_stage_llm", "direct_prompt")
@@ -595,6 +665,10 @@ def evaluate(
     per-task differences; ``note`` says when it cannot be told from noise, and ``skipped`` why it
     is not shown (evolved is the seed program, a row was skipped). The dict has the same under
     ``"evolved_vs_seed"``.
+    Next to HL (the run's own discriminator) each row has its independent audit against the
+    held-out humans (see :func:`audit`): ``audit_forest_auc``/``_low``/``_high``,
+    ``audit_logistic_auc``/``_low``/``_high``, ``judge_accuracy``/``_low``/``_high`` and
+    ``audit_too_few``; how the audit was made is in ``df.attrs["audit"]``.
 
     >>> import ppol_rs, tempfile, os
     >>> out = os.path.join(tempfile.mkdtemp(), "r")
@@ -614,8 +688,9 @@ def evaluate(
     if pd is not None:
         rows = []
         for r in table["rows"]:
-            flat = {k: v for k, v in r.items() if k != "dice"}
+            flat = {k: v for k, v in r.items() if k not in ("dice", "audit")}
             flat.update({f"dice_{k}": v for k, v in r["dice"].items()})
+            flat.update(_audit_columns(r.get("audit"), "audit_"))
             rows.append(flat)
         c = table["evolved_vs_seed"]
         diff: Dict[str, Any] = {
@@ -634,8 +709,24 @@ def evaluate(
         numeric = [k for k in frame.columns if k.startswith("dice_")]
         numeric += ["human_likeness", "coverage", "score", "success_rate", "standard_error"]
         frame[numeric] = frame[numeric].astype(float)
+        frame.attrs["audit"] = table.get("audit")
         return frame
     return table
+
+
+def _audit_columns(a: Optional[Dict[str, Any]], prefix: str) -> Dict[str, Any]:
+    """An audit row's numbers as flat columns: each classifier's AUC with its interval, the
+    judge's accuracy with its interval, the separating features and why there is no AUC."""
+    a = a or {}
+    out: Dict[str, Any] = {}
+    for key, col in (("random_forest", "forest"), ("logistic", "logistic")):
+        i = a.get(key) or {}
+        out.update({f"{prefix}{col}_auc": i.get("auc"), f"{prefix}{col}_low": i.get("low"), f"{prefix}{col}_high": i.get("high")})
+    acc = (a.get("judge") or {}).get("accuracy") or {}
+    out.update({"judge_accuracy": acc.get("share"), "judge_low": acc.get("low"), "judge_high": acc.get("high")})
+    out[f"{prefix}top_features"] = ", ".join(f["feature"] for f in a.get("top_features", []))
+    out[f"{prefix}too_few"] = a.get("too_few")
+    return out
 
 
 def report(run_dir: Union[str, "os.PathLike[str]"], out: Optional[Union[str, "os.PathLike[str]"]] = None) -> str:

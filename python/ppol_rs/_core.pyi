@@ -45,6 +45,18 @@ def score(
     raw: bool = False,
     clusters: int = 0,
 ) -> Dict[str, Any]: ...
+def audit(
+    human: _Traces,
+    candidates: List[Tuple[str, _Traces]],
+    feature_set: Optional[str] = None,
+    folds: int = 5,
+    bootstrap: int = 200,
+    seed: int = 0,
+    llm: Optional[str] = None,
+    judge_pairs: int = 20,
+    judge_prompt: Optional[_Path] = None,
+    human_domain: Optional[str] = None,
+) -> Dict[str, Any]: ...
 def cli(argv: List[str]) -> int: ...
 def shipped(name: str) -> str: ...
 def generate(

@@ -71,6 +71,11 @@ fn row_from(name: &str, episodes: &[Episode], scorer: &Scorer) -> EvalRow {
         personas_generated: None,
         failures: Vec::new(),
         per_task,
+        audit: None,
+        dialogues: rollouts(episodes)
+            .into_iter()
+            .filter_map(|r| r.dialogue)
+            .collect(),
     }
 }
 
@@ -88,6 +93,8 @@ fn skipped(name: &str, why: String) -> EvalRow {
         personas_generated: None,
         failures: Vec::new(),
         per_task: Default::default(),
+        audit: None,
+        dialogues: Vec::new(),
     }
 }
 
@@ -123,6 +130,8 @@ pub fn human_row(humans: &[Dialogue], scorer: &Scorer) -> EvalRow {
         personas_generated: None,
         failures: Vec::new(),
         per_task: Default::default(),
+        audit: None,
+        dialogues: humans.to_vec(),
     }
 }
 
@@ -191,6 +200,7 @@ pub async fn compare(
         human_source,
         rows,
         best_program_id: None,
+        audit: None,
     })
 }
 

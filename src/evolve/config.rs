@@ -573,6 +573,11 @@ impl RunConfig {
                 ));
             }
         }
+        if let Some(p) = &self.fitness.judge_prompt {
+            // read and checked for its {user_a} and {user_b} now, not at `ppol eval`
+            crate::fitness::audit::JudgeOptions::new(0, Some(p), 0)
+                .map_err(|e| Error::config("fitness.judge_prompt", e.to_string()))?;
+        }
         Ok(())
     }
 

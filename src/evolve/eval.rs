@@ -1,10 +1,11 @@
 //! `ppol eval RUN_DIR`: the paper's Table 1 for a run, on held-out tasks — humans, the base
 //! simulator, direct-prompt personas, the seed program and the run's best program, each
 //! scored with the run's own human reference and discriminator ([`compare`] builds the
-//! table), with evolved − seed ([`crate::evolve::eval_table`]). The table is written to
-//! `RUN_DIR/eval-<split>.json`; each row's personas and episodes to `RUN_DIR/eval-<split>/` as
-//! they are made (`base.jsonl`, `seed.jsonl`, `seed.personas.json`, ...), so an interrupted
-//! eval reruns only what is missing.
+//! table), audited against the held-out humans independently of that discriminator
+//! ([`crate::evolve::table_audit`]), with evolved − seed ([`crate::evolve::eval_table`]). The
+//! table is written to `RUN_DIR/eval-<split>.json`; each row's personas and episodes to
+//! `RUN_DIR/eval-<split>/` as they are made (`base.jsonl`, `seed.jsonl`, `seed.personas.json`,
+//! ...), so an interrupted eval reruns only what is missing.
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +13,8 @@ use crate::evolve::compare::{compare, Condition};
 use crate::evolve::context::RunContext;
 use crate::evolve::eval_table::{compare_to_seed, render, EvalReport};
 use crate::evolve::rundir::RunDir;
+use crate::evolve::table_audit::{audit_table, Judge};
+use crate::fitness::audit::{AuditOptions, JudgeOptions};
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::score::Scorer;
@@ -90,7 +93,7 @@ pub async fn evaluate_run(
         &tasks,
         n_personas.unwrap_or(cfg.fitness.n_personas),
         &humans,
-        human_source,
+        human_source.clone(),
         &conditions,
         &ctx.generator,
         ctx.play(true, "eval", progress),
@@ -110,6 +113,28 @@ pub async fn evaluate_run(
             .then(|| "best/program.py is the seed program's code".to_string()),
     };
     table.best_program_id = best_program_id;
+    let judge = match ctx.model() {
+        None => Judge::Skipped(
+            "skipped: an offline run (no model configured); a run with an [llm] section asks \
+             its model"
+                .into(),
+        ),
+        Some(model) => Judge::Model(
+            model,
+            JudgeOptions::new(
+                cfg.fitness.judge_pairs,
+                cfg.fitness.judge_prompt.as_deref(),
+                derive_seed(cfg.search.seed, "judge"),
+            )?,
+        ),
+    };
+    let audit = AuditOptions {
+        feature_set: cfg.run.feature_set,
+        seed: derive_seed(cfg.search.seed, "audit"),
+        bootstrap: cfg.fitness.audit_bootstrap,
+        ..AuditOptions::default()
+    };
+    audit_table(&mut table, &humans, human_source, audit, judge).await?;
     let report = EvalReport {
         evolved_vs_seed: compare_to_seed(&table, evolved_is_seed),
         table,
@@ -143,7 +168,7 @@ pub fn file_safe(split: &str) -> String {
     }
 }
 
-/// The evaluation table rendered as text (for the CLI).
+/// The evaluation table rendered as text (for the CLI), with its audit under it.
 pub fn table_text(r: &EvalReport) -> String {
-    render(r)
+    render(r) + &crate::evolve::table_audit::render(&r.table)
 }

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::evolve::rundir::runlog::{EvalRow, EvalTable};
+use crate::fitness::audit::AuditRow;
 use crate::fitness::coverage::Dice;
 
 /// Below this many tasks, evolved − seed cannot be told from noise whatever its standard
@@ -149,19 +150,21 @@ pub fn success_cell(rate: Option<f64>) -> String {
 pub fn render(r: &EvalReport) -> String {
     let t = &r.table;
     let mut s = format!(
-        "split: {} ({} tasks); humans: {}\n{:<9} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>5}\n",
+        "split: {} ({} tasks); humans: {}\n{:<9} {:>6}  {:<18} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>5}\n",
         t.split,
         t.tasks.len(),
         t.human_source.join(", "),
-        "condition", "HL", "Cov", "Score", "D1", "D2", "D3", "D4", "USI", "success", "n"
+        "condition", "HL", "audit AUC [95%]", "Cov", "Score", "D1", "D2", "D3", "D4", "USI", "success", "n"
     );
     for row in &t.rows {
         if let Some(why) = &row.skipped {
             s.push_str(&format!("{:<9} skipped: {why}\n", row.name));
             continue;
         }
+        let audit = row.audit.as_ref().map_or("-".into(), |a| {
+            AuditRow::cell(a.random_forest.as_ref(), a.too_few.is_some())
+        });
         let cells = [
-            row.human_likeness,
             row.coverage,
             row.score,
             row.dice.D1,
@@ -172,8 +175,10 @@ pub fn render(r: &EvalReport) -> String {
         ]
         .map(|x| format!("{x:>6.3}"));
         s.push_str(&format!(
-            "{:<9} {} {:>9} {:>5}\n",
+            "{:<9} {:>6.3}  {:<18} {} {:>9} {:>5}\n",
             row.name,
+            row.human_likeness,
+            audit,
             cells.join(" "),
             success_cell(row.success_rate),
             row.n_dialogues
@@ -245,7 +250,13 @@ fn seed_line(c: &SeedComparison) -> String {
 /// What the columns and rows of the evaluation table mean (printed under it, in `ppol eval
 /// --help` and the README).
 pub const TABLE_LEGEND: &str = "\
-HL     human-likeness: the discriminator's mean P(human) of the dialogues (1 = like humans)
+HL     human-likeness: the run's own discriminator's mean P(human) of the dialogues (1 = like
+       humans); the search optimised it, so a program can climb it by the forest's quirks
+audit  independent of HL: a fresh random forest trained to tell the held-out humans from the
+       row's dialogues, cross-validated by task; AUC with its 95% bootstrap interval (0.5 =
+       indistinguishable, 1 = always told apart; lower is more human; the human row is the
+       humans against themselves in halves by task); the block under the table adds a
+       logistic regression, the features that separate most and the LLM judge
 Cov    coverage: how much of the human behaviour cloud the dialogues reach (Chamfer; 1 = all)
 Score  (HL + Cov) / 2, the paper's Score (the search maximises lambda_h x HL + lambda_b x Cov)
 D1-D4  Dice similarity to the humans' mean features: D1 communication style, D2 information
@@ -285,6 +296,8 @@ mod tests {
                 .iter()
                 .map(|(t, v)| (t.to_string(), *v))
                 .collect::<BTreeMap<_, _>>(),
+            audit: None,
+            dialogues: Vec::new(),
         }
     }
 
@@ -295,6 +308,7 @@ mod tests {
             human_source: vec!["h.jsonl".into()],
             rows,
             best_program_id: Some("it00007-x".into()),
+            audit: None,
         }
     }
 

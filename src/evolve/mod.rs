@@ -17,8 +17,9 @@
 //! - What stays on disk: the run directory ([`rundir`]) with its run log
 //!   ([`rundir::runlog`]), cost ledger ([`rundir::ledger`]) and checkpoint
 //!   ([`rundir::checkpoint`]).
-//! - `ppol eval`: the held-out comparison ([`eval`], table built by [`compare`], read with
-//!   evolved − seed and rendered by [`eval_table`]).
+//! - `ppol eval`: the held-out comparison ([`eval`], table built by [`compare`], audited
+//!   against the held-out humans by [`table_audit`], read with evolved − seed and rendered by
+//!   [`eval_table`]).
 //!
 //! Depends on the floor and on every earlier stage.
 
@@ -36,6 +37,7 @@ pub mod mutation;
 pub mod run;
 pub mod rundir;
 pub mod schedule;
+pub mod table_audit;
 
 // The run directory's files and the archive's programs, at the paths the later stages (report,
 // front ends) and the integration tests name them by.

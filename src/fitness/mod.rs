@@ -2,10 +2,13 @@
 //! ([`traces`]), fingerprinted ([`features`]), summarised as the human reference
 //! ([`reference`](mod@reference)), covered by a persona set ([`coverage`], with [`kmeans`] centroids),
 //! separated from simulator dialogues by a [`discriminator`], and scored in one place
-//! ([`score::Scorer`]); the `[fitness]` settings of a run ([`settings`]).
+//! ([`score::Scorer`]); the `[fitness]` settings of a run ([`settings`]). The [`audit`] checks
+//! human-likeness independently of the run's discriminator: fresh classifiers, cross-validated
+//! by task, with intervals (and an optional LLM judge).
 //!
 //! Depends only on the shared floor (`dialogue`, `persona`, `error`, `io`, `seed`).
 
+pub mod audit;
 pub mod coverage;
 pub mod discriminator;
 pub mod features;

@@ -364,11 +364,7 @@ pub fn train_discriminator(
     params: &ForestParams,
     folds: usize,
 ) -> Result<Discriminator> {
-    let human: Vec<Vec<f64>> = reference.cloud_rows().map(|r| r.features.clone()).collect();
-    let human_groups: Vec<String> = reference
-        .cloud_rows()
-        .map(|r| r.task_id.clone().unwrap_or_else(|| r.id.clone()))
-        .collect();
+    let (human, human_groups) = human_rows(reference);
     let fps = fingerprint_many(baseline, reference.feature_set);
     let sim: Vec<Vec<f64>> = fps.iter().map(|f| f.0.to_vec()).collect();
     let sim_groups: Vec<String> = baseline.iter().map(|d| d.group_key().to_string()).collect();
@@ -383,6 +379,20 @@ pub fn train_discriminator(
         params,
         folds,
     )
+}
+
+/// The human side of a discriminator's training: the reference's cloud rows and their groups
+/// (task id, else dialogue id).
+pub fn human_rows(reference: &HumanReference) -> (Vec<Vec<f64>>, Vec<String>) {
+    reference
+        .cloud_rows()
+        .map(|r| {
+            (
+                r.features.clone(),
+                r.task_id.clone().unwrap_or_else(|| r.id.clone()),
+            )
+        })
+        .unzip()
 }
 
 /// Load a human reference from a saved reference JSON, or build it from trace files (with

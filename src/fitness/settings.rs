@@ -41,6 +41,23 @@ pub struct FitnessSection {
     pub discriminator: ForestParams,
     /// Folds of the grouped held-out AUC.
     pub folds: usize,
+    /// Retrain the discriminator every K iterations (0 = never, the default): the current
+    /// elites' dialogues join the simulated side, and the archive, the batch bests and the run's
+    /// best are rescored with it so scores stay comparable. Off by default: on the offline
+    /// airline setup (6 seeds, 30 iterations, README) the independent audit did not find the
+    /// retrained search more human than the fixed one.
+    pub retrain_every: u64,
+    /// How many of the archive's best programs give their dialogues to a retraining.
+    pub retrain_elites: usize,
+    /// Bootstrap resamples of the intervals of `ppol eval`'s audit (each refits the
+    /// cross-validation: the audit's cost grows with it).
+    pub audit_bootstrap: usize,
+    /// Pairs per row shown to the LLM judge of `ppol eval`'s audit when the run has a model
+    /// (0 = no judge; offline runs have none).
+    pub judge_pairs: usize,
+    /// The judge's prompt file, with `{user_a}` and `{user_b}` (default: the shipped
+    /// `fitness/judge_prompt.md`).
+    pub judge_prompt: Option<std::path::PathBuf>,
 }
 
 impl Default for FitnessSection {
@@ -57,6 +74,11 @@ impl Default for FitnessSection {
             select_by: SelectBy::Fixed,
             discriminator: ForestParams::default(),
             folds: 5,
+            retrain_every: 0,
+            retrain_elites: 10,
+            audit_bootstrap: crate::fitness::audit::AuditOptions::BOOTSTRAP,
+            judge_pairs: crate::fitness::audit::JudgeOptions::PAIRS,
+            judge_prompt: None,
         }
     }
 }
@@ -132,6 +154,30 @@ impl FitnessSection {
             "fitness.discriminator.min_samples_leaf",
             d.min_samples_leaf,
             1,
+        )?;
+        check(
+            "fitness.retrain_every",
+            self.retrain_every,
+            0,
+            limits::MAX_ITERATIONS,
+        )?;
+        check(
+            "fitness.retrain_elites",
+            self.retrain_elites,
+            1,
+            limits::MAX_POPULATION,
+        )?;
+        check(
+            "fitness.audit_bootstrap",
+            self.audit_bootstrap,
+            1,
+            limits::MAX_BOOTSTRAP,
+        )?;
+        check(
+            "fitness.judge_pairs",
+            self.judge_pairs,
+            0,
+            limits::MAX_JUDGE_PAIRS,
         )?;
         check("fitness.folds", self.folds, 2, limits::MAX_FOLDS)
     }

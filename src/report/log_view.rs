@@ -33,6 +33,8 @@ pub(crate) struct LogView<'a> {
     pub(crate) started: Option<&'a Record>,
     pub(crate) stopped: Option<&'a Record>,
     pub(crate) discriminator: Option<&'a Event>,
+    /// `discriminator_retrained` events (`[fitness] retrain_every`), in order.
+    pub(crate) retrained: Vec<&'a Event>,
     pub(crate) evaluated: Vec<Evaluated<'a>>,
     pub(crate) failed: Vec<Failed<'a>>,
     pub(crate) validations: Vec<(u64, &'a str, &'a EvalMetrics)>,
@@ -47,6 +49,7 @@ impl<'a> LogView<'a> {
             started: None,
             stopped: None,
             discriminator: None,
+            retrained: Vec::new(),
             evaluated: Vec::new(),
             failed: Vec::new(),
             validations: Vec::new(),
@@ -61,6 +64,7 @@ impl<'a> LogView<'a> {
                 }
                 Event::RunStopped { .. } => v.stopped = Some(r),
                 e @ Event::DiscriminatorTrained { .. } => v.discriminator = Some(e),
+                e @ Event::DiscriminatorRetrained { .. } => v.retrained.push(e),
                 Event::CandidateEvaluated {
                     iteration,
                     program_id,

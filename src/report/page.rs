@@ -13,6 +13,7 @@ use super::log_view::LogView;
 use super::text::duration;
 use crate::evolve::rundir::summary::{cost_rows, Counters, RunOverview};
 use crate::evolve::runlog::{self, Event, Record};
+use crate::fitness::audit::{features_line, AucInterval, AuditRow};
 
 /// The whole report as plain data.
 #[derive(Debug, Clone, Serialize)]
@@ -282,6 +283,26 @@ impl Summary {
                 "no discriminator_trained event in log.jsonl",
             ),
         }
+        if let Some(Event::DiscriminatorRetrained {
+            iteration,
+            grouped_auc,
+            n_simulator,
+            elites,
+            ..
+        }) = view.retrained.last()
+        {
+            fact(
+                &mut facts,
+                "discriminator retrained",
+                format!(
+                    "{} time(s), last after iteration {iteration} (grouped AUC {}; {n_simulator} \
+                     simulated dialogues, {} elites' among them); scores rescored each time",
+                    view.retrained.len(),
+                    grouped_auc.map_or_else(|| "–".into(), super::text::f3),
+                    elites.len()
+                ),
+            );
+        }
         // the run's best (the program that validates best), with its own numbers
         if let Some(best) = &overview.best {
             let id = &best.program_id;
@@ -358,6 +379,14 @@ pub struct EvalRow {
     pub success_rate: Option<f64>,
     /// Dialogues.
     pub n_dialogues: usize,
+    /// The audit's random forest: `AUC [low, high]`, `too few` or `–` (no audit).
+    pub audit_forest: String,
+    /// The audit's logistic regression, likewise.
+    pub audit_logistic: String,
+    /// The LLM judge's accuracy with its interval (`–` when it did not run).
+    pub judge: String,
+    /// Why the audit has no AUC, or the features that separate most.
+    pub audit_note: Option<String>,
 }
 
 /// One `eval-<split>.json`.
@@ -376,6 +405,10 @@ pub struct EvalTable {
     pub human_source: String,
     /// Rows.
     pub rows: Vec<EvalRow>,
+    /// How the audit was made (None: the table has no audit).
+    pub audit: Option<String>,
+    /// What the LLM judge did, or why it did not run.
+    pub judge: Option<String>,
 }
 
 /// The evaluation section: every `eval-<split>.json`.
@@ -399,17 +432,43 @@ impl Evaluation {
                 rows: t
                     .rows
                     .iter()
-                    .map(|r| EvalRow {
-                        name: r.name.clone(),
-                        skipped: r.skipped.clone(),
-                        human_likeness: r.human_likeness,
-                        coverage: r.coverage,
-                        score: r.score,
-                        dice: [r.dice.D1, r.dice.D2, r.dice.D3, r.dice.D4, r.dice.overall],
-                        success_rate: r.success_rate,
-                        n_dialogues: r.n_dialogues,
+                    .map(|r| {
+                        let a = r.audit.as_ref();
+                        let cell = |pick: fn(&AuditRow) -> Option<&AucInterval>| {
+                            a.map_or("–".into(), |a| {
+                                AuditRow::cell(pick(a), a.too_few.is_some())
+                            })
+                        };
+                        EvalRow {
+                            name: r.name.clone(),
+                            skipped: r.skipped.clone(),
+                            human_likeness: r.human_likeness,
+                            coverage: r.coverage,
+                            score: r.score,
+                            dice: [r.dice.D1, r.dice.D2, r.dice.D3, r.dice.D4, r.dice.overall],
+                            success_rate: r.success_rate,
+                            n_dialogues: r.n_dialogues,
+                            audit_forest: cell(|a| a.random_forest.as_ref()),
+                            audit_logistic: cell(|a| a.logistic.as_ref()),
+                            judge: a
+                                .and_then(|a| a.judge.as_ref())
+                                .map_or("–".into(), |j| j.to_string()),
+                            audit_note: a.and_then(|a| {
+                                a.too_few.clone().or_else(|| {
+                                    (!a.top_features.is_empty())
+                                        .then(|| format!("separated most by {}", features_line(a)))
+                                })
+                            }),
+                        }
                     })
                     .collect(),
+                audit: t.audit.as_ref().map(|a| {
+                    format!(
+                        "{} held-out human dialogues in {} task groups; {}",
+                        a.human.n, a.human.n_groups, a.method.description
+                    )
+                }),
+                judge: t.audit.as_ref().map(|a| a.judge.clone()),
             })
             .collect();
         Evaluation { tables }

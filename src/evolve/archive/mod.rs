@@ -71,6 +71,7 @@ pub mod program;
 mod settings;
 
 pub use settings::ArchiveConfig;
+mod rescore;
 
 use crate::evolve::archive::program::ChildFailure;
 use crate::evolve::archive::program::{Program, ProgramId};

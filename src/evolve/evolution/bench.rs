@@ -49,6 +49,9 @@ pub(super) struct Scored {
     /// Seconds the evaluation took (sandbox, episodes, scoring; not the reflection or the
     /// validation).
     pub(super) seconds: f64,
+    /// The fingerprint of each scored episode with its task (kept when the run retrains its
+    /// discriminator, to rescore the candidate).
+    pub(super) fingerprints: Vec<(String, Vec<f64>)>,
 }
 
 /// The result of evaluating a candidate.
@@ -141,6 +144,7 @@ impl Bench {
                 fingerprints,
             } => {
                 rank(&mut metrics, cfg.fitness.select_by, final_weights(cfg));
+                let kept = kept_fingerprints(&episodes, &fingerprints);
                 let evidence = Evidence {
                     personas: &persona_records,
                     episodes: &episodes,
@@ -165,6 +169,7 @@ impl Bench {
                             tasks,
                             plan,
                             seconds,
+                            fingerprints: kept,
                         }),
                     };
                 }
@@ -191,6 +196,7 @@ impl Bench {
                     tasks,
                     plan,
                     seconds,
+                    fingerprints: kept,
                 }))
             }
         }
@@ -263,8 +269,20 @@ fn quantile(xs: &[f64], q: f64) -> Option<f64> {
     Some(v[lo] + (v[hi] - v[lo]) * (pos - lo as f64))
 }
 
+/// The fingerprint of each scored episode (in episode order) with its task.
+pub(super) fn kept_fingerprints(
+    episodes: &[crate::simulate::episode::record::Episode],
+    fingerprints: &[Option<crate::fitness::features::Fingerprint>],
+) -> Vec<(String, Vec<f64>)> {
+    episodes
+        .iter()
+        .zip(fingerprints)
+        .filter_map(|(e, f)| f.map(|f| (e.task_id.clone(), f.0.to_vec())))
+        .collect()
+}
+
 /// The final weights (validation, `ppol eval`, and ranking with `select_by = "fixed"`).
-fn final_weights(cfg: &RunConfig) -> Weights {
+pub(super) fn final_weights(cfg: &RunConfig) -> Weights {
     Weights::new(cfg.fitness.lambda_h, cfg.fitness.lambda_b)
 }
 

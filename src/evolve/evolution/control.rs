@@ -96,9 +96,10 @@ pub struct RunControl {
     pub progress: Option<ProgressFn>,
     /// Test hook: stop (as if killed) after this many iterations of this process.
     pub halt_after: Option<u64>,
-    /// Test hook: at this point — `baseline:N` (N more baseline episodes played and saved) or
-    /// `checkpoint:N` (the N-th commit of this process) — say so on stderr and wait to be
-    /// killed, with no LLM call in flight.
+    /// Test hook: at this point — `baseline:N` (N more baseline episodes played and saved),
+    /// `checkpoint:N` (the N-th commit of this process) or `retrained:N` (the run's N-th
+    /// retraining of its discriminator done, not yet committed) — say so on stderr and wait
+    /// to be killed, with no LLM call in flight.
     pub pause_at: Option<String>,
 }
 

@@ -66,6 +66,7 @@ mod bench;
 mod control;
 mod propose;
 mod record;
+mod retrain;
 mod stop;
 mod validate;
 
@@ -73,6 +74,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::dialogue::Dialogue;
 use crate::evolve::archive::program::Program;
 use crate::evolve::config::MutationSection;
 use crate::evolve::context::{pause_for_kill, RunContext};
@@ -81,10 +83,11 @@ use crate::evolve::mutation::dispatch::Mutator;
 use crate::evolve::rundir::checkpoint::{Proposed, State};
 use crate::evolve::rundir::runlog::{self, Event, RunLog};
 use crate::evolve::rundir::RunBest;
+use crate::fitness::features::fingerprint_many;
 use crate::fitness::reference::HumanReference;
 use crate::fitness::score::Scorer;
 use crate::persona::Persona;
-use crate::simulate::episode::record::Episode;
+use crate::simulate::episode::record::{Episode, EpisodeStatus};
 use crate::Result;
 
 use bench::{Bench, Evaluation};
@@ -139,6 +142,9 @@ pub struct Evolution {
     iterations_here: u64,
     /// The queued validations running in the background, by iteration.
     validating: BTreeMap<u64, tokio::task::JoinHandle<Staged>>,
+    /// Task and fingerprint of each baseline dialogue the discriminator was trained on (a run
+    /// that retrains it only; see `retrain`).
+    baseline_rows: Arc<Vec<(String, Vec<f64>)>>,
 }
 
 impl Evolution {
@@ -217,6 +223,28 @@ impl Evolution {
             }
             None => State::new(cfg)?,
         };
+        // a run that retrained goes on with the discriminator its checkpoint names
+        let scorer = match Self::retrained_discriminator(&ctx.dir, &state.retraining)? {
+            Some(discriminator) => Scorer {
+                discriminator,
+                ..scorer
+            },
+            None => scorer,
+        };
+        let baseline_rows = if cfg.fitness.retrain_every > 0 {
+            let ok: Vec<Dialogue> = baseline
+                .iter()
+                .filter(|e| e.status == EpisodeStatus::Ok)
+                .map(|e| e.to_dialogue())
+                .collect();
+            fingerprint_many(&ok, scorer.reference.feature_set)
+                .into_iter()
+                .zip(&ok)
+                .map(|(f, d)| (d.group_key().to_string(), f.0.to_vec()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let reflection_model = if cfg.mutation.reflection {
             ctx.model()
         } else {
@@ -244,6 +272,7 @@ impl Evolution {
             started: Instant::now(),
             iterations_here: 0,
             validating: BTreeMap::new(),
+            baseline_rows: Arc::new(baseline_rows),
         };
         evolution.restore_best().await?;
         Ok(evolution)

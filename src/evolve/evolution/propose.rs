@@ -27,11 +27,15 @@ enum Pick {
 const VALIDATED_PARENT_SHARE: u64 = 5_000;
 
 impl Evolution {
-    /// Propose the next generation: the re-queued programs and the seed first, else
+    /// Propose the next generation (after retraining the discriminator when it is due): the
+    /// re-queued programs and the seed first, else
     /// `search.generation_size` children (fewer when the run has fewer iterations left), their
     /// parents sampled in iteration order from the archive as it stands, their mutations made
     /// concurrently.
     pub(super) async fn fill_generation(&mut self) -> Result<bool> {
+        if !self.maybe_retrain().await? {
+            return Ok(false);
+        }
         if !self.apply_validations(Some(self.state.generations)).await? {
             return Ok(false);
         }

@@ -256,7 +256,15 @@ impl Evolution {
                     seconds: s.seconds,
                     cost: self.cost(),
                 })?;
-                let batch_best = s.plan.n_personas == self.bench.schedule.n_personas && {
+                let final_n = s.plan.n_personas == self.bench.schedule.n_personas;
+                self.keep_scored(
+                    &program,
+                    s.plan.weights(),
+                    s.metrics.coverage,
+                    final_n.then(|| batch_key(&s.tasks, &s.plan)),
+                    &s.fingerprints,
+                )?;
+                let batch_best = final_n && {
                     let key = batch_key(&s.tasks, &s.plan);
                     let beats = self
                         .state

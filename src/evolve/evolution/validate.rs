@@ -5,6 +5,7 @@
 
 use crate::evolve::archive::program::Program;
 use crate::evolve::evaluate::{CandidateOutcome, Staged};
+use crate::evolve::evolution::bench::kept_fingerprints;
 use crate::evolve::evolution::control::join_unless_stopped;
 use crate::evolve::evolution::Evolution;
 use crate::evolve::rundir::runlog::{EvalMetrics, Event, FailureInfo};
@@ -109,6 +110,7 @@ impl Evolution {
                 metrics,
                 persona_records,
                 episodes,
+                fingerprints,
                 ..
             } => {
                 self.log.append(Event::Validation {
@@ -124,6 +126,8 @@ impl Evolution {
                 )?;
                 if displaced {
                     self.state.best_stage_score = stage_score;
+                    let rows = kept_fingerprints(&episodes, &fingerprints);
+                    self.keep_best_validation(&program.id.0, &metrics, &rows)?;
                 }
                 Ok(())
             }

@@ -82,6 +82,40 @@ pub struct State {
     /// of the cascade's validations (None: validations play in full).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_stage_score: Option<f64>,
+    /// Retraining of the discriminator during the run (`[fitness] retrain_every`; empty when
+    /// it is off).
+    #[serde(default, skip_serializing_if = "Retraining::is_off")]
+    pub retraining: Retraining,
+}
+
+/// What a run that retrains its discriminator (`[fitness] retrain_every = K`) keeps in its
+/// checkpoint. The fingerprints of every scored candidate and of the run's best's validation
+/// are written under `retrain/` when they are recorded (`fp-<id>.json`, `val-<id>.json`), the
+/// retrained discriminators as `retrain/discriminator-<count>.json`; the checkpoint names which
+/// of them belong to the run, so a resumed run rescores from exactly the committed ones and
+/// loads the discriminator in use (checked by its SHA-256).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Retraining {
+    /// Retrainings done.
+    pub count: u32,
+    /// The iteration the last one came after (0: none yet).
+    pub at_iteration: u64,
+    /// SHA-256 of `retrain/discriminator-<count>.json` (empty before the first retraining).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sha256: String,
+    /// The candidates scored so far, in order (each has its `retrain/fp-<id>.json`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scored: Vec<String>,
+    /// The run's best whose validation fingerprints are kept (`retrain/val-<id>.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_validation: Option<String>,
+}
+
+impl Retraining {
+    /// Nothing recorded (the run does not retrain).
+    pub fn is_off(&self) -> bool {
+        *self == Retraining::default()
+    }
 }
 
 impl State {
@@ -106,6 +140,7 @@ impl State {
             cost: None,
             stage_scores: BTreeMap::new(),
             best_stage_score: None,
+            retraining: Retraining::default(),
         })
     }
 

@@ -156,6 +156,37 @@ pub enum Event {
         /// Score of the baseline (no persona) on the train tasks.
         baseline: EvalMetrics,
     },
+    /// The discriminator was retrained with the current elites' dialogues on the simulated
+    /// side (`[fitness] retrain_every`) and the archive, the batch bests and the run's best
+    /// were rescored with it.
+    DiscriminatorRetrained {
+        /// Iterations done when it was retrained.
+        iteration: u64,
+        /// Retrainings so far (this one included).
+        count: u32,
+        /// Human dialogues in the cloud.
+        n_human: usize,
+        /// Simulated dialogues: the baseline's and the elites'.
+        n_simulator: usize,
+        /// The elite programs whose dialogues were added.
+        elites: Vec<String>,
+        /// Grouped held-out AUC of the retrained forest.
+        grouped_auc: Option<f64>,
+        /// Top feature importances of the retrained forest.
+        top_features: Vec<(String, f64)>,
+        /// The archive's best and its fitness before and after the rescoring.
+        best_before: Option<(String, f64)>,
+        /// After.
+        best_after: Option<(String, f64)>,
+        /// The run's best's validation score before and after (None without one).
+        validation_before: Option<f64>,
+        /// After.
+        validation_after: Option<f64>,
+        /// Programs rescored (the archive's).
+        rescored: usize,
+        /// The retrained discriminator's file, relative to the run directory.
+        file: String,
+    },
     /// A candidate was evaluated on a train batch.
     CandidateEvaluated {
         /// Iteration (1-based).
@@ -352,6 +383,7 @@ impl Event {
         match self {
             Event::RunStarted { .. } => "run_started",
             Event::DiscriminatorTrained { .. } => "discriminator_trained",
+            Event::DiscriminatorRetrained { .. } => "discriminator_retrained",
             Event::CandidateEvaluated { .. } => "candidate_evaluated",
             Event::CandidateStopped { .. } => "candidate_stopped",
             Event::CandidateFailed { .. } => "candidate_failed",
@@ -518,6 +550,14 @@ pub struct EvalRow {
     /// The score on each task's dialogues alone (simulator rows), for the per-task spread.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub per_task: std::collections::BTreeMap<String, f64>,
+    /// The independent audit of this row against the held-out humans: fresh classifiers'
+    /// AUCs with 95% intervals (the human row: the humans against themselves, in halves by
+    /// task), the separating features and the LLM judge; see [`crate::fitness::audit`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<crate::fitness::audit::AuditRow>,
+    /// The row's dialogues (the ones scored), for the audit; not written.
+    #[serde(skip)]
+    pub dialogues: Vec<crate::dialogue::Dialogue>,
 }
 
 /// The output of `ppol eval` (`RUN_DIR/eval-<split>.json`).
@@ -534,6 +574,9 @@ pub struct EvalTable {
     /// The program of the `evolved` row: the run's best (`best/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_program_id: Option<String>,
+    /// How the rows' audits were made (their results are in each row's `audit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<crate::fitness::audit::AuditSetup>,
 }
 
 /// Episodes a run played, by what they were played for.

@@ -55,7 +55,7 @@ pub struct EvolveArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
-    /// Test hook: `baseline:N` or `checkpoint:N`, wait there to be killed.
+    /// Test hook: `baseline:N`, `checkpoint:N` or `retrained:N`, wait there to be killed.
     #[arg(long, hide = true)]
     pub pause_at: Option<String>,
     /// Test hook: stop as if killed after this many iterations.
@@ -78,7 +78,7 @@ pub struct ResumeArgs {
     /// Test hook: stop as if killed after this many iterations.
     #[arg(long, hide = true)]
     pub halt_after: Option<u64>,
-    /// Test hook: `baseline:N` or `checkpoint:N`, wait there to be killed.
+    /// Test hook: `baseline:N`, `checkpoint:N` or `retrained:N`, wait there to be killed.
     #[arg(long, hide = true)]
     pub pause_at: Option<String>,
 }

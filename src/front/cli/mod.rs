@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod audit;
 mod bench;
 mod bench_evolve;
 mod bench_llm;
@@ -63,6 +64,9 @@ pub enum Command {
     Discriminator(score::DiscriminatorArgs),
     /// Score simulated dialogues: P(human), coverage, combined, Dice D1–D4.
     Score(score::ScoreArgs),
+    /// Audit human-likeness independently of any run: fresh classifiers, humans vs each file,
+    /// cross-validated by task, AUC with 95% intervals (and an optional LLM judge).
+    Audit(audit::AuditArgs),
     /// Play episodes (user simulator ↔ agent ↔ τ² environment) and write them as JSONL.
     Episodes(episodes::EpisodesArgs),
     /// Export episodes as agent-hardening training data.
@@ -189,6 +193,7 @@ fn run(command: Command) -> anyhow::Result<Outcome> {
         Command::Reference(a) => reference::run(a)?.into(),
         Command::Discriminator(a) => score::run_discriminator(a)?.into(),
         Command::Score(a) => score::run_score(a)?.into(),
+        Command::Audit(a) => audit::run(a)?,
         Command::Episodes(a) => episodes::run(a)?,
         Command::Export(a) => export::run(a)?,
         Command::Study(a) => study::run(a)?.into(),

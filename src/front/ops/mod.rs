@@ -11,6 +11,7 @@
 //! | `ppol reference` | `HumanReference.from_traces` | [`build_reference`] |
 //! | `ppol discriminator train` | `Discriminator.train` | [`train_discriminator`] |
 //! | `ppol score` | `score` | [`score`] |
+//! | `ppol audit` | `audit` | [`audit()`] |
 //! | `ppol generate` | `generate` | [`generate`] |
 //! | `ppol episodes` | `episodes` | [`episodes`] |
 //! | `ppol export sft` | `export_sft` | [`export_sft`] |
@@ -38,6 +39,7 @@ use crate::simulate::episode::runner::{self, Backend};
 use crate::simulate::tau2::Domain;
 use crate::{Error, Result};
 
+mod audit;
 mod config;
 mod episodes;
 mod evolve;
@@ -45,6 +47,7 @@ mod export;
 mod generate;
 mod study;
 
+pub use audit::{audit, AuditRequest};
 pub use config::{load_config, Origin, Overrides};
 pub use episodes::{
     episode_backend, episodes, read_personas, summary_ks, EpisodesReport, EpisodesRequest,

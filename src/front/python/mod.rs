@@ -487,6 +487,47 @@ fn score<'py>(
     Ok(out)
 }
 
+/// The independent audit of human-likeness (as `ppol audit`): `candidates` is a list of
+/// `(name, traces)` pairs; returns the report as a dict.
+#[pyfunction]
+#[pyo3(signature = (human, candidates, feature_set=None, folds=5, bootstrap=200, seed=0, llm=None, judge_pairs=20, judge_prompt=None, human_domain=None))]
+#[allow(clippy::too_many_arguments)]
+fn audit<'py>(
+    py: Python<'py>,
+    human: &Bound<'py, PyAny>,
+    candidates: Vec<(String, Bound<'py, PyAny>)>,
+    feature_set: Option<&str>,
+    folds: usize,
+    bootstrap: usize,
+    seed: u64,
+    llm: Option<&str>,
+    judge_pairs: usize,
+    judge_prompt: Option<PathBuf>,
+    human_domain: Option<String>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let req = ops::AuditRequest {
+        human: trace_source(human)?,
+        human_domain,
+        candidates: candidates
+            .iter()
+            .map(|(name, traces)| Ok((name.clone(), trace_source(traces)?)))
+            .collect::<PyResult<_>>()?,
+        feature_set: Some(self::feature_set(feature_set)?),
+        folds: Some(folds),
+        bootstrap: Some(bootstrap),
+        seed: Some(seed),
+        llm: match llm {
+            Some(spec) => ops::parse_llm(spec).map_err(to_py_err)?,
+            None => None,
+        },
+        judge_pairs: Some(judge_pairs),
+        judge_prompt,
+    };
+    let (report, skipped) = py.detach(|| ops::audit(&req)).map_err(to_py_err)?;
+    warn_skipped(py, &skipped)?;
+    to_py(py, &report)
+}
+
 /// Run the `ppol` command line with `argv` (first item = program name); returns its exit code
 /// (0 done, 1 partly failed, 2 error, 130 interrupted).
 #[pyfunction]
@@ -908,6 +949,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(feature_names, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint_matrix, m)?)?;
     m.add_function(wrap_pyfunction!(score, m)?)?;
+    m.add_function(wrap_pyfunction!(audit, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(generate, m)?)?;
     m.add_function(wrap_pyfunction!(shipped, m)?)?;
