@@ -110,12 +110,12 @@ mod model;
 
 pub use model::*;
 
-/// Hard caps over the whole run. Once one is reached, new calls fail with
-/// [`Error::BudgetExhausted`]; calls already in flight complete.
+/// Hard caps over the whole run. Once one is reached, new calls fail (budget exhausted);
+/// calls already in flight complete.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
-    /// Maximum spend in USD (from [`LlmConfig::prices`]).
+    /// Maximum spend in USD (priced by `[llm.prices]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_usd: Option<f64>,
     /// Maximum prompt + completion tokens (cache hits excluded).
@@ -188,7 +188,7 @@ fn default_max_response_bytes() -> u64 {
     8 * 1024 * 1024
 }
 
-/// The whole LLM configuration. See the [module docs](self) for the TOML form.
+/// The models of every role, their limits, cache, prices and budget (`[llm]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
@@ -196,8 +196,8 @@ pub struct LlmConfig {
     /// cap of every endpoint's adaptive limit. Default 256.
     #[serde(default = "default_max_concurrency")]
     pub max_concurrency: usize,
-    /// Whether each endpoint's limit of requests in flight adapts to the server (AIMD, see
-    /// [`super::endpoint`]; default) or stays fixed at its cap (`max_concurrency`).
+    /// Whether each endpoint's limit of requests in flight adapts to the server (AIMD on 429/503, timeouts and
+    /// latency that stays high; default) or stays fixed at its cap (`max_concurrency`).
     #[serde(default = "default_adaptive_concurrency")]
     pub adaptive_concurrency: bool,
     /// Retries after the first attempt of a call.
@@ -225,10 +225,11 @@ pub struct LlmConfig {
     /// Hard caps.
     #[serde(default)]
     pub budget: Budget,
-    /// The model of every role not overridden in [`LlmConfig::roles`].
+    /// The model of every role not overridden in `[llm.roles.<role>]`.
     #[serde(default)]
     pub default: ModelSpec,
-    /// Per-role overrides of [`LlmConfig::default`].
+    /// Per-role overrides of `[llm.default]`: `[llm.roles.user-sim]`, `agent`, `mutator`,
+    /// `generator`, `reflection`, each changing only the keys it sets.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub roles: BTreeMap<CallRole, ModelPatch>,
     /// Prices by model name; models not listed cost 0.

@@ -135,7 +135,8 @@ pub enum ProviderKind {
     #[default]
     #[serde(rename = "openai")]
     OpenAi,
-    /// The deterministic offline provider ([`crate::llm::ScriptedModel`]).
+    /// The deterministic offline provider (canned text or replies replayed from a script; a
+    /// test double).
     Scripted,
 }
 
@@ -173,7 +174,7 @@ pub struct ModelSpec {
     pub model: String,
     /// Base URL including the version prefix (`http://localhost:8000/v1`), or a list of
     /// replicas of the same model; `None` means `$OPENAI_BASE_URL` (which may also list
-    /// replicas, comma-separated), else [`OPENAI_DEFAULT_BASE_URL`].
+    /// replicas, comma-separated), else OpenAI's own API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<BaseUrl>,
     /// Name of the environment variable holding the API key. A missing variable is an error
@@ -191,40 +192,39 @@ pub struct ModelSpec {
     pub timeout_s: f64,
     /// Deadline of one call in seconds — every attempt, backoff and endpoint wait included.
     /// No attempt starts after it, and an attempt's timeout is cut to what is left. `None`:
-    /// 2.5 × [`ModelSpec::timeout_s`].
+    /// 2.5 × `timeout_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_s: Option<f64>,
     /// The model's context window in tokens (prompt + completion). Known, it lets the client
     /// trim long histories before sending; `None`: learned from the endpoint's first
-    /// context-length error (see [`crate::llm::context`]).
+    /// context-length error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
     /// Cap of the requests in flight to each of this model's base URLs (on top of the global
-    /// [`super::LlmConfig::max_concurrency`]); under it the limit adapts to the server (see
-    /// [`super::LlmConfig::adaptive_concurrency`]). A local server that answers one request at a time
+    /// `[llm] max_concurrency`); under it the limit adapts to the server (see
+    /// `[llm] adaptive_concurrency`). A local server that answers one request at a time
     /// wants 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<usize>,
     /// Stop sequences sent with every request of this model (OpenAI's `stop`; `openai` only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
-    /// Bound of tool-call arguments (see the module docs and [`ToolArgumentBound`]): `N`, the
-    /// tool schemas sent to this model give every string a `maxLength` of at most N characters
-    /// and every list a `maxItems` of at most [`TOOL_ARGUMENT_MAX_ITEMS`]; `0`, the schemas as
-    /// the tools define them; `None` (unset), only identifier-like strings (and lists of them)
-    /// are bounded, at [`IDENTIFIER_MAX_CHARS`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Bound of tool-call arguments: `N`, the tool schemas sent to this model give every
+    /// string a `maxLength` of at most N characters and every list a `maxItems` of at most 16;
+    /// `0`, the schemas as the tools define them; unset, only identifier-like strings (and lists
+    /// of them) are bounded, at 100 characters. A model that writes endless arguments (a
+    /// server that ignores max_tokens on tool calls) is held to them by the server's grammar.
     pub tool_argument_max_chars: Option<u32>,
     /// How requests with a JSON schema for the answer (structured mutations, persona JSON) are
     /// sent: `auto` (try OpenAI's `json_schema`, then llama-cpp-python's `json_object` with a
     /// schema, then none, and remember what the endpoint took), `json_schema`, `json_object` or
-    /// `off` (free-text answers). See [`crate::llm::schema`].
+    /// `off` (free-text answers).
     #[serde(default, skip_serializing_if = "is_auto")]
     pub structured_output: StructuredOutput,
     /// Extra HTTP headers sent with every request (`openai` only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
-    /// JSONL replies replayed by the `scripted` provider (see [`crate::llm::scripted`]); `None`
+    /// JSONL replies replayed by the `scripted` provider ; unset,
     /// answers from a hash of the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<PathBuf>,
@@ -521,53 +521,54 @@ impl ModelSpec {
     }
 }
 
-/// A field-by-field override of [`super::LlmConfig::default`] for one role (`[roles.<role>]`).
+/// A field-by-field override of `[llm.default]` for one role (`[llm.roles.<role>]`): each key it
+/// sets replaces the default's, the others stay.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPatch {
-    /// See [`ModelSpec::provider`].
+    /// The role's provider (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<ProviderKind>,
-    /// See [`ModelSpec::model`].
+    /// The role's model (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// See [`ModelSpec::base_url`].
+    /// The role's base_url (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<BaseUrl>,
-    /// See [`ModelSpec::api_key_env`].
+    /// The role's api_key_env (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
-    /// See [`ModelSpec::temperature`].
+    /// The role's temperature (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
-    /// See [`ModelSpec::max_tokens`].
+    /// The role's max_tokens (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
-    /// See [`ModelSpec::timeout_s`].
+    /// The role's timeout_s (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
-    /// See [`ModelSpec::deadline_s`].
+    /// The role's deadline_s (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_s: Option<f64>,
-    /// See [`ModelSpec::context_window`].
+    /// The role's context_window (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
-    /// See [`ModelSpec::max_concurrency`].
+    /// The role's max_concurrency (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<usize>,
-    /// See [`ModelSpec::stop`] (replaces the default's list).
+    /// The role's stop (replaces `[llm.default]`'s list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<Vec<String>>,
-    /// See [`ModelSpec::tool_argument_max_chars`].
+    /// The role's tool_argument_max_chars (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_argument_max_chars: Option<u32>,
-    /// See [`ModelSpec::structured_output`].
+    /// The role's structured_output (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured_output: Option<StructuredOutput>,
     /// Extra headers, merged over the default's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
-    /// See [`ModelSpec::script`].
+    /// The role's script (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<PathBuf>,
 }
