@@ -1,7 +1,7 @@
 //! Evaluating one candidate program on one batch of tasks: sandboxed generation of N personas
 //! per task ([`SandboxGenerator`], [`generate_all`]), one episode per persona (through the
 //! batch layer, [`play_jobs`] with a [`Play`]), then the run's [`Scorer`] ([`rollouts`]). The loop and `ppol eval`
-//! ([`crate::evolve::compare`]) both go through these steps. This module is the glue between episodes and fitness ([`score_episodes`]), and
+//! ([`crate::evolve::heldout::table`]) both go through these steps. This module is the glue between episodes and fitness ([`score_episodes`]), and
 //! says which metrics a program carries into the archive ([`program_metrics`]). Failures are
 //! data: a generation failure makes the candidate `Failed`; an endpoint outage makes it
 //! `Infrastructure` (re-queued, never scored 0).

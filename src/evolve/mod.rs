@@ -17,27 +17,24 @@
 //! - What stays on disk: the run directory ([`rundir`]) with its run log
 //!   ([`rundir::runlog`]), cost ledger ([`rundir::ledger`]) and checkpoint
 //!   ([`rundir::checkpoint`]).
-//! - `ppol eval`: the held-out comparison ([`eval`], table built by [`compare`], audited
-//!   against the held-out humans by [`table_audit`], read with evolved − seed and rendered by
-//!   [`eval_table`]).
+//! - `ppol eval`: the held-out evaluation ([`heldout`]: the table built by
+//!   [`heldout::table`], audited against the held-out humans by [`heldout::audit`], read with
+//!   evolved − seed and rendered by [`heldout::text`]).
 //!
 //! Depends on the floor and on every earlier stage.
 
 pub mod archive;
 pub mod check;
-pub mod compare;
 pub mod config;
 pub mod config_text;
 pub mod context;
-pub mod eval;
-pub mod eval_table;
 pub mod evaluate;
 pub mod evolution;
+pub mod heldout;
 pub mod mutation;
 pub mod run;
 pub mod rundir;
 pub mod schedule;
-pub mod table_audit;
 
 // The run directory's files and the archive's programs, at the paths the later stages (report,
 // front ends) and the integration tests name them by.

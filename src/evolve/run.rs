@@ -3,7 +3,7 @@
 //! [`evolve`] creates the run directory and starts an [`Evolution`]; [`resume`] reads the
 //! checkpoint, cuts the log back to it and continues. The loop itself — one candidate per
 //! step, the checkpoint as commit point — is [`crate::evolve::evolution`]; the run directory
-//! is [`crate::evolve::rundir`]; `ppol eval` is [`crate::evolve::eval`].
+//! is [`crate::evolve::rundir`]; `ppol eval` is [`crate::evolve::heldout`].
 
 use std::path::Path;
 
@@ -16,8 +16,8 @@ use crate::evolve::rundir::RunDir;
 use crate::{Error, Result};
 
 pub use crate::evolve::check::check_config;
-pub use crate::evolve::eval::{evaluate_run, table_text};
 pub use crate::evolve::evolution::{Progress, ProgressFn, RunControl, RunSummary};
+pub use crate::evolve::heldout::{evaluate_run, table_text};
 
 /// Create a run directory and run the evolution.
 pub async fn evolve(cfg: RunConfig, control: RunControl) -> Result<RunSummary> {

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::Outcome;
 use crate::evolve::config::RunConfig;
-use crate::evolve::eval_table::MIN_TASKS;
+use crate::evolve::heldout::text::MIN_TASKS;
 use crate::evolve::run::{table_text, Progress, RunControl, RunSummary};
 use crate::front::ops::{self, Overrides};
 use crate::limits;

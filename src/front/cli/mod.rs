@@ -52,7 +52,7 @@ pub enum Command {
     /// Continue a run from its last checkpoint.
     Resume(evolve::ResumeArgs),
     /// Compare base, direct, seed and evolved personas on held-out tasks (Table 1).
-    #[command(after_help = crate::evolve::eval_table::TABLE_LEGEND)]
+    #[command(after_help = crate::evolve::heldout::text::TABLE_LEGEND)]
     Eval(evolve::EvalArgs),
     /// Inspect trace files.
     Traces(traces::TracesArgs),

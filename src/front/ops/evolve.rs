@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::runtime;
 use crate::evolve::config::RunConfig;
-use crate::evolve::eval_table::EvalReport;
+use crate::evolve::heldout::text::EvalReport;
 use crate::evolve::run::{RunControl, RunSummary};
 use crate::{Error, Result};
 

@@ -1,4 +1,4 @@
-//! `ppol eval`'s table as a reader gets it: the rows of [`crate::evolve::compare`], and
+//! `ppol eval`'s table as a reader gets it: the rows of [`crate::evolve::heldout::table`], and
 //! evolved − seed ([`SeedComparison`]): each column's difference, the score's per-task spread
 //! with its standard error and, rather than silence, why it is not shown, why evolved is the
 //! seed program, and when it cannot be told from noise. [`EvalReport`] is what `ppol eval

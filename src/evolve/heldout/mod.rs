@@ -2,18 +2,19 @@
 //! simulator, direct-prompt personas, the seed program and the run's best program, each
 //! scored with the run's own human reference and discriminator ([`compare`] builds the
 //! table), audited against the held-out humans independently of that discriminator
-//! ([`crate::evolve::table_audit`]), with evolved − seed ([`crate::evolve::eval_table`]). The
+//! ([`crate::evolve::heldout::audit`]), with evolved − seed ([`crate::evolve::heldout::text`]). The
 //! table is written to `RUN_DIR/eval-<split>.json`; each row's personas and episodes to
 //! `RUN_DIR/eval-<split>/` as they are made (`base.jsonl`, `seed.jsonl`, `seed.personas.json`,
 //! ...), so an interrupted eval reruns only what is missing.
 
+pub mod audit;
+pub mod table;
+pub mod text;
+
 use std::path::{Path, PathBuf};
 
-use crate::evolve::compare::{compare, Condition};
 use crate::evolve::context::RunContext;
-use crate::evolve::eval_table::{compare_to_seed, render, EvalReport};
 use crate::evolve::rundir::RunDir;
-use crate::evolve::table_audit::{audit_table, Judge};
 use crate::fitness::audit::{AuditOptions, JudgeOptions};
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;
@@ -22,6 +23,9 @@ use crate::fitness::traces::{self, LoadOptions};
 use crate::rng::derive_seed;
 use crate::shipped::DIRECT_SEED;
 use crate::{Error, Result};
+use audit::{audit_table, Judge};
+use table::{compare, Condition};
+use text::{compare_to_seed, render, EvalReport};
 
 /// `ppol eval RUN_DIR`: the Table-1 comparison on the tasks of `split` (default: the run's
 /// `test_split`), against `human` traces (default: the humans the run held out), with
@@ -170,5 +174,5 @@ pub fn file_safe(split: &str) -> String {
 
 /// The evaluation table rendered as text (for the CLI), with its audit under it.
 pub fn table_text(r: &EvalReport) -> String {
-    render(r) + &crate::evolve::table_audit::render(&r.table)
+    render(r) + &crate::evolve::heldout::audit::render(&r.table)
 }
