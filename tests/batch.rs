@@ -94,7 +94,10 @@ fn issue34_item1_kill_9_of_episodes_at_ten_random_points_loses_no_finished_episo
         kept_before = kept.len();
     }
     assert!(kills >= 3, "only {kills} of 10 kills hit a running process");
-    assert!(kept_before > 0, "no kill kept an episode: the test says nothing");
+    assert!(
+        kept_before > 0,
+        "no kill kept an episode: the test says nothing"
+    );
     let mut args = args.clone();
     args.push("--json");
     let (code, stdout, err) = run_ppol(&args);
@@ -127,7 +130,10 @@ fn issue34_item1_kill_9_of_eval_keeps_every_row_episode_and_the_rerun_gives_the_
         if kill_after(&["eval", run_s, "--n", "6", "--quiet"], ms) {
             kills += 1;
         }
-        for f in std::fs::read_dir(run.join("eval-test")).into_iter().flatten() {
+        for f in std::fs::read_dir(run.join("eval-test"))
+            .into_iter()
+            .flatten()
+        {
             let f = f.unwrap().path();
             if f.to_string_lossy().ends_with(".partial") {
                 complete_lines(&f);
@@ -137,10 +143,14 @@ fn issue34_item1_kill_9_of_eval_keeps_every_row_episode_and_the_rerun_gives_the_
     assert!(kills >= 1, "no kill hit a running eval");
     let (code, got, err) = run_ppol(&["eval", run_s, "--json", "--n", "6", "--quiet"]);
     assert_eq!(code, 0, "{err}");
-    let rows = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap()["rows"].clone();
+    let rows =
+        |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap()["rows"].clone();
     assert_eq!(rows(&got), rows(&expected));
     for row in ["base", "seed", "evolved"] {
-        assert!(run.join(format!("eval-test/{row}.jsonl")).is_file(), "{row}");
+        assert!(
+            run.join(format!("eval-test/{row}.jsonl")).is_file(),
+            "{row}"
+        );
         assert!(!run.join(format!("eval-test/{row}.jsonl.partial")).exists());
     }
     assert!(run.join("eval-test/seed.personas.json").is_file());
@@ -148,5 +158,8 @@ fn issue34_item1_kill_9_of_eval_keeps_every_row_episode_and_the_rerun_gives_the_
     let (code, _, err) = run_ppol(&["eval", run_s, "--n", "6"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("kept from an earlier run)"), "{err}");
-    assert!(!err.contains("personas:"), "the kept personas are not generated again: {err}");
+    assert!(
+        !err.contains("personas:"),
+        "the kept personas are not generated again: {err}"
+    );
 }

@@ -414,9 +414,8 @@ impl WorldSettings {
 
     /// Check the `tau2_*` keys (names of τ²'s registry are checked by τ² when the world starts).
     fn validate_tau2(&self) -> Result<()> {
-        let name_ok = |s: &str| {
-            !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || "_-.:".contains(c))
-        };
+        let name_ok =
+            |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || "_-.:".contains(c));
         if !name_ok(&self.tau2_agent) {
             return Err(Error::config(
                 "world.tau2_agent",
