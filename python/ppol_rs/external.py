@@ -135,8 +135,8 @@ def normalize_conversation(conversation: Any, where: str = "conversation") -> Li
 
 
 def _toml(sections: Dict[str, Dict[str, Any]]) -> str:
-    """A TOML document of ``{section: {key: value}}`` (strings, numbers, booleans; ``None``
-    leaves the key out). Strings are JSON-escaped, which TOML's basic strings read as is.
+    """A TOML document of ``{section: {key: value}}`` (strings, numbers, booleans, lists of
+    strings; ``None`` leaves the key out). Strings are JSON-escaped, which TOML's basic strings read as is.
 
     >>> print(_toml({"world": {"processes": 2, "python": "/usr/bin/python3", "x": None}}))
     [world]
@@ -154,6 +154,8 @@ def _toml(sections: Dict[str, Dict[str, Any]]) -> str:
                 text = "true" if v else "false"
             elif isinstance(v, (int, float)):
                 text = repr(v)
+            elif isinstance(v, list):  # of strings: a JSON array of them is a TOML array
+                text = json.dumps([os.fspath(x) for x in v])
             else:
                 text = json.dumps(os.fspath(v))
             out.append(f"{key} = {text}")

@@ -95,6 +95,7 @@ LLM_ARGS = {
     "max_completion_tokens": "max_tokens of the role's model",
     "timeout": "timeout_s of the role's model (one attempt)",
     "api_base": "base_url of the role's model",
+    "stop": "stop of the role's model (a string or a list of strings)",
     "num_retries": "[llm] max_retries (one value for both roles)",
 }
 """The LiteLLM arguments ``llm_args_agent`` / ``llm_args_user`` take, and the ppol setting each
@@ -211,6 +212,11 @@ def _role(llm: str, what: str, api_base: Optional[str], key_env: str,
             if not isinstance(v, str) or not v.strip():
                 raise ValueError(f"{where} must be a URL, got {v!r}")
             spec["base_url"] = v
+        elif key == "stop":
+            stops = [v] if isinstance(v, str) else v
+            if not isinstance(stops, list) or not all(isinstance(x, str) and x for x in stops):
+                raise ValueError(f"{where} must be a string or a list of strings, got {v!r}")
+            spec["stop"] = stops
         elif key == "num_retries":
             retries = _number(v, where, integer=True)
         elif key == "api_key":
@@ -226,13 +232,17 @@ def _role(llm: str, what: str, api_base: Optional[str], key_env: str,
 def _llm_sections(agent_llm: str, user_llm: str, api_base: Optional[str], key_env: str,
                   llm_args_agent: Optional[Dict[str, Any]], llm_args_user: Optional[Dict[str, Any]],
                   max_retries: int) -> Dict[str, Dict[str, Any]]:
-    """The ``[llm]`` of the plug-in's run configuration: the agent's model as the default of
-    every role, the user simulator's under ``roles.user-sim``.
+    """The ``[llm]`` of the plug-in's run configuration: each role's model and settings under
+    ``roles.agent`` and ``roles.user-sim`` (a role's settings override ``default`` key by key,
+    so ``default`` holds only what both share: the agent's model for ppol's other roles, the
+    key's variable and ``api_base``).
 
     >>> s = _llm_sections("openai/a", "u", "http://127.0.0.1:8000/v1", "OPENAI_API_KEY",
     ...                   {"temperature": 0, "timeout": 30}, {"max_tokens": 96}, 3)
-    >>> s["llm"], s["llm.default"]["model"], s["llm.default"]["temperature"], s["llm.roles.user-sim"]["max_tokens"]
-    ({'max_retries': 3}, 'a', 0.0, 96)
+    >>> s["llm"], s["llm.roles.agent"]["temperature"], s["llm.roles.user-sim"]["max_tokens"]
+    ({'max_retries': 3}, 0.0, 96)
+    >>> sorted(s["llm.default"]), "temperature" in s["llm.roles.user-sim"]
+    (['api_key_env', 'base_url', 'model', 'provider'], False)
     >>> _llm_sections("a", "u", None, "K", {"num_retries": 1}, {"num_retries": 2}, 3)
     Traceback (most recent call last):
     ...
@@ -245,8 +255,10 @@ def _llm_sections(agent_llm: str, user_llm: str, api_base: Optional[str], key_en
             "num_retries: ppol retries every role's calls alike ([llm] max_retries); give the same "
             f"value for the agent ({r_agent}) and the user simulator ({r_user})")
     retries = next((r for r in (r_agent, r_user) if r is not None), max_retries)
+    shared = {k: agent[k] for k in ("provider", "model", "api_key_env")}
+    shared["base_url"] = api_base
     return {"llm": {"max_retries": _number(retries, "max_retries", integer=True)},
-            "llm.default": agent, "llm.roles.user-sim": user}
+            "llm.default": shared, "llm.roles.agent": agent, "llm.roles.user-sim": user}
 
 
 @contextlib.contextmanager
@@ -405,7 +417,7 @@ def run_tau2_with_personas(
     if not isinstance(key_env, str) or not key_env or "=" in key_env:
         raise ValueError(f"api_key_env must name an environment variable, got {key_env!r}")
     llm = _llm_sections(agent_llm, user_llm, api_base, key_env, llm_args_agent, llm_args_user, max_retries)
-    timeout = max(llm["llm.default"].get("timeout_s", 60.0), llm["llm.roles.user-sim"].get("timeout_s", 60.0))
+    timeout = max(llm["llm.roles.agent"].get("timeout_s", 60.0), llm["llm.roles.user-sim"].get("timeout_s", 60.0))
     personas = load_personas(personas_path)
     if task_ids is not None:
         tasks = [str(t).strip() for t in task_ids]

@@ -324,7 +324,7 @@ def test_llm_args_become_ppols_per_role_model_settings(fake, personas, tmp_path,
         code = plugin.main(["--personas", str(personas), "--domain", "retail", "--agent-llm", "openai/a",
                             "--user-llm", "u", "--task-ids", "0", "--api-base", url, "--quiet",
                             "--api-key-env", "SECRET_FOR_TEST", "-o", str(tmp_path / "o.jsonl"),
-                            "--agent-llm-args", '{"max_tokens": 96, "timeout": 120}',
+                            "--agent-llm-args", '{"max_tokens": 96, "timeout": 120, "stop": ["functions."]}',
                             "--user-llm-args", '{"temperature": 0, "num_retries": 1}'])
         assert code == 0, capsys.readouterr().err
         root = url.rsplit("/v1", 1)[0]
@@ -338,6 +338,7 @@ def test_llm_args_become_ppols_per_role_model_settings(fake, personas, tmp_path,
     assert [e["conversation"][0]["content"] for e in recs] == ["agent here / user here"] * 4
     by_model = {b["model"]: b for b in seen["bodies"]}
     assert by_model["a"]["max_tokens"] == 96 and "temperature" not in by_model["a"]
+    assert by_model["a"]["stop"] == ["functions."] and "stop" not in by_model["u"]
     assert by_model["u"]["temperature"] == 0
     assert {h.get("authorization") for h in seen["headers"]} == {"Bearer sk-test-123"}
     assert "sk-test-123" not in (tmp_path / "o.jsonl").read_text()
