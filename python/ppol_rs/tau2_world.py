@@ -488,11 +488,6 @@ class _World:
         self.agent = _recording_agent(a.agent)
         self.llm_agent, self.llm_user = a.agent_model, a.user_model
         self.args_agent = litellm_args(a.llm_base_url, "sk-ppol", a.llm_args_agent)
-        if a.agent == AGENT_NAME:
-            # Its fallback asks again without tools, so ppol's endpoint hands it an answer with
-            # neither text nor tool calls as it came (instead of retrying it and failing the call).
-            extra = dict(self.args_agent.get("extra_body") or {}, ppol_accept_empty=True)
-            self.args_agent["extra_body"] = extra
         self.args_user = litellm_args(a.llm_base_url, "sk-ppol", a.llm_args_user)
         load = registry.get_tasks_loader(a.domain)
         if a.task_split is None:
@@ -502,6 +497,11 @@ class _World:
         self.tasks = {str(t.id): t for t in listed}
         self._all_loaded = a.task_split == "all"
         self._load = load
+        if a.agent == AGENT_NAME:
+            # Its fallback asks again without tools, so ppol's endpoint hands it an answer with
+            # neither text nor tool calls as it came (instead of retrying it and failing the call).
+            extra = dict(self.args_agent.get("extra_body") or {}, ppol_accept_empty=True)
+            self.args_agent["extra_body"] = extra
         splits_loader = registry.get_task_splits_loader(a.domain)
         splits = (splits_loader() if splits_loader is not None else None) or {}
         train, test = set(map(str, splits.get("train", ()))), set(map(str, splits.get("test", ())))

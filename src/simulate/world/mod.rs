@@ -369,6 +369,7 @@ pub const MAX_IN_FLIGHT: usize = 256;
 impl WorldSettings {
     /// Check the values (the errors name the key).
     pub fn validate(&self) -> Result<()> {
+        self.validate_tau2()?;
         if !(1..=MAX_PROCESSES).contains(&self.processes) {
             return Err(Error::config(
                 "world.processes",
@@ -402,7 +403,6 @@ impl WorldSettings {
                 format!("must be in [0, 1), got {}", self.test_fraction),
             ));
         }
-        self.validate_tau2()?;
         if self.system_prompt.is_some() && self.system_prompt_file.is_some() {
             return Err(Error::config(
                 "world.system_prompt",
