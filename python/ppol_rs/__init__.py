@@ -396,6 +396,7 @@ def episodes(
     config: Optional[Union[str, "os.PathLike[str]"]] = None,
     world: Optional[str] = None,
     task_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+    progress: Optional[Callable[[Dict[str, Any]], None]] = None,
 ) -> List[Dict[str, Any]]:
     """Play user-simulator ↔ agent ↔ environment episodes (as ``ppol episodes``).
 
@@ -415,6 +416,12 @@ def episodes(
     interruption plays only what is missing). Failed episodes are in the list with
     ``status == "failed"`` and their ``error``. ``trials`` is 1 to 1,000 and one call plays at
     most 100,000 episodes (tasks × personas × trials); beyond a bound, :class:`ConfigError`.
+    ``progress`` is called with a dict after every episode and every few seconds while none
+    finishes (``done``, ``total``, ``failed``, ``reused``, ``in_flight``, ``longest_s``,
+    ``heartbeat``, and ``line``, the line ``ppol episodes`` prints); an exception it raises
+    stops the batch and is raised here. Ctrl-C stops the batch like ``ppol episodes``: no
+    episode starts after it, the finished ones stay in ``output + ".partial"`` (the same call
+    plays the rest), and ``KeyboardInterrupt`` is raised saying so.
 
     >>> import ppol_rs
     >>> eps = ppol_rs.episodes("demo", "0,1", trials=2)
@@ -438,6 +445,7 @@ def episodes(
         config,
         world,
         None if task_file is None else os.fspath(task_file),
+        progress,
     )
     return list(report["episodes"])
 

@@ -88,6 +88,7 @@ def episodes(
     config: Optional[_Path] = None,
     world: Optional[str] = None,
     task_file: Optional[_Path] = None,
+    progress: Optional[Callable[[Dict[str, Any]], None]] = None,
 ) -> Dict[str, Any]: ...
 def export_sft(
     episodes: List[_Path],

@@ -1,12 +1,14 @@
 """External user simulators: persona policies in, dialogues out, JSONL over stdio.
 
-Any program, in any language, can be a ppol user simulator: ppol (the *driver*) starts it,
-writes one JSON request per line to its stdin and reads one JSON response per line from its
-stdout. The protocol is documented in ``EXTERNAL_PROTOCOL.md`` next to this file. This module
-has both sides:
+Any program, in any language, can be a ppol user simulator: ppol starts it, writes one JSON
+request per line to its stdin and reads one JSON response per line from its stdout. The
+protocol is documented in ``EXTERNAL_PROTOCOL.md`` next to this file. The driver is ppol's
+``external:COMMAND`` world (``src/simulate/world/external.rs``), what ``ppol evolve --world
+external:...`` and ``ppol episodes`` play through; this module has
 
-* :func:`run_external` — the driver: sends every (task, persona) episode, validates the answers
-  and writes a JSONL trace file that ``ppol score`` / :func:`ppol_rs.score` read;
+* :func:`run_external` — a thin wrapper over ``ppol_rs.episodes(world="external:...")``
+  taking tasks as a list of dicts: every (task, persona) episode, written as ppol episode
+  records that ``ppol score`` / :func:`ppol_rs.score` read;
 * :func:`serve` — a helper for simulator authors writing in Python: reads requests, calls a
   handler, writes responses.
 
@@ -24,16 +26,16 @@ has both sides:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import queue
-import subprocess
+import shlex
+import shutil
 import sys
-import threading
-import time
-from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+import tempfile
+import warnings
+from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
-from ppol_rs.persona import persona_block
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -132,94 +134,100 @@ def normalize_conversation(conversation: Any, where: str = "conversation") -> Li
     return turns
 
 
-class _Child:
-    """The external process, with a reader thread so reads can time out."""
+def _toml(sections: Dict[str, Dict[str, Any]]) -> str:
+    """A TOML document of ``{section: {key: value}}`` (strings, numbers, booleans, lists of
+    strings; ``None`` leaves the key out). Strings are JSON-escaped, which TOML's basic strings read as is.
 
-    def __init__(self, command: Sequence[str], env: Optional[Dict[str, str]], cwd: Optional[PathLike]):
-        try:
-            self.proc = subprocess.Popen(
-                list(command),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=None,  # passes through
-                text=True,
-                encoding="utf-8",
-                bufsize=1,
-                env=env,
-                cwd=cwd,
-            )
-        except OSError as e:
-            raise ExternalSimulatorError(f"cannot start external simulator {list(command)!r}: {e}") from None
-        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
-        self.line_no = 0
-        self.reader = threading.Thread(target=self._read, name="ppol-external-reader", daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        try:
-            for line in self.proc.stdout:
-                self.lines.put(line)
-        except (OSError, ValueError):
-            pass
-        finally:
-            self.lines.put(None)
-
-    def send(self, msg: Dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(msg, ensure_ascii=False) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            raise ExternalSimulatorError(
-                f"external simulator closed its stdin (exit code {self.proc.poll()}) "
-                f"before request {msg.get('id')!r}"
-            ) from None
-
-    def recv(self, deadline: float, request_id: str) -> Optional[str]:
-        """The next non-blank stdout line, ``None`` at end of output; raises on timeout."""
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise queue.Empty
-            line = self.lines.get(timeout=left)
-            if line is None:
-                self.lines.put(None)  # stay at EOF
-                return None
-            self.line_no += 1
-            if line.strip():
-                return line
-
-    def close(self, grace: float) -> Optional[int]:
-        """Send shutdown, close stdin, wait ``grace`` seconds, then kill."""
-        if self.proc.poll() is None:
-            try:
-                self.send({"type": "shutdown"})
-            except ExternalSimulatorError:
-                pass
-        try:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.reader.join(timeout=5)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        return self.proc.returncode
+    >>> print(_toml({"world": {"processes": 2, "python": "/usr/bin/python3", "x": None}}))
+    [world]
+    processes = 2
+    python = "/usr/bin/python3"
+    <BLANKLINE>
+    """
+    out = []
+    for name, keys in sections.items():
+        out.append(f"[{name}]")
+        for key, v in keys.items():
+            if v is None:
+                continue
+            if isinstance(v, bool):
+                text = "true" if v else "false"
+            elif isinstance(v, (int, float)):
+                text = repr(v)
+            elif isinstance(v, list):  # of strings: a JSON array of them is a TOML array
+                text = json.dumps([os.fspath(x) for x in v])
+            else:
+                text = json.dumps(os.fspath(v))
+            out.append(f"{key} = {text}")
+        out.append("")
+    return "\n".join(out)
 
 
-def _pairs(
-    personas: List[Dict[str, Any]], tasks: List[Dict[str, Any]], match_task_ids: bool
-) -> List[tuple]:
-    if match_task_ids:
-        by_id = {t["task_id"]: t for t in tasks}
-        return [(by_id[p["task_id"]], p) for p in personas if p.get("task_id") in by_id]
-    return [(t, p) for t in tasks for p in personas]
+@contextlib.contextmanager
+def _environment(env: Optional[Dict[str, str]]) -> Iterator[None]:
+    """With ``env``, this process's environment is exactly ``env`` inside the block (the
+    simulator processes ppol starts inherit it) and restored after it."""
+    if env is None:
+        yield
+        return
+    for k, v in env.items():
+        if not isinstance(k, str) or not isinstance(v, str) or not k or "=" in k:
+            raise ValueError(f"env: {k!r}={v!r}: names and values must be strings (names without '=')")
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _task_file(tasks: Iterable[Dict[str, Any]], path: str) -> Dict[str, Any]:
+    """Write ``tasks`` as a ppol task file at ``path``; returns each task's own ``domain``."""
+    domains: Dict[str, Any] = {}
+    with open(path, "w", encoding="utf-8") as f:
+        for i, t in enumerate(tasks):
+            if not isinstance(t, dict) or "task_id" not in t:
+                raise ValueError(f"tasks[{i}]: expected {{'task_id': ..., 'context': ...}}")
+            tid = str(t["task_id"])
+            if tid in domains:
+                raise ValueError(f"tasks[{i}]: task_id {tid!r} is given twice")
+            context = t.get("context", "")
+            if not isinstance(context, str):
+                raise ValueError(f"tasks[{i}]: context must be a string")
+            domains[tid] = t.get("domain")
+            f.write(json.dumps({"task_id": tid, "context": context}, ensure_ascii=False) + "\n")
+    if not domains:
+        raise ValueError("tasks: no tasks given")
+    return domains
+
+
+def _ppol_personas(personas: List[Dict[str, Any]], keep_task_ids: bool) -> List[Dict[str, Any]]:
+    """Persona records (:func:`load_personas`) as ``ppol_rs.episodes(personas=...)`` takes
+    them: ``task_id`` as a string, or dropped (the persona then plays every task) unless
+    ``keep_task_ids``.
+
+    >>> _ppol_personas([{"task_id": 7, "persona_id": "p", "text": "t"}], True)[0]["task_id"]
+    '7'
+    >>> "task_id" in _ppol_personas([{"task_id": 7, "persona_id": "p", "text": "t"}], False)[0]
+    False
+    """
+    out = []
+    for p in personas:
+        q = dict(p)
+        tid = q.pop("task_id", None)
+        if keep_task_ids and tid is not None:
+            q["task_id"] = str(tid)
+        out.append(q)
+    return out
+
+
+def _write_config(path: str, sections: Dict[str, Dict[str, Any]]) -> str:
+    """Write a run configuration of ``sections`` (:func:`_toml`) to ``path``; returns it."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(_toml(sections))
+    return path
 
 
 def run_external(
@@ -236,24 +244,45 @@ def run_external(
     domain: Optional[str] = None,
     env: Optional[Dict[str, str]] = None,
     cwd: Optional[PathLike] = None,
-    shutdown_grace: float = 5.0,
+    shutdown_grace: Optional[float] = None,
+    processes: int = 1,
+    protocol: int = 1,
 ) -> List[Dict[str, Any]]:
-    """Drive an external user simulator over the JSONL-over-stdio protocol and write its
-    dialogues as JSONL traces for ``ppol score``.
+    """Play every (task, persona, trial) episode on an external user simulator and write them
+    as ppol episode records for ``ppol score``: ``ppol_rs.episodes(world="external:COMMAND",
+    ...)`` with a task file made from ``tasks``.
 
-    ``command`` is started once; for every task × persona (× ``trials``) it receives an
-    ``episode`` request (``task_context`` = the task's ``context``, the persona record and its
-    ready-to-inject ``persona_block``) and must answer with one ``dialogue`` (or ``error``)
-    line within ``timeout`` seconds. With ``match_task_ids=True`` a persona only runs on the
-    task whose ``task_id`` it carries (as ``ppol generate`` writes them); by default every
-    persona runs on every task. Episodes are written to ``out_path`` in request order, one
-    line ``{"id": "<task>:<persona>:<trial>", "task_id", "domain", "conversation",
-    "persona_id", "persona", "axis_placement", "reward"?, "meta"?, "simulator"}``.
+    ppol's ``external:`` world is the driver (``EXTERNAL_PROTOCOL.md``): it starts ``command``
+    (``processes`` copies of it at once, protocol version ``protocol``), sends each episode
+    request (``task_context`` = the task's ``context``, the persona record and its
+    ready-to-inject ``persona_block``, the episode's ``seed``), checks the answers, and kills
+    and restarts a process that breaks the protocol, exits, or leaves an episode unanswered for
+    ``timeout`` seconds (``[world] episode_timeout_s``): that episode is recorded as failed
+    with the reason. With ``match_task_ids=True`` a persona only plays the task whose
+    ``task_id`` it carries (as ``ppol generate`` writes them); by default every persona plays
+    every task.
 
-    Errors (:class:`ExternalSimulatorError`): malformed output (names the stdout line), a
-    response for another id, an ``error`` response (``on_error="skip"`` logs it on stderr and
-    goes on), a timeout (the process is killed), or the program exiting early. The process
-    always gets a ``shutdown`` line and is killed after ``shutdown_grace`` seconds if needed.
+    The seed of an episode is ppol's: derived from ``seed`` and the episode itself (task,
+    persona id, trial), as ``ppol episodes`` derives it, so an episode gets the same seed
+    whatever else is played beside it and however many processes play them.
+
+    ``out_path`` gets every episode in plan order once all are played — the records ``ppol
+    episodes`` writes (``id`` ``<task>:<persona>:<trial>``, ``task_id``, ``domain``,
+    ``conversation``, ``persona_id``, ``persona``, ``axis_placement``, ``trial``, ``seed``,
+    ``termination``, ``reward``, ``status``, ``error``, ``backend`` = ``external:COMMAND``,
+    ``meta`` = the simulator's) — failed episodes included, with ``status: "failed"`` and their
+    reason in ``error``. While they are played they are appended to ``out_path + ".partial"``,
+    so after an interruption (Ctrl-C: KeyboardInterrupt) the same call plays only what is
+    missing. ``domain`` (or a task's own ``"domain"``) is the domain recorded in its episodes;
+    without it, the world's (``external``, or a version-2 simulator's ``hello``).
+
+    Returns the episodes that did not fail. A failed episode raises
+    :class:`ExternalSimulatorError` naming the first failure's reason, after the output is
+    written (``on_error="raise"``), or is printed with its reason on stderr and left out of the
+    result (``"skip"``). ``env`` is the simulators' whole environment (this process's
+    environment is set to it for the call and restored after, so other threads see it then);
+    ``cwd`` their working directory (through ``env -C``). ``shutdown_grace`` is kept for old
+    callers and has no effect: ppol gives a simulator 5 s after ``shutdown``.
 
     >>> import json, os, sys, tempfile
     >>> d = tempfile.mkdtemp()
@@ -266,118 +295,60 @@ def run_external(
     >>> eps = run_external([sys.executable, "-c", sim], personas,
     ...                    [{"task_id": "t1", "context": "return a lamp"}],
     ...                    os.path.join(d, "out.jsonl"), timeout=60)
-    >>> eps[0]["id"], eps[0]["conversation"][0]["content"]
-    ('t1:terse:0', 'hi: return a lamp')
+    >>> eps[0]["id"], eps[0]["status"], eps[0]["conversation"][0]["content"]
+    ('t1:terse:0', 'ok', 'hi: return a lamp')
     """
+    import ppol_rs
+
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if timeout <= 0:
-        raise ValueError("timeout must be positive")
-    personas = load_personas(personas_path)
-    task_list = []
-    for i, t in enumerate(tasks):
-        if not isinstance(t, dict) or "task_id" not in t:
-            raise ValueError(f"tasks[{i}]: expected {{'task_id': ..., 'context': ...}}")
-        task_list.append(t)
-    pairs = _pairs(personas, task_list, match_task_ids)
-    episodes: List[Dict[str, Any]] = []
-    child = _Child(command, env, cwd)
-    name = os.path.basename(str(command[0])) if command else "?"
-    try:
-        n = 0
-        for task, persona in pairs:
-            for trial in range(trials):
-                rid = f"{task['task_id']}:{persona['persona_id']}:{trial}"
-                request = {
-                    "type": "episode",
-                    "protocol": PROTOCOL_VERSION,
-                    "id": rid,
-                    "task_id": task["task_id"],
-                    "task_context": task.get("context", ""),
-                    "persona": persona,
-                    "persona_block": persona_block(persona["text"]) if persona["text"].strip() else "",
-                    "seed": seed + n,
-                    "trial": trial,
-                }
-                n += 1
-                child.send(request)
-                ep = _receive(child, rid, timeout, on_error)
-                if ep is None:
-                    continue
-                record = {
-                    "id": rid,
-                    "task_id": task["task_id"],
-                    "domain": task.get("domain", domain),
-                    "conversation": ep["conversation"],
-                    "persona_id": persona["persona_id"],
-                    "persona": persona["text"],
-                    "axis_placement": persona.get("axis_placement", {}),
-                    "trial": trial,
-                    "simulator": name,
-                }
-                if ep.get("reward") is not None:
-                    record["reward"] = ep["reward"]
-                if ep.get("meta") is not None:
-                    record["meta"] = ep["meta"]
-                episodes.append(record)
-    finally:
-        child.close(shutdown_grace)
-    _write_jsonl(out_path, episodes)
-    return episodes
+    if isinstance(command, (str, bytes)) or not command:
+        raise ValueError("command must be a non-empty list: the program and its arguments")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if protocol not in (1, 2):
+        raise ValueError(f"protocol must be 1 or 2, got {protocol!r}")
+    if shutdown_grace is not None:
+        warnings.warn("run_external(shutdown_grace=...) has no effect: ppol's external world gives "
+                      "a simulator 5 s after shutdown", DeprecationWarning, stacklevel=2)
+    argv = [os.fspath(a) for a in command]
+    if cwd is not None:
+        env_program = shutil.which("env")
+        if env_program is None:
+            raise ValueError("cwd= runs the simulator through `env -C DIR`, and no `env` is on the PATH")
+        argv = [env_program, "-C", os.fspath(cwd), *argv]
+    personas = _ppol_personas(load_personas(personas_path), match_task_ids)
+    out = os.fspath(out_path)
+    with tempfile.TemporaryDirectory(prefix="ppol-external-") as tmp:
+        task_file = os.path.join(tmp, "tasks.jsonl")
+        domains = _task_file(tasks, task_file)
+        config = _write_config(os.path.join(tmp, "run.toml"), {"world": {
+            "processes": processes, "protocol": protocol, "episode_timeout_s": float(timeout)}})
+        with _environment(env):
+            records = ppol_rs.episodes(
+                world="external:" + shlex.join(argv), task_file=task_file, personas=personas,
+                trials=trials, seed=seed, output=out, config=config,
+                # at most one episode per version-1 process; a version-2 pool bounds its own
+                concurrency=processes if protocol == 1 else 256,
+            )
+    if domain is not None or any(d is not None for d in domains.values()):
+        for r in records:
+            r["domain"] = domains.get(r["task_id"]) or domain or r["domain"]
+        if os.path.isfile(out):
+            _write_jsonl(out, records)
+    failed = [r for r in records if r["status"] == "failed"]
+    if failed and on_error == "raise":
+        more = f" ({len(failed) - 1} more failed)" if len(failed) > 1 else ""
+        raise ExternalSimulatorError(
+            f"episode {failed[0]['id']} failed: {failed[0].get('error')}{more}; every episode, "
+            f"the failed ones with their reason, is in {out}")
+    for r in failed:
+        print(f"ppol external: episode {r['id']} failed, skipped: {r.get('error')}", file=sys.stderr)
+    return [r for r in records if r["status"] != "failed"]
 
 
-def _receive(child: _Child, rid: str, timeout: float, on_error: str) -> Optional[Dict[str, Any]]:
-    try:
-        line = child.recv(time.monotonic() + timeout, rid)
-    except queue.Empty:
-        child.proc.kill()
-        raise ExternalSimulatorError(
-            f"request {rid!r}: no response within {timeout:g} s (external simulator killed)"
-        ) from None
-    where = f"stdout line {child.line_no}"
-    if line is None:
-        code = child.proc.wait()
-        raise ExternalSimulatorError(
-            f"request {rid!r}: external simulator ended its output (exit code {code}) without answering"
-        )
-    shown = line.strip()
-    shown = shown if len(shown) <= 200 else shown[:200] + "..."
-    try:
-        msg = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ExternalSimulatorError(f"request {rid!r}: {where} is not JSON ({e.msg}): {shown}") from None
-    if not isinstance(msg, dict):
-        raise ExternalSimulatorError(f"request {rid!r}: {where} is not a JSON object: {shown}")
-    kind = msg.get("type")
-    if msg.get("id") != rid:
-        raise ExternalSimulatorError(
-            f"request {rid!r}: {where} answers id {msg.get('id')!r} (responses must come in request order)"
-        )
-    if kind == "error":
-        text = f"request {rid!r}: external simulator reported an error: {msg.get('message', '')}"
-        if on_error == "skip":
-            print(f"ppol external: {text} (skipped)", file=sys.stderr)
-            return None
-        raise ExternalSimulatorError(text)
-    if kind != "dialogue":
-        raise ExternalSimulatorError(
-            f"request {rid!r}: {where} has type {kind!r}, expected 'dialogue' or 'error'"
-        )
-    try:
-        conversation = normalize_conversation(msg.get("conversation"), f"{where}: conversation")
-    except ValueError as e:
-        raise ExternalSimulatorError(f"request {rid!r}: {e}") from None
-    reward = msg.get("reward")
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
-        raise ExternalSimulatorError(f"request {rid!r}: {where}: reward must be a number or null")
-    meta = msg.get("meta")
-    if meta is not None and not isinstance(meta, dict):
-        raise ExternalSimulatorError(f"request {rid!r}: {where}: meta must be an object")
-    return {"conversation": conversation, "reward": reward, "meta": meta}
-
-
-def _write_jsonl(path: PathLike, records: List[Dict[str, Any]]) -> None:
-    tmp = f"{os.fspath(path)}.tmp"
+def _write_jsonl(path: str, records: List[Dict[str, Any]]) -> None:
+    tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")

