@@ -10,6 +10,7 @@ mod episodes;
 mod evolve;
 mod export;
 mod first_hour;
+mod hostile_worlds;
 mod hub;
 mod interop;
 mod llm;

@@ -700,7 +700,7 @@ impl Launcher {
         if let Some(pid) = child.id() {
             // The supervisor's session: the supervisor, the namespace init and the program
             // (unless it moved); the pid namespace dies with its init.
-            reaper::kill_group(pid);
+            crate::child::kill_group(pid);
         }
         if self.mode.drop_uid {
             reaper::kill_uid(uid);
@@ -935,7 +935,7 @@ impl Sandbox {
         // Under the minimal root the supervisor passes a signal on as 128 + its number.
         let signal = status.and_then(|s| s.signal()).or_else(|| {
             code.filter(|_| self.launcher.mode.minimal_root)
-                .and_then(confine::decoded_signal)
+                .and_then(crate::child::decoded_signal)
         });
         match signal {
             Some(libc::SIGXCPU) => (

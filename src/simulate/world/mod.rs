@@ -26,6 +26,7 @@ use crate::simulate::episode::EpisodeRunner;
 use crate::simulate::tau2::Domain;
 use crate::{Error, Result};
 
+pub mod answer;
 pub mod builtin;
 pub mod chat;
 pub mod external;

@@ -1,0 +1,240 @@
+//! Worlds that cannot hurt the run (issue #34): simulator processes and everything they fork die
+//! with ppol, on a normal exit and on `kill -9`; a simulator's
+//! answers are held to the bounds of ppol's own episodes; an unanswered v2 request fails alone;
+//! its stderr is escaped.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::util::{ppol, root};
+
+fn fixture(name: &str) -> String {
+    root()
+        .join("tests/fixtures/worlds")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// Live (not zombie) processes whose command line holds `mark`.
+fn alive_with(mark: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if !String::from_utf8_lossy(&cmd).contains(mark) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .unwrap_or("Z");
+        if state != "Z" && state != "X" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Wait until `n` processes carry `mark` (or 30 s).
+fn wait_for_processes(mark: &str, n: usize) -> usize {
+    let started = Instant::now();
+    loop {
+        let k = alive_with(mark).len();
+        if k >= n || started.elapsed() > Duration::from_secs(30) {
+            return k;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Processes still carrying `mark` 2 s after ppol ended.
+fn survivors_after_2s(mark: &str) -> Vec<u32> {
+    std::thread::sleep(Duration::from_secs(2));
+    alive_with(mark)
+}
+
+fn episodes_cmd(world: &str, out: &Path) -> std::process::Command {
+    episodes_in(world, out, 2)
+}
+
+fn episodes_in(world: &str, out: &Path, processes: u32) -> std::process::Command {
+    let mut cmd = ppol();
+    cmd.args([
+        "episodes",
+        "--world",
+        world,
+        "--task-file",
+        &fixture("tasks.jsonl"),
+        "--world-processes",
+        &processes.to_string(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quiet",
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped());
+    cmd
+}
+
+fn orphans_case(kill: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mark = format!(
+        "ppol-orphan-mark-{}-{}",
+        std::process::id(),
+        tmp.path().file_name().unwrap().to_string_lossy()
+    );
+    let sleep = if kill { "--sleep-ms 400" } else { "" };
+    let world = format!(
+        "external:python3 {} --orphans {mark} {sleep}",
+        fixture("hostile_sim.py")
+    );
+    let out = tmp.path().join("eps.jsonl");
+    let mut child = episodes_cmd(&world, &out).spawn().unwrap();
+    // two simulator processes, each with a child and a setsid daemon
+    let seen = wait_for_processes(&mark, 6);
+    assert!(seen >= 6, "the simulators started their children: {seen}");
+    if kill {
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    } else {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let left = survivors_after_2s(&mark);
+    assert!(
+        left.is_empty(),
+        "kill -9: {kill}: {} process(es) of the simulator outlived ppol: {left:?}",
+        left.len()
+    );
+}
+
+#[test]
+fn issue34_item2_no_simulator_process_outlives_a_normal_exit() {
+    orphans_case(false);
+}
+
+#[test]
+fn issue34_item2_no_simulator_process_outlives_kill_9() {
+    orphans_case(true);
+}
+
+fn read_jsonl(p: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn issue34_item3_a_simulator_answering_too_many_turns_is_cut_or_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 5,000 user turns: cut at --max-turns with a note
+    let out = tmp.path().join("cut.jsonl");
+    let world = format!("external:python3 {} --turns 5000", fixture("hostile_sim.py"));
+    let o = episodes_cmd(&world, &out)
+        .args(["--tasks", "task_0", "--max-turns", "7"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let e = &read_jsonl(&out)[0];
+    assert_eq!(e["termination"], "max_turns");
+    assert_eq!(e["conversation"].as_array().unwrap().len(), 14);
+    let note = e["notes"][0].as_str().unwrap();
+    assert!(note.contains("5000 user turns") && note.contains("cut at max_turns = 7"), "{note}");
+    // 300,000 turns (22 MB): more than an episode may hold; a million (75 MB): more than a
+    // protocol line may; both fail the episode with the reason
+    for (turns, why) in [
+        ("300000", "an episode may hold at most 16 MiB"),
+        ("1000000", "a stdout line longer than 64 MiB"),
+    ] {
+        let out = tmp.path().join(format!("huge{turns}.jsonl"));
+        let world = format!("external:python3 {} --turns {turns}", fixture("hostile_sim.py"));
+        let o = episodes_cmd(&world, &out)
+            .args(["--tasks", "task_0"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+        let e = &read_jsonl(&out)[0];
+        assert_eq!(e["status"], "failed");
+        let error = e["error"].as_str().unwrap();
+        assert!(error.contains(why), "{error}");
+    }
+}
+
+#[test]
+fn issue34_item6_an_unanswered_v2_request_fails_alone() {
+    // one process taking two episodes at once, 0.7 s each; task_0 is never answered: when it
+    // times out (2 s) another episode is in flight on the process and must not fail with it
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eps.jsonl");
+    let world = format!(
+        "external:python3 {} --v2 --hang-on task_0 --sleep-ms 700 --max-in-flight 2",
+        fixture("hostile_sim.py")
+    );
+    let o = episodes_in(&world, &out, 1)
+        .args([
+            "--world-protocol",
+            "2",
+            "--episode-timeout-s",
+            "2",
+            "--tasks",
+            "task_0,task_1,task_2,task_3,task_4,task_5",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let eps = read_jsonl(&out);
+    let failed: Vec<&str> = eps
+        .iter()
+        .filter(|e| e["status"] == "failed")
+        .map(|e| e["task_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["task_0"], "only the unanswered request fails: {eps:?}");
+    let why = eps[0]["error"].as_str().unwrap();
+    assert!(why.contains("other episode(s) in flight"), "{why}");
+}
+
+#[test]
+fn issue34_item6_simulator_stderr_reaches_the_terminal_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eps.jsonl");
+    let world = format!(
+        "external:python3 {} --stderr-escapes",
+        fixture("hostile_sim.py")
+    );
+    let o = episodes_cmd(&world, &out)
+        .args(["--tasks", "task_0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("sim says \\u{1b}[2J"), "{err}");
+    assert!(err.contains("\\u{202e}gnp.exe"), "{err}");
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{202e}') && !err.contains('\u{7}'));
+}
+
+#[test]
+fn issue34_item6_a_missing_simulator_is_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eps.jsonl");
+    let o = episodes_cmd("external:/nonexistent/sim --x", &out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("run.world") && err.contains("/nonexistent/sim"), "{err}");
+    assert!(!out.exists());
+}
