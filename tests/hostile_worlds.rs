@@ -238,3 +238,16 @@ fn issue34_item6_a_missing_simulator_is_bad_input() {
     assert!(err.contains("run.world") && err.contains("/nonexistent/sim"), "{err}");
     assert!(!out.exists());
 }
+
+#[test]
+fn issue34_item3_bench_world_refuses_a_huge_count_naming_the_flag() {
+    for n in ["1e9", "1000000000", "18446744073709551616"] {
+        let o = ppol()
+            .args(["bench", "world", "--episodes", n])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{n}: {err}");
+        assert!(err.contains("--episodes"), "{n}: {err}");
+    }
+}

@@ -12,14 +12,17 @@ use crate::simulate::world::{WorldSettings, WorldSpec};
 /// Arguments of `ppol bench world`.
 #[derive(Debug, Args)]
 pub struct BenchWorldArgs {
-    /// Episodes.
-    #[arg(long, default_value_t = 64)]
+    /// Episodes, 1 to 100,000 (one episodes request's limit).
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true,
+          value_parser = super::count(1, crate::limits::MAX_EPISODES))]
     pub episodes: usize,
-    /// Simulator processes (`world.processes`); repeat to compare.
-    #[arg(long, default_values_t = [1usize, 4, 8])]
+    /// Simulator processes (`world.processes`, 1 to 64); repeat to compare.
+    #[arg(long, default_values_t = [1usize, 4, 8], allow_negative_numbers = true,
+          value_parser = super::count(1, crate::simulate::world::MAX_PROCESSES))]
     pub processes: Vec<usize>,
-    /// Milliseconds the simulator takes per episode.
-    #[arg(long, default_value_t = 200)]
+    /// Milliseconds the simulator takes per episode, 0 to 60,000.
+    #[arg(long, default_value_t = 200, allow_negative_numbers = true,
+          value_parser = super::count(0u64, 60_000))]
     pub episode_ms: u64,
     /// Python interpreter of the built-in test simulator.
     #[arg(long, default_value = "python3")]
