@@ -180,6 +180,21 @@ pub fn check_seconds(key: &str, value: f64) -> Result<()> {
     }
 }
 
+/// Check a number of seconds that may also be 0 (a wait that can be turned off): finite, at
+/// least 0 and at most [`MAX_SECONDS`], else an error naming `key`.
+pub fn check_seconds_or_zero(key: &str, value: f64) -> Result<()> {
+    if value == 0.0 {
+        Ok(())
+    } else {
+        check_seconds(key, value).map_err(|_| {
+            Error::config(
+                key,
+                format!("must be 0 or a number of seconds up to {MAX_SECONDS} (a year), got {value}"),
+            )
+        })
+    }
+}
+
 /// Why `value` is not a duration [`check_seconds`] accepts.
 pub fn seconds_message(value: f64) -> String {
     format!("must be a number of seconds above 0 and at most {MAX_SECONDS} (a year), got {value}")

@@ -10,7 +10,7 @@ mod episodes;
 mod evolve;
 mod export;
 mod first_hour;
-mod hostile_worlds;
+mod hostile;
 mod hub;
 mod interop;
 mod llm;

@@ -44,7 +44,7 @@ use crate::evolve::schedule::Schedule;
 use crate::fitness::features::FeatureSet;
 use crate::fitness::settings::FitnessSection;
 use crate::generate::settings::SandboxSection;
-use crate::limits::{self, at_least, check, fraction, positive};
+use crate::limits::{self, at_least, check, fraction};
 use crate::llm::config::{BudgetSection, LlmConfig};
 use crate::llm::CallRole;
 use crate::simulate::settings::EpisodesSection;
@@ -197,7 +197,7 @@ impl SearchSection {
             limits::MAX_ITERATIONS,
         )?;
         if let Some(w) = s.max_wall_clock_s {
-            positive("search.max_wall_clock_s", w)?;
+            limits::check_seconds("search.max_wall_clock_s", w)?;
         }
         check(
             "search.parallel_candidates",

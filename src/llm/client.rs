@@ -365,7 +365,7 @@ impl LlmClientBuilder {
                 max_retries: config.max_retries,
                 backoff_base: Duration::from_millis(config.backoff_base_ms),
                 backoff_max: Duration::from_millis(config.backoff_max_ms),
-                endpoint_wait: Duration::from_secs_f64(config.endpoint_wait_s),
+                endpoint_wait: crate::limits::duration(config.endpoint_wait_s),
                 cache,
                 stats: Mutex::new(stats),
                 windows: Mutex::new(BTreeMap::new()),

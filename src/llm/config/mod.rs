@@ -442,15 +442,7 @@ impl LlmConfig {
             1,
             crate::limits::MAX_CONCURRENCY,
         )?;
-        if !(self.endpoint_wait_s.is_finite() && self.endpoint_wait_s >= 0.0) {
-            return Err(Error::config(
-                "endpoint_wait_s",
-                format!(
-                    "must be a non-negative number of seconds, got {}",
-                    self.endpoint_wait_s
-                ),
-            ));
-        }
+        crate::limits::check_seconds_or_zero("endpoint_wait_s", self.endpoint_wait_s)?;
         crate::limits::check(
             "max_response_bytes",
             self.max_response_bytes,

@@ -293,15 +293,7 @@ impl WorldSettings {
                 format!("must be 1 or 2, got {}", self.protocol),
             ));
         }
-        if !(self.episode_timeout_s.is_finite() && self.episode_timeout_s > 0.0) {
-            return Err(Error::config(
-                "world.episode_timeout_s",
-                format!(
-                    "must be a positive number of seconds, got {}",
-                    self.episode_timeout_s
-                ),
-            ));
-        }
+        crate::limits::check_seconds("world.episode_timeout_s", self.episode_timeout_s)?;
         if !(1..=MAX_IN_FLIGHT).contains(&self.max_in_flight) {
             return Err(Error::config(
                 "world.max_in_flight",

@@ -1,4 +1,4 @@
-//! Worlds that cannot hurt the run (issue #34): simulator processes and everything they fork die
+//! Issue #34, "Worlds that cannot hurt the run": simulator processes and everything they fork die
 //! with ppol, on a normal exit and on `kill -9`; a simulator's
 //! answers are held to the bounds of ppol's own episodes; an unanswered v2 request fails alone;
 //! its stderr is escaped.
@@ -249,5 +249,108 @@ fn issue34_item3_bench_world_refuses_a_huge_count_naming_the_flag() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{n}: {err}");
         assert!(err.contains("--episodes"), "{n}: {err}");
+    }
+}
+
+/// Every flag of every verb that takes a value, given `-1`: an error naming the flag in ppol's
+/// own words (or, for a flag of free text, the value taken as text) — never clap's
+/// "unexpected argument '-1'", nor Rust's "invalid digit found in string".
+#[test]
+fn issue34_item5_every_flag_meets_a_negative_number_with_its_own_message() {
+    fn leaves(cmd: &clap::Command, path: Vec<String>, out: &mut Vec<(Vec<String>, clap::Arg)>) {
+        for a in cmd.get_arguments() {
+            if a.get_action().takes_values() && !a.is_positional() && a.get_long().is_some() {
+                out.push((path.clone(), a.clone()));
+            }
+        }
+        for sc in cmd.get_subcommands() {
+            let mut p = path.clone();
+            p.push(sc.get_name().to_string());
+            leaves(sc, p, out);
+        }
+    }
+    let mut all = Vec::new();
+    leaves(&ppol::front::cli::command(), Vec::new(), &mut all);
+    assert!(all.len() > 80, "{}", all.len());
+    let text_types = [
+        std::any::TypeId::of::<String>(),
+        std::any::TypeId::of::<std::path::PathBuf>(),
+        std::any::TypeId::of::<std::ffi::OsString>(),
+    ];
+    let mut bad = Vec::new();
+    for (path, arg) in &all {
+        let long = format!("--{}", arg.get_long().unwrap());
+        let mut argv = vec!["ppol".to_string()];
+        argv.extend(path.iter().cloned());
+        argv.push(long.clone());
+        argv.push("-1".into());
+        let shown = argv.join(" ");
+        // a value taken, with another argument missing, is a value taken
+        let parsed = ppol::front::cli::parse(&argv).map(|_| ()).or_else(|e| {
+            match e.kind() {
+                clap::error::ErrorKind::MissingRequiredArgument => Ok(()),
+                _ => Err(e),
+            }
+        });
+        match parsed {
+            Ok(()) => {
+                let t = arg.get_value_parser().type_id();
+                if !text_types.iter().any(|x| t == *x) {
+                    bad.push(format!("{shown}: accepted, unchecked"));
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if msg.contains("unexpected argument")
+                    || msg.contains("invalid digit")
+                    || !msg.contains(&long)
+                {
+                    bad.push(format!("{shown}: {}", msg.lines().next().unwrap_or("")));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{} flag(s):\n{}", bad.len(), bad.join("\n"));
+}
+
+/// Every duration setting above its bound (1e300 s) is one error naming the key or flag, before
+/// any run directory exists; never a panic.
+#[test]
+fn issue34_item5_huge_durations_are_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let llm = "[llm.default]\nprovider = \"openai\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
+    let cases = [
+        ("world.episode_timeout_s", "[world]\nepisode_timeout_s = 1e300\n".to_string()),
+        ("default.timeout_s", format!("{llm}timeout_s = 1e300\n")),
+        ("default.deadline_s", format!("{llm}deadline_s = 1e300\n")),
+        ("endpoint_wait_s", format!("[llm]\nendpoint_wait_s = 1e300\n{llm}")),
+        ("search.max_wall_clock_s", "[search]\nmax_wall_clock_s = 1e300\n".to_string()),
+        ("sandbox.timeout_s", "[sandbox]\ntimeout_s = 1e300\n".to_string()),
+        ("world.episode_timeout_s", "[world]\nepisode_timeout_s = -1\n".to_string()),
+    ];
+    for (i, (key, toml)) in cases.iter().enumerate() {
+        let cfg = tmp.path().join(format!("c{i}.toml"));
+        std::fs::write(&cfg, toml).unwrap();
+        let out = tmp.path().join(format!("run{i}"));
+        let o = ppol()
+            .args(["evolve", "--config", cfg.to_str().unwrap(), "--out"])
+            .arg(&out)
+            .arg("--quiet")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{key}: {err}");
+        assert!(err.contains(key) && !err.contains("panicked"), "{key}: {err}");
+        assert!(!out.exists(), "{key}: the run directory was created");
+    }
+    for flag in ["1e300", "-1", "nan", "inf"] {
+        let o = ppol()
+            .args(["episodes", "--domain", "demo", "--episode-timeout-s", flag, "-o", "x"])
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert!(err.contains("--episode-timeout-s"), "{flag}: {err}");
     }
 }
