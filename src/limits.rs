@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | one input file (traces, personas, tasks, answers, configurations) | — | [`MAX_INPUT_BYTES`] (1 GiB) |
 //! | one line of a line-based input (JSONL, text traces) | — | [`MAX_LINE_BYTES`] (64 MiB) |
+//! | a configuration (TOML), a system prompt (`world.system_prompt_file`), whatever kind of file | `--config`, `--system-prompt-file` | [`MAX_TEXT_FILE_BYTES`] (16 MiB) |
 //! | trials per (task, persona) | `episodes --trials`, `episodes.baseline_trials` | 1 ..= [`MAX_TRIALS`] (1,000) |
 //! | episodes of one request (tasks × personas × trials) | `ppol episodes` | [`MAX_EPISODES`] (100,000) |
 //! | personas per task | `generate -n`, `eval --n`, `fitness.n_personas`, `fitness.n_personas_schedule` | 1 ..= [`MAX_PERSONAS`] (1,000) |
@@ -126,6 +127,10 @@ pub const MAX_EPISODE_BYTES: usize = 16 << 20;
 /// episode's `max_turns` first).
 pub const MAX_EPISODE_TURNS: usize = 20 * MAX_TURNS;
 
+/// The most ppol reads of a small text input: a configuration (TOML), a system prompt. A device
+/// or a FIFO is read no further.
+pub const MAX_TEXT_FILE_BYTES: u64 = 16 << 20;
+
 /// Check that a count is in `min..=max`; the error names `key` (a flag, an argument or a
 /// configuration key).
 pub fn check<T>(key: &str, value: T, min: T, max: T) -> Result<()>
@@ -189,7 +194,9 @@ pub fn check_seconds_or_zero(key: &str, value: f64) -> Result<()> {
         check_seconds(key, value).map_err(|_| {
             Error::config(
                 key,
-                format!("must be 0 or a number of seconds up to {MAX_SECONDS} (a year), got {value}"),
+                format!(
+                    "must be 0 or a number of seconds up to {MAX_SECONDS} (a year), got {value}"
+                ),
             )
         })
     }
@@ -287,9 +294,21 @@ mod tests {
 
     #[test]
     fn issue34_item5_durations_are_bounded_and_never_panic() {
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e300, MAX_SECONDS * 1.001] {
-            let e = seconds("world.episode_timeout_s", bad).unwrap_err().to_string();
-            assert!(e.contains("world.episode_timeout_s") && e.contains("a year"), "{e}");
+        for bad in [
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            1e300,
+            MAX_SECONDS * 1.001,
+        ] {
+            let e = seconds("world.episode_timeout_s", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("world.episode_timeout_s") && e.contains("a year"),
+                "{e}"
+            );
         }
         assert_eq!(seconds("k", 1.5).unwrap().as_millis(), 1500);
         assert_eq!(duration(1e300).as_secs_f64(), MAX_SECONDS);

@@ -287,7 +287,10 @@ fn mock_server_flags_set_replicas_latency_strictness_and_the_context_window() {
             &["--down-after-requests", "3", "--down-for-s=-1"][..],
             "'--down-for-s <S>': must be a number of seconds above 0",
         ),
-        (&["--replicas", "0"][..], "'--replicas <K>': must be at least 1"),
+        (
+            &["--replicas", "0"][..],
+            "'--replicas <K>': must be at least 1",
+        ),
     ] {
         let mut all = vec!["mock-server", "--lifetime-s", "5"];
         all.extend_from_slice(args);

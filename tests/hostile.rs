@@ -142,17 +142,28 @@ fn issue34_item3_a_simulator_answering_too_many_turns_is_cut_or_failed() {
     let tmp = tempfile::tempdir().unwrap();
     // 5,000 user turns: cut at --max-turns with a note
     let out = tmp.path().join("cut.jsonl");
-    let world = format!("external:python3 {} --turns 5000", fixture("hostile_sim.py"));
+    let world = format!(
+        "external:python3 {} --turns 5000",
+        fixture("hostile_sim.py")
+    );
     let o = episodes_cmd(&world, &out)
         .args(["--tasks", "task_0", "--max-turns", "7"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let e = &read_jsonl(&out)[0];
     assert_eq!(e["termination"], "max_turns");
     assert_eq!(e["conversation"].as_array().unwrap().len(), 14);
     let note = e["notes"][0].as_str().unwrap();
-    assert!(note.contains("5000 user turns") && note.contains("cut at max_turns = 7"), "{note}");
+    assert!(
+        note.contains("5000 user turns") && note.contains("cut at max_turns = 7"),
+        "{note}"
+    );
     // 300,000 turns (22 MB): more than an episode may hold; a million (75 MB): more than a
     // protocol line may; both fail the episode with the reason
     for (turns, why) in [
@@ -160,12 +171,20 @@ fn issue34_item3_a_simulator_answering_too_many_turns_is_cut_or_failed() {
         ("1000000", "a stdout line longer than 64 MiB"),
     ] {
         let out = tmp.path().join(format!("huge{turns}.jsonl"));
-        let world = format!("external:python3 {} --turns {turns}", fixture("hostile_sim.py"));
+        let world = format!(
+            "external:python3 {} --turns {turns}",
+            fixture("hostile_sim.py")
+        );
         let o = episodes_cmd(&world, &out)
             .args(["--tasks", "task_0"])
             .output()
             .unwrap();
-        assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let e = &read_jsonl(&out)[0];
         assert_eq!(e["status"], "failed");
         let error = e["error"].as_str().unwrap();
@@ -202,7 +221,11 @@ fn issue34_item6_an_unanswered_v2_request_fails_alone() {
         .filter(|e| e["status"] == "failed")
         .map(|e| e["task_id"].as_str().unwrap())
         .collect();
-    assert_eq!(failed, ["task_0"], "only the unanswered request fails: {eps:?}");
+    assert_eq!(
+        failed,
+        ["task_0"],
+        "only the unanswered request fails: {eps:?}"
+    );
     let why = eps[0]["error"].as_str().unwrap();
     assert!(why.contains("other episode(s) in flight"), "{why}");
 }
@@ -235,7 +258,10 @@ fn issue34_item6_a_missing_simulator_is_bad_input() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("run.world") && err.contains("/nonexistent/sim"), "{err}");
+    assert!(
+        err.contains("run.world") && err.contains("/nonexistent/sim"),
+        "{err}"
+    );
     assert!(!out.exists());
 }
 
@@ -286,12 +312,12 @@ fn issue34_item5_every_flag_meets_a_negative_number_with_its_own_message() {
         argv.push("-1".into());
         let shown = argv.join(" ");
         // a value taken, with another argument missing, is a value taken
-        let parsed = ppol::front::cli::parse(&argv).map(|_| ()).or_else(|e| {
-            match e.kind() {
+        let parsed = ppol::front::cli::parse(&argv)
+            .map(|_| ())
+            .or_else(|e| match e.kind() {
                 clap::error::ErrorKind::MissingRequiredArgument => Ok(()),
                 _ => Err(e),
-            }
-        });
+            });
         match parsed {
             Ok(()) => {
                 let t = arg.get_value_parser().type_id();
@@ -320,13 +346,28 @@ fn issue34_item5_huge_durations_are_refused_naming_the_key() {
     let tmp = tempfile::tempdir().unwrap();
     let llm = "[llm.default]\nprovider = \"openai\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
     let cases = [
-        ("world.episode_timeout_s", "[world]\nepisode_timeout_s = 1e300\n".to_string()),
+        (
+            "world.episode_timeout_s",
+            "[world]\nepisode_timeout_s = 1e300\n".to_string(),
+        ),
         ("default.timeout_s", format!("{llm}timeout_s = 1e300\n")),
         ("default.deadline_s", format!("{llm}deadline_s = 1e300\n")),
-        ("endpoint_wait_s", format!("[llm]\nendpoint_wait_s = 1e300\n{llm}")),
-        ("search.max_wall_clock_s", "[search]\nmax_wall_clock_s = 1e300\n".to_string()),
-        ("sandbox.timeout_s", "[sandbox]\ntimeout_s = 1e300\n".to_string()),
-        ("world.episode_timeout_s", "[world]\nepisode_timeout_s = -1\n".to_string()),
+        (
+            "endpoint_wait_s",
+            format!("[llm]\nendpoint_wait_s = 1e300\n{llm}"),
+        ),
+        (
+            "search.max_wall_clock_s",
+            "[search]\nmax_wall_clock_s = 1e300\n".to_string(),
+        ),
+        (
+            "sandbox.timeout_s",
+            "[sandbox]\ntimeout_s = 1e300\n".to_string(),
+        ),
+        (
+            "world.episode_timeout_s",
+            "[world]\nepisode_timeout_s = -1\n".to_string(),
+        ),
     ];
     for (i, (key, toml)) in cases.iter().enumerate() {
         let cfg = tmp.path().join(format!("c{i}.toml"));
@@ -340,12 +381,23 @@ fn issue34_item5_huge_durations_are_refused_naming_the_key() {
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{key}: {err}");
-        assert!(err.contains(key) && !err.contains("panicked"), "{key}: {err}");
+        assert!(
+            err.contains(key) && !err.contains("panicked"),
+            "{key}: {err}"
+        );
         assert!(!out.exists(), "{key}: the run directory was created");
     }
     for flag in ["1e300", "-1", "nan", "inf"] {
         let o = ppol()
-            .args(["episodes", "--domain", "demo", "--episode-timeout-s", flag, "-o", "x"])
+            .args([
+                "episodes",
+                "--domain",
+                "demo",
+                "--episode-timeout-s",
+                flag,
+                "-o",
+                "x",
+            ])
             .current_dir(tmp.path())
             .output()
             .unwrap();
@@ -353,4 +405,63 @@ fn issue34_item5_huge_durations_are_refused_naming_the_key() {
         assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
         assert!(err.contains("--episode-timeout-s"), "{flag}: {err}");
     }
+}
+
+/// A generator program's wall clock counts its own time: with a model that takes 1.5 s per call
+/// and a 1 s limit, `two_stage_llm.py` (two rounds of calls) still finishes and writes its
+/// personas.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue34_item7_a_slow_model_does_not_kill_the_generator() {
+    use ppol::testing::mock_server::{serve_with, MockOptions, MockReply, MockRule, MockScript};
+    let population = serde_json::json!([
+        {"persona_id": "Ann", "description": "d", "axis_placement": {"terse": true}, "reasoning": "r"},
+        {"persona_id": "Bob", "description": "d", "axis_placement": {"terse": false}, "reasoning": "r"}
+    ]);
+    let server = serve_with(
+        MockScript {
+            rules: vec![MockRule {
+                contains: Some("Invent exactly".into()),
+                reply: MockReply::text(population.to_string()),
+                ..Default::default()
+            }],
+            default: MockReply::text("You type in lowercase."),
+            ..Default::default()
+        },
+        MockOptions {
+            latency: Duration::from_millis(1500),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("personas.jsonl");
+    let args: Vec<String> = vec![
+        "generate".into(),
+        "--program".into(),
+        root().join("seeds/two_stage_llm.py").display().to_string(),
+        "--task".into(),
+        "Change my flight to Friday.".into(),
+        "-n".into(),
+        "2".into(),
+        "--llm".into(),
+        format!("openai:mock@{}", server.base_url()),
+        "--timeout".into(),
+        "1".into(),
+        "-o".into(),
+        out.display().to_string(),
+    ];
+    let started = Instant::now();
+    let o = tokio::task::spawn_blocking(move || ppol().args(&args).output().unwrap())
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        started.elapsed() > Duration::from_secs(3),
+        "two rounds of 1.5 s calls"
+    );
+    assert!(server.requests() >= 2, "{}", server.requests());
+    let rows = read_jsonl(&out);
+    assert_eq!(rows.len(), 2, "{err}");
 }

@@ -425,7 +425,13 @@ impl RunConfig {
 
     /// Load a TOML file.
     pub fn load(path: &Path) -> Result<Self> {
-        Self::from_toml_str(&crate::io::read_to_string(path)?, path)
+        let text = crate::io::read_text_capped(
+            path,
+            crate::limits::MAX_TEXT_FILE_BYTES,
+            "a configuration",
+            crate::io::LongLines::Allow,
+        )?;
+        Self::from_toml_str(&text, path)
     }
 
     /// Check values that serde cannot: every number is finite and in its range, every count
@@ -502,6 +508,9 @@ impl RunConfig {
                     ));
                 }
             }
+        }
+        if matches!(self.world_spec(), Ok(WorldSpec::Chat)) {
+            self.world.chat_system_prompt()?;
         }
         if let Some(p) = &self.search.seed_program {
             if !p.is_file() {

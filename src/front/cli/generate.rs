@@ -65,7 +65,8 @@ pub struct GenerateArgs {
     /// existing file is never replaced by an empty one.
     #[arg(short = 'o', long, default_value = "-")]
     pub out: PathBuf,
-    /// Wall-clock limit per run, seconds (default: sandbox.timeout_s).
+    /// Wall-clock limit per run, seconds: the program's own time, not counting its waits on the
+    /// model (default: sandbox.timeout_s).
     #[arg(long, allow_negative_numbers = true, value_parser = sandbox_seconds)]
     pub timeout: Option<f64>,
     /// LLM requests allowed per run, 0 to 100,000 (default: sandbox.max_llm_calls).
@@ -162,6 +163,8 @@ fn sandbox_seconds(text: &str) -> Result<f64, String> {
     if v.is_finite() && v > 0.0 && v <= max {
         Ok(v)
     } else {
-        Err(format!("must be a number of seconds above 0 and at most {max} (a day), got {v}"))
+        Err(format!(
+            "must be a number of seconds above 0 and at most {max} (a day), got {v}"
+        ))
     }
 }

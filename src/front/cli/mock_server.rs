@@ -94,9 +94,8 @@ pub fn run(args: MockServerArgs) -> anyhow::Result<()> {
 
     use crate::testing::mock_server::{self, MockOptions, MockOutage, MockScript, MockStrictness};
 
-    let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
-        Ok(crate::limits::seconds(flag, s)?)
-    };
+    let seconds =
+        |flag: &str, s: f64| -> anyhow::Result<Duration> { Ok(crate::limits::seconds(flag, s)?) };
     let script = match &args.script {
         Some(p) => MockScript::from_file(p)?,
         None => MockScript::default(),

@@ -56,10 +56,12 @@ impl Envelope<'_> {
     pub(crate) fn parse(line: &[u8]) -> Result<Envelope<'_>, String> {
         // (a struct is also read from a list, by position: only an object is an answer)
         if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
-                Ok(_) => "is not a JSON object".to_string(),
-                Err(e) => format!("is not JSON ({e})"),
-            });
+            return Err(
+                match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+                    Ok(_) => "is not a JSON object".to_string(),
+                    Err(e) => format!("is not JSON ({e})"),
+                },
+            );
         }
         serde_json::from_slice(line).map_err(|e| {
             if e.is_data() {
@@ -538,14 +540,17 @@ mod tests {
 
     #[test]
     fn envelopes_route_without_building_the_answer() {
-        let line = br#"{"type": "dialogue", "request_id": "r7", "id": "t:p:0", "conversation": [1, 2]}"#;
+        let line =
+            br#"{"type": "dialogue", "request_id": "r7", "id": "t:p:0", "conversation": [1, 2]}"#;
         let e = Envelope::parse(line).unwrap();
         assert_eq!(
             (e.kind(), e.request_id(), e.id()),
             ("dialogue".into(), Some("r7".into()), "t:p:0".into())
         );
         assert_eq!(Envelope::parse(b"[1]").unwrap_err(), "is not a JSON object");
-        assert!(Envelope::parse(b"nope").unwrap_err().starts_with("is not JSON"));
+        assert!(Envelope::parse(b"nope")
+            .unwrap_err()
+            .starts_with("is not JSON"));
         let e = Envelope::parse(br#"{"type": 3, "request_id": ["r"]}"#).unwrap();
         assert_eq!((e.kind(), e.request_id()), (String::new(), None));
         let tasks = tasks_of_answer(
@@ -553,8 +558,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(tasks.len(), 2);
-        let e = tasks_of_answer(br#"{"tasks": [{"task_id": 1, "context": "a"}, {"task_id": 1, "context": "b"}]}"#)
-            .unwrap_err();
+        let e = tasks_of_answer(
+            br#"{"tasks": [{"task_id": 1, "context": "a"}, {"task_id": 1, "context": "b"}]}"#,
+        )
+        .unwrap_err();
         assert!(e.contains("tasks[1]") && e.contains("twice"), "{e}");
     }
 }

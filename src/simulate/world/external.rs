@@ -941,7 +941,10 @@ mod tests {
     fn programs_are_found_before_anything_starts() {
         assert!(find_program("sh").is_ok());
         let e = find_program("/nonexistent/sim").unwrap_err();
-        assert!(e.contains("/nonexistent/sim") && e.contains("no such file"), "{e}");
+        assert!(
+            e.contains("/nonexistent/sim") && e.contains("no such file"),
+            "{e}"
+        );
         let e = find_program("no-such-simulator-ppol").unwrap_err();
         assert!(e.contains("PATH"), "{e}");
         let e = find_program("/").unwrap_err();

@@ -30,18 +30,13 @@ pub const MAX_TASK_FILE_BYTES: u64 = 256 << 20;
 /// taken as its decimal text). Blank lines are skipped. A bad line, a duplicate id or a split
 /// other than `train` / `test` is one error naming the file and line.
 pub fn read_task_file(path: &Path) -> Result<Vec<WorldTask>> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io("reading", path, e))?;
-    if meta.is_file() && meta.len() > MAX_TASK_FILE_BYTES {
-        return Err(Error::parse(
-            path,
-            "file",
-            format!(
-                "{} bytes: a task file may hold at most {MAX_TASK_FILE_BYTES} bytes",
-                meta.len()
-            ),
-        ));
-    }
-    let text = crate::io::read_to_string(path)?;
+    // a device or a FIFO (`--task-file /dev/zero`) is read no further than a file may hold
+    let text = crate::io::read_text_capped(
+        path,
+        MAX_TASK_FILE_BYTES,
+        "a task file",
+        crate::io::LongLines::Refuse,
+    )?;
     parse_task_lines(&text, path)
 }
 
@@ -143,7 +138,8 @@ impl TaskList {
             0
         };
         let mut order = unsplit.clone();
-        order.sort_by_cached_key(|&i| (key_hash(seed, &tasks[i].task_id), tasks[i].task_id.clone()));
+        order
+            .sort_by_cached_key(|&i| (key_hash(seed, &tasks[i].task_id), tasks[i].task_id.clone()));
         let test: std::collections::HashSet<usize> = order[..n_test].iter().copied().collect();
         for i in unsplit {
             tasks[i].split = Some(if test.contains(&i) { "test" } else { "train" }.into());
@@ -279,7 +275,10 @@ mod tests {
         assert!(list.get("t100000").is_none());
         assert_eq!(list.index.len(), list.all().len());
         let copy = list.clone();
-        assert!(std::sync::Arc::ptr_eq(&copy.tasks, &list.tasks), "a clone shares the tasks");
+        assert!(
+            std::sync::Arc::ptr_eq(&copy.tasks, &list.tasks),
+            "a clone shares the tasks"
+        );
         assert_eq!(copy, list);
     }
 }

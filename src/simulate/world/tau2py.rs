@@ -90,14 +90,24 @@ mod tests {
 
     #[test]
     fn issue34_item2_the_runner_starts_from_the_environment_without_a_file() {
-        assert!(RUNNER_SOURCE.len() < 120 * 1024, "an environment string holds at most 128 KiB");
+        assert!(
+            RUNNER_SOURCE.len() < 120 * 1024,
+            "an environment string holds at most 128 KiB"
+        );
         let out = std::process::Command::new("python3")
             .args(["-c", BOOTSTRAP, "--help"])
             .env(SOURCE_VAR, RUNNER_SOURCE)
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(text.contains("usage: tau2_world.py") && text.contains("--domain"), "{text}");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("usage: tau2_world.py") && text.contains("--domain"),
+            "{text}"
+        );
     }
 }
