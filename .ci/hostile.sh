@@ -9,6 +9,8 @@
 #
 #   .ci/hostile.sh [PPOL_BINARY] [KILLS]      (default target/debug/ppol, 6 kills)
 #
+# The binary needs the mock server: `cargo build --features testing` (what `cargo test` builds).
+#
 # Takes about 2-4 minutes with a debug build on 2 cores (most of it the kill/resume rounds);
 # not part of .ci/run for that reason.
 set -u
@@ -233,7 +235,7 @@ bad chat-empty-prompt "empty_prompt.md is empty" "$PPOL" evolve --world chat --t
 t0=$(date +%s.%N)
 bad task-file-dev-zero "/dev/zero" "$PPOL" episodes --world "external:python3 $SIM" --task-file /dev/zero -o x.jsonl
 bad config-dev-zero "/dev/zero" "$PPOL" evolve --config /dev/zero --quiet
-bad prompt-dev-zero "a system prompt" "$PPOL" generate --world chat --task-file tasks.jsonl --system-prompt-file /dev/zero --llm openai:m@http://127.0.0.1:9/v1 --program "$ROOT/seeds/offline_templates.py" --task t0
+bad prompt-dev-zero "a system prompt" "$PPOL" episodes --world chat --task-file tasks.jsonl --system-prompt-file /dev/zero --llm openai:m@http://127.0.0.1:9/v1 -o x.jsonl
 devices_s=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
 
 # orphans: a simulator that ignores SIGTERM, SIGHUP and end of input, with a child and a setsid
@@ -264,11 +266,17 @@ million_ep=$(python3 -c "import json; print(', '.join(sorted({e['status'] + ': '
 cut_rss=$(rss cut.time)
 cut_ep=$(python3 -c "import json; print(sorted({e['termination'] + ': ' + (e.get('notes') or [''])[0][:70] for e in map(json.loads, open('cut.jsonl'))}))")
 /usr/bin/time -v "$PPOL" evolve --world "external:python3 $SIM --turns 200000" --task-file tasks.jsonl \
+    --iterations 2 --seed 3 --out cut-run --quiet >cut-run.out 2>cut-run.time
+cut_run_code=$?
+cut_run_rss=$(rss cut-run.time)
+cut_run_failed=$(grep -o '([0-9]* failed)' cut-run.out)
+/usr/bin/time -v "$PPOL" evolve --world "external:python3 $SIM --turns 1000000" --task-file tasks.jsonl \
     --iterations 2 --seed 3 --out million-run --quiet >million-run.out 2>million-run.time
 million_run_code=$?
 million_run_rss=$(rss million-run.time)
-million_run_failed=$(grep -o '([0-9]* failed)' million-run.out)
-(( million_ep_rss < 500 && cut_rss < 500 && million_run_rss < 500 )) || fail=1
+million_run_says=$(grep '^error' million-run.time | cut -c1-200)
+million_run_failed=$(python3 -c "import json; es = [json.loads(l) for l in open('million-run/baseline/episodes.jsonl')]; print(len([e for e in es if e['status'] == 'failed']), 'of', len(es))" 2>/dev/null)
+(( million_ep_rss < 500 && cut_rss < 500 && cut_run_rss < 500 && million_run_rss < 500 )) || fail=1
 
 # an unanswered v2 request fails alone
 "$PPOL" episodes --world "external:python3 $SIM --v2 --hang-on t0 --sleep-ms 700 --max-in-flight 2" --task-file tasks.jsonl \
@@ -296,7 +304,7 @@ model_raw=$(raw model.err)
 (( stderr_raw == 0 && ctl_report == 0 && ctl_checkpoint == 0 && model_raw == 0 )) || fail=1
 
 # checkpoints: another run's, and hand-edited ones, are refused on resume naming what differs
-cp_refused=0; cp_tried=0
+cp_refused=0; cp_tried=0; cp_says=()
 checkpoint_case() {  # name, expected text, python edit of the checkpoint text (variable t)
     cp_tried=$((cp_tried + 1))
     rm -rf "cp-$1"; cp -r done "cp-$1"
@@ -309,13 +317,13 @@ exec(edit, ns)
 open(p, "w").write(ns["t"])
 PY
     local out; out=$("$PPOL" resume "cp-$1" --quiet 2>&1); local code=$?
-    if [[ $code == 2 && $out == *"$2"* ]]; then cp_refused=$((cp_refused + 1)); else echo "checkpoint $1: exit $code: ${out:0:300}"; fi
+    if [[ $code == 2 && $out == *"$2"* ]]; then cp_refused=$((cp_refused + 1)); cp_says+=("$1: ${out:0:260}"); else echo "checkpoint $1: exit $code: ${out:0:300}"; fi
 }
 "$PPOL" evolve --iterations 2 --seed 2 --out other --quiet >/dev/null 2>&1
 checkpoint_case foreign "another run" "t = open('other/checkpoint.json').read()"
 checkpoint_case best-id "is not a program of this run" "import json, re; t = re.sub(r'\"program_id\":\"[^\"]*\"', '\"program_id\":\"never-was\"', t, count=1)"
 checkpoint_case train-score "best.metrics.combined" "import re; t = re.sub(r'(\"best\":\{\"program_id\":\"[^\"]*\",\"metrics\":\{\"combined\":)[0-9.e-]*', r'\g<1>7.5', t, count=1)"
-checkpoint_case code "changed after ppol wrote it" "t = t.replace('import', 'import os; os.system(\"true\")\\\\nimport', 1)"
+checkpoint_case code "code" "import json; d = json.loads(t); d['best']['code'] = 'import os\\n' + d['best']['code']; t = json.dumps(d, ensure_ascii=False, separators=(',', ':'))"
 checkpoint_case stagnation "changed after ppol wrote it" "import re; t = re.sub(r'\"stagnation\":[0-9]+', '\"stagnation\":0', t) if '\"stagnation\":0' not in t else t.replace('\"stagnation\":0', '\"stagnation\":3')"
 (( cp_refused == cp_tried )) || fail=1
 
@@ -339,11 +347,13 @@ echo "kill -9 (offline): $kills kills survived over $rounds runs, $identical of 
 echo "kill -9 (priced LLM): $llm_kills kills; $costs"
 echo "#34 orphans: simulator processes seen $orph_seen_n / $orph_seen_k, alive 2 s after a normal exit: $orph_left_n, after kill -9: $orph_left_k"
 echo "#34 a million turns: episodes peak RSS $million_ep_rss MB ($million_ep); 200,000 turns cut at --max-turns 30: peak RSS $cut_rss MB ($cut_ep)"
-echo "#34 evolve in a world of 200,000-turn answers: exit $million_run_code, peak RSS $million_run_rss MB, summary $million_run_failed"
+echo "#34 evolve in a world of 200,000-turn answers: exit $cut_run_code, peak RSS $cut_run_rss MB, summary $cut_run_failed"
+echo "#34 evolve in a world of 1,000,000-turn answers: exit $million_run_code, peak RSS $million_run_rss MB, baseline episodes failed: $million_run_failed; $million_run_says"
 echo "#34 unanswered v2 request: failed episodes $hang_failed"
 echo "#34 raw control characters: simulator stderr $stderr_raw, report.html $ctl_report, checkpoint.json $ctl_checkpoint, eval-test.json $ctl_eval (eval.rs: the lead's), model name on stderr $model_raw"
 echo "#34 devices as inputs (task file, config, system prompt from /dev/zero): refused in $devices_s s together"
 echo "#34 checkpoints refused on resume: $cp_refused of $cp_tried (another run's, best id, train score 7.5, code, other field)"
+for c in "${cp_says[@]}"; do echo "  $c"; done
 echo "#34 generator with a model slower than its wall clock: exit $slow_code in $slow_s s"
 echo "time: $(( $(date +%s) - started )) s"
 (( panics == 0 && clear == tried && refused == writers && identical == rounds && fail == 0 )) || exit 1

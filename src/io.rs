@@ -41,6 +41,17 @@ pub fn read_text_capped(
     )
 }
 
+/// A configuration file (TOML) as text: [`read_text_capped`] at
+/// [`limits::MAX_TEXT_FILE_BYTES`].
+pub fn read_config_text(path: &Path) -> Result<String> {
+    read_text_capped(
+        path,
+        limits::MAX_TEXT_FILE_BYTES,
+        "a configuration",
+        LongLines::Allow,
+    )
+}
+
 /// Bytes read from `path` as text: UTF-8, a leading byte-order mark removed.
 fn text_of(bytes: Vec<u8>, path: &Path) -> Result<String> {
     let mut text = String::from_utf8(bytes).map_err(|_| {

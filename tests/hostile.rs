@@ -7,14 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::util::{ppol, root};
-
-fn fixture(name: &str) -> String {
-    root()
-        .join("tests/fixtures/worlds")
-        .join(name)
-        .display()
-        .to_string()
-}
+use crate::worlds::fixture;
 
 /// Live (not zombie) processes whose command line holds `mark`.
 fn alive_with(mark: &str) -> Vec<u32> {

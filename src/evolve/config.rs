@@ -425,12 +425,7 @@ impl RunConfig {
 
     /// Load a TOML file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = crate::io::read_text_capped(
-            path,
-            crate::limits::MAX_TEXT_FILE_BYTES,
-            "a configuration",
-            crate::io::LongLines::Allow,
-        )?;
+        let text = crate::io::read_config_text(path)?;
         Self::from_toml_str(&text, path)
     }
 

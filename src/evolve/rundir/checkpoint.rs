@@ -321,7 +321,8 @@ pub fn verify(dir: &crate::evolve::rundir::RunDir, text: &str, state: &State) ->
                 ""
             };
             return refuse(format!(
-                "it belongs to another run: the run started at {}{config}, while log.jsonl is                  of the run started at {}",
+                "it belongs to another run: the run started at {}{config}, while log.jsonl is \
+                 of the run started at {}",
                 crate::io::printable(&theirs.started),
                 crate::io::printable(&ours.started)
             ));
@@ -340,7 +341,8 @@ pub fn verify(dir: &crate::evolve::rundir::RunDir, text: &str, state: &State) ->
         let id = crate::io::printable(&best.program_id);
         let Some(logged) = logged else {
             return refuse(format!(
-                "best.program_id '{id}' is not a program of this run (log.jsonl evaluates none                  by that id)"
+                "best.program_id '{id}' is not a program of this run (log.jsonl evaluates none \
+                 by that id)"
             ));
         };
         let near = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);

@@ -553,12 +553,7 @@ impl LlmConfig {
 
     /// Read a TOML file.
     pub fn from_toml_file(path: &Path) -> Result<Self> {
-        let text = crate::io::read_text_capped(
-            path,
-            crate::limits::MAX_TEXT_FILE_BYTES,
-            "a configuration",
-            crate::io::LongLines::Allow,
-        )?;
+        let text = crate::io::read_config_text(path)?;
         LlmConfig::from_toml_str(&text, path)
     }
 
