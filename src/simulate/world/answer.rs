@@ -5,7 +5,7 @@
 //! `usage` is per role whole, non-negative counts; `meta`, `reward_info` and `agent` are
 //! objects of bounded size. Anything else fails the episode with the reason.
 //!
-//! The protocol's routing reads only an answer's envelope ([`Envelope`]: type and ids, the
+//! The protocol's routing reads only an answer's envelope (`Envelope`: type and ids, the
 //! rest skipped without being built), so a huge answer costs its line, not a tree of it.
 
 use std::path::Path;
