@@ -11,7 +11,7 @@
 #
 # The binary needs the mock server: `cargo build --features testing` (what `cargo test` builds).
 #
-# Takes about 2-4 minutes with a debug build on 2 cores (most of it the kill/resume rounds);
+# Takes about 4-6 minutes with a debug build on 2 cores (most of it the kill/resume rounds);
 # not part of .ci/run for that reason.
 set -u
 PPOL=${1:-target/debug/ppol}
@@ -330,7 +330,7 @@ checkpoint_case stagnation "changed after ppol wrote it" "import re; t = re.sub(
 # a model slower than the generator's wall clock (1.5 s per call, --timeout 1): it finishes
 "$PPOL" mock-server --latency-ms 1500 --script <(echo '{"rules": [{"contains": "Invent exactly", "reply": {"content": "[{\"persona_id\": \"Ann\", \"description\": \"d\", \"axis_placement\": {\"terse\": true}, \"reasoning\": \"r\"}]"}}], "default": {"content": "You type in lowercase."}}') >slow.out 2>/dev/null &
 slow=$!
-for _ in $(seq 100); do grep -qo 'http://127.0.0.1:[0-9]*' slow.out && break; sleep 0.1; done
+for _ in $(seq 100); do grep -qo 'http://127.0.0.1:[0-9]*' slow.out 2>/dev/null && break; sleep 0.1; done
 slow_base=$(grep -o 'http://127.0.0.1:[0-9]*' slow.out | head -1)
 t0=$(date +%s.%N)
 "$PPOL" generate --program "$ROOT/seeds/two_stage_llm.py" --task "Change my flight." -n 1 --llm "openai:m@$slow_base/v1" --timeout 1 -o slow.jsonl 2>slow.err >/dev/null
