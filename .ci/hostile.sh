@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# The hostile pass (issues #12, #17): bad inputs for every verb's files and config keys, kill -9
+# The hostile pass (issues #12, #17, #34): bad inputs for every verb's files and config keys, kill -9
 # of `ppol evolve` / `ppol resume` at random points then resume (compared with an uninterrupted
-# run), kill -9 of a priced LLM run (costs compared with what the mock server counted), and two
-# writers on one run directory. Prints its figures; exits non-zero when a check fails.
+# run), kill -9 of a priced LLM run (costs compared with what the mock server counted), two
+# writers on one run directory, and hostile worlds (#34: simulators that leave orphans, answer a
+# million turns, hang; huge durations, negative flags, foreign and edited checkpoints, control
+# characters in task ids and model names, devices as inputs, a model slower than a generator's
+# wall clock). Prints its figures; exits non-zero when a check fails.
 #
 #   .ci/hostile.sh [PPOL_BINARY] [KILLS]      (default target/debug/ppol, 6 kills)
 #
-# Takes about 2-4 minutes with a debug build on 2 cores (most of it the kill/resume rounds);
+# The binary needs the mock server: `cargo build --features testing` (what `cargo test` builds).
+#
+# Takes about 4-6 minutes with a debug build on 2 cores (most of it the kill/resume rounds);
 # not part of .ci/run for that reason.
 set -u
 PPOL=${1:-target/debug/ppol}
 KILLS=${2:-6}
 PPOL=$(realpath "$PPOL")
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SIM="$ROOT/tests/fixtures/worlds/hostile_sim.py"
 W=$(mktemp -d /tmp/ppol-hostile-XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$W"' EXIT
 cd "$W" || exit 2
@@ -204,11 +211,149 @@ PY
 )
 kill $mock 2>/dev/null
 
+
+# --- 5. issue #34: worlds that cannot hurt the run -----------------------------------------
+printf '{"task_id": "t%d", "context": "return item %d"}\n' 0 0 1 1 2 2 3 3 >tasks.jsonl
+# bad inputs of #34: each a clear error naming its key or flag, exit 2, no panic
+for key in "world]\nepisode_timeout_s" "search]\nmax_wall_clock_s" "sandbox]\ntimeout_s"; do
+    bad "cfg-1e300-${key##*n}" "${key##*n}" "$PPOL" evolve --config "$(cfg big "[$key = 1e300\n")" --quiet
+done
+LLMCFG='[llm.default]\nprovider = "openai"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
+bad cfg-1e300-llm-timeout "timeout_s" "$PPOL" evolve --config "$(cfg lt "${LLMCFG}timeout_s = 1e300\n")" --quiet
+bad cfg-1e300-llm-deadline "deadline_s" "$PPOL" evolve --config "$(cfg ld "${LLMCFG}deadline_s = 1e300\n")" --quiet
+bad cfg-1e300-endpoint-wait "endpoint_wait_s" "$PPOL" evolve --config "$(cfg lw "[llm]\nendpoint_wait_s = 1e300\n${LLMCFG}")" --quiet
+bad flag-1e300-episode-timeout "--episode-timeout-s" "$PPOL" episodes --domain demo --episode-timeout-s 1e300 -o x.jsonl
+for flag in "episodes --episode-timeout-s" "episodes --trials" "episodes --seed" "evolve --iterations" "evolve --world-processes" \
+            "generate --timeout" "bench world --episodes" "score --lambda-h" "export sft --max-tokens" "mock-server --latency-ms"; do
+    bad "negative ${flag}" "${flag##* }" "$PPOL" $flag -1
+done
+bad bench-world-1e9 "--episodes" "$PPOL" bench world --episodes 1000000000
+bad external-missing "run.world" "$PPOL" episodes --world external:/nonexistent --task-file tasks.jsonl -o x.jsonl
+bad chat-no-prompt "world.system_prompt" "$PPOL" evolve --world chat --task-file tasks.jsonl --llm openai:m@http://127.0.0.1:9/v1 --quiet
+: >empty_prompt.md
+bad chat-empty-prompt "empty_prompt.md is empty" "$PPOL" evolve --world chat --task-file tasks.jsonl --system-prompt-file empty_prompt.md --llm openai:m@http://127.0.0.1:9/v1 --quiet
+t0=$(date +%s.%N)
+bad task-file-dev-zero "/dev/zero" "$PPOL" episodes --world "external:python3 $SIM" --task-file /dev/zero -o x.jsonl
+bad config-dev-zero "/dev/zero" "$PPOL" evolve --config /dev/zero --quiet
+bad prompt-dev-zero "a system prompt" "$PPOL" episodes --world chat --task-file tasks.jsonl --system-prompt-file /dev/zero --llm openai:m@http://127.0.0.1:9/v1 -o x.jsonl
+devices_s=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
+
+# orphans: a simulator that ignores SIGTERM, SIGHUP and end of input, with a child and a setsid
+# daemon each; survivors 2 s after ppol exits normally, and after kill -9
+orphans() {  # $1 = normal | kill
+    local mark=ppol-hostile-orphan-$1-$$
+    "$PPOL" episodes --world "external:python3 $SIM --orphans $mark --sleep-ms 300" --task-file tasks.jsonl \
+        --world-processes 2 -o orph-$1.jsonl --quiet >/dev/null 2>&1 &
+    local pid=$! seen=0
+    for _ in $(seq 300); do seen=$(pgrep -fc "$mark"); (( seen >= 6 )) && break; sleep 0.1; done
+    if [[ $1 == kill ]]; then kill -9 $pid; fi
+    wait $pid 2>/dev/null
+    sleep 2
+    echo "$seen $(pgrep -f "$mark" | xargs -r ps -o stat= -p 2>/dev/null | grep -vc Z)"
+}
+read -r orph_seen_n orph_left_n <<<"$(orphans normal)"
+read -r orph_seen_k orph_left_k <<<"$(orphans kill)"
+(( orph_left_n == 0 && orph_left_k == 0 && orph_seen_n >= 6 && orph_seen_k >= 6 )) || fail=1
+
+# a million turns: peak memory and what was recorded
+rss() { awk '/Maximum resident/ {print int($6 / 1024)}' "$1"; }
+/usr/bin/time -v "$PPOL" episodes --world "external:python3 $SIM --turns 1000000" --task-file tasks.jsonl \
+    --world-processes 2 -o million.jsonl --quiet >/dev/null 2>million.time
+million_ep_rss=$(rss million.time)
+million_ep=$(python3 -c "import json; print(', '.join(sorted({e['status'] + ': ' + (e.get('error') or '')[:60] for e in map(json.loads, open('million.jsonl'))})))")
+/usr/bin/time -v "$PPOL" episodes --world "external:python3 $SIM --turns 200000" --task-file tasks.jsonl \
+    --world-processes 2 --max-turns 30 -o cut.jsonl --quiet >/dev/null 2>cut.time
+cut_rss=$(rss cut.time)
+cut_ep=$(python3 -c "import json; print(sorted({e['termination'] + ': ' + (e.get('notes') or [''])[0][:70] for e in map(json.loads, open('cut.jsonl'))}))")
+/usr/bin/time -v "$PPOL" evolve --world "external:python3 $SIM --turns 200000" --task-file tasks.jsonl \
+    --iterations 2 --seed 3 --out cut-run --quiet >cut-run.out 2>cut-run.time
+cut_run_code=$?
+cut_run_rss=$(rss cut-run.time)
+cut_run_failed=$(grep -o '([0-9]* failed)' cut-run.out)
+/usr/bin/time -v "$PPOL" evolve --world "external:python3 $SIM --turns 1000000" --task-file tasks.jsonl \
+    --iterations 2 --seed 3 --out million-run --quiet >million-run.out 2>million-run.time
+million_run_code=$?
+million_run_rss=$(rss million-run.time)
+million_run_says=$(grep '^error' million-run.time | cut -c1-200)
+million_run_failed=$(python3 -c "import json; es = [json.loads(l) for l in open('million-run/baseline/episodes.jsonl')]; print(len([e for e in es if e['status'] == 'failed']), 'of', len(es))" 2>/dev/null)
+(( million_ep_rss < 500 && cut_rss < 500 && cut_run_rss < 500 && million_run_rss < 500 )) || fail=1
+
+# an unanswered v2 request fails alone
+"$PPOL" episodes --world "external:python3 $SIM --v2 --hang-on t0 --sleep-ms 700 --max-in-flight 2" --task-file tasks.jsonl \
+    --world-protocol 2 --world-processes 1 --episode-timeout-s 2 -o hang.jsonl --quiet >/dev/null 2>&1
+hang_failed=$(python3 -c "import json; print([e['task_id'] for e in map(json.loads, open('hang.jsonl')) if e['status'] == 'failed'])")
+[[ $hang_failed == "['t0']" ]] || fail=1
+
+# control characters: simulator stderr, task ids (report.html, checkpoint.json, eval-test.json), model names
+"$PPOL" episodes --world "external:python3 $SIM --stderr-escapes" --task-file tasks.jsonl -o esc.jsonl --quiet >/dev/null 2>esc.err
+raw() { python3 -c "import sys; t = open(sys.argv[1], encoding='utf-8', errors='replace').read(); print(sum(1 for c in t if (ord(c) < 32 and c not in '\n\t') or 0x7f <= ord(c) < 0xa0 or 0x202a <= ord(c) <= 0x202e or 0x2066 <= ord(c) <= 0x2069))" "$1"; }
+stderr_raw=$(raw esc.err)
+python3 - <<'PY'
+import json
+ids = ["t\x1b[2Jesc", "t\x07bel\x00nul", "t\u202egnp.exe", "plain"]
+with open("ctl_tasks.jsonl", "w") as f:
+    for i, t in enumerate(ids):
+        f.write(json.dumps({"task_id": t, "context": "return item %d" % i, "split": "test" if i == 0 else "train"}) + "\n")
+PY
+"$PPOL" evolve --world "external:python3 $SIM" --task-file ctl_tasks.jsonl --iterations 2 --seed 5 --out ctl --quiet >/dev/null 2>&1
+"$PPOL" report ctl >/dev/null 2>&1
+"$PPOL" eval ctl --n 1 --quiet >/dev/null 2>&1
+ctl_report=$(raw ctl/report.html); ctl_checkpoint=$(raw ctl/checkpoint.json); ctl_eval=$(raw ctl/eval-test.json 2>/dev/null || echo "?")
+PPOL_LLM_MODEL=$'evil\e[31m\u202emodel' "$PPOL" episodes --domain demo --tasks 0 --llm "openai@http://127.0.0.1:9/v1" -o model.jsonl --quiet >/dev/null 2>model.err
+model_raw=$(raw model.err)
+(( stderr_raw == 0 && ctl_report == 0 && ctl_checkpoint == 0 && model_raw == 0 )) || fail=1
+
+# checkpoints: another run's, and hand-edited ones, are refused on resume naming what differs
+cp_refused=0; cp_tried=0; cp_says=()
+checkpoint_case() {  # name, expected text, python edit of the checkpoint text (variable t)
+    cp_tried=$((cp_tried + 1))
+    rm -rf "cp-$1"; cp -r done "cp-$1"
+    python3 - "cp-$1/checkpoint.json" "$3" <<'PY'
+import sys
+p, edit = sys.argv[1], sys.argv[2]
+t = open(p).read()
+ns = {"t": t}
+exec(edit, ns)
+open(p, "w").write(ns["t"])
+PY
+    local out; out=$("$PPOL" resume "cp-$1" --quiet 2>&1); local code=$?
+    if [[ $code == 2 && $out == *"$2"* ]]; then cp_refused=$((cp_refused + 1)); cp_says+=("$1: ${out:0:260}"); else echo "checkpoint $1: exit $code: ${out:0:300}"; fi
+}
+"$PPOL" evolve --iterations 2 --seed 2 --out other --quiet >/dev/null 2>&1
+checkpoint_case foreign "another run" "t = open('other/checkpoint.json').read()"
+checkpoint_case best-id "is not a program of this run" "import json, re; t = re.sub(r'\"program_id\":\"[^\"]*\"', '\"program_id\":\"never-was\"', t, count=1)"
+checkpoint_case train-score "best.metrics.combined" "import re; t = re.sub(r'(\"best\":\{\"program_id\":\"[^\"]*\",\"metrics\":\{\"combined\":)[0-9.e-]*', r'\g<1>7.5', t, count=1)"
+checkpoint_case code "code" "import json; d = json.loads(t); d['best']['code'] = 'import os\\n' + d['best']['code']; t = json.dumps(d, ensure_ascii=False, separators=(',', ':'))"
+checkpoint_case stagnation "changed after ppol wrote it" "import re; t = re.sub(r'\"stagnation\":[0-9]+', '\"stagnation\":0', t) if '\"stagnation\":0' not in t else t.replace('\"stagnation\":0', '\"stagnation\":3')"
+(( cp_refused == cp_tried )) || fail=1
+
+# a model slower than the generator's wall clock (1.5 s per call, --timeout 1): it finishes
+"$PPOL" mock-server --latency-ms 1500 --script <(echo '{"rules": [{"contains": "Invent exactly", "reply": {"content": "[{\"persona_id\": \"Ann\", \"description\": \"d\", \"axis_placement\": {\"terse\": true}, \"reasoning\": \"r\"}]"}}], "default": {"content": "You type in lowercase."}}') >slow.out 2>/dev/null &
+slow=$!
+for _ in $(seq 100); do grep -qo 'http://127.0.0.1:[0-9]*' slow.out 2>/dev/null && break; sleep 0.1; done
+slow_base=$(grep -o 'http://127.0.0.1:[0-9]*' slow.out | head -1)
+t0=$(date +%s.%N)
+"$PPOL" generate --program "$ROOT/seeds/two_stage_llm.py" --task "Change my flight." -n 1 --llm "openai:m@$slow_base/v1" --timeout 1 -o slow.jsonl 2>slow.err >/dev/null
+slow_code=$?
+slow_s=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
+kill $slow 2>/dev/null
+(( slow_code == 0 )) || { fail=1; echo "slow model: $(tail -3 slow.err)"; }
+
 # --- figures --------------------------------------------------------------------------------
 echo "bad inputs: $tried tried, $clear clear errors, $panics panics"
 for u in "${unclear[@]}"; do echo "  not clear: $u"; done
 echo "two writers: $refused of $writers refused at once naming the holder's pid; reader while locked: $reader_ok"
 echo "kill -9 (offline): $kills kills survived over $rounds runs, $identical of $rounds identical to the uninterrupted run"
 echo "kill -9 (priced LLM): $llm_kills kills; $costs"
+echo "#34 orphans: simulator processes seen $orph_seen_n / $orph_seen_k, alive 2 s after a normal exit: $orph_left_n, after kill -9: $orph_left_k"
+echo "#34 a million turns: episodes peak RSS $million_ep_rss MB ($million_ep); 200,000 turns cut at --max-turns 30: peak RSS $cut_rss MB ($cut_ep)"
+echo "#34 evolve in a world of 200,000-turn answers: exit $cut_run_code, peak RSS $cut_run_rss MB, summary $cut_run_failed"
+echo "#34 evolve in a world of 1,000,000-turn answers: exit $million_run_code, peak RSS $million_run_rss MB, baseline episodes failed: $million_run_failed; $million_run_says"
+echo "#34 unanswered v2 request: failed episodes $hang_failed"
+echo "#34 raw control characters: simulator stderr $stderr_raw, report.html $ctl_report, checkpoint.json $ctl_checkpoint, eval-test.json $ctl_eval (eval.rs: the lead's), model name on stderr $model_raw"
+echo "#34 devices as inputs (task file, config, system prompt from /dev/zero): refused in $devices_s s together"
+echo "#34 checkpoints refused on resume: $cp_refused of $cp_tried (another run's, best id, train score 7.5, code, other field)"
+for c in "${cp_says[@]}"; do echo "  $c"; done
+echo "#34 generator with a model slower than its wall clock: exit $slow_code in $slow_s s"
 echo "time: $(( $(date +%s) - started )) s"
 (( panics == 0 && clear == tried && refused == writers && identical == rounds && fail == 0 )) || exit 1

@@ -14,7 +14,46 @@ use crate::{limits, Error, Result};
 /// is removed. A file larger than [`limits::MAX_INPUT_BYTES`] is refused (before it is read
 /// when its size is known, else once that much has been read).
 pub fn read_to_string(path: &Path) -> Result<String> {
-    let bytes = read_file(path, path, LongLines::Allow)?;
+    text_of(read_file(path, path, LongLines::Allow)?, path)
+}
+
+/// [`read_to_string`] of a file of one kind (`what`: "a task file", "a configuration") that is
+/// never larger than `max` bytes: a regular file is refused before it is read, and a device or
+/// a FIFO (`/dev/zero`, a pipe) is read no further than `max` (nor, with
+/// [`LongLines::Refuse`], than [`limits::MAX_LINE_BYTES`] into one line).
+pub fn read_text_capped(
+    path: &Path,
+    max: u64,
+    what: &'static str,
+    long_lines: LongLines,
+) -> Result<String> {
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io("reading", path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io("reading", path, e))?;
+    let size = meta.is_file().then_some(meta.len());
+    let caps = Caps {
+        file: max.min(limits::MAX_INPUT_BYTES),
+        line: limits::MAX_LINE_BYTES,
+        what,
+    };
+    text_of(
+        read_bounded_with(&mut file, path, size, long_lines, caps)?,
+        path,
+    )
+}
+
+/// A configuration file (TOML) as text: [`read_text_capped`] at
+/// [`limits::MAX_TEXT_FILE_BYTES`].
+pub fn read_config_text(path: &Path) -> Result<String> {
+    read_text_capped(
+        path,
+        limits::MAX_TEXT_FILE_BYTES,
+        "a configuration",
+        LongLines::Allow,
+    )
+}
+
+/// Bytes read from `path` as text: UTF-8, a leading byte-order mark removed.
+fn text_of(bytes: Vec<u8>, path: &Path) -> Result<String> {
     let mut text = String::from_utf8(bytes).map_err(|_| {
         let e = std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -48,11 +87,14 @@ pub enum LongLines {
 struct Caps {
     file: u64,
     line: usize,
+    /// What the file cap is of, in messages.
+    what: &'static str,
 }
 
 const CAPS: Caps = Caps {
     file: limits::MAX_INPUT_BYTES,
     line: limits::MAX_LINE_BYTES,
+    what: "one input file",
 };
 
 /// Read the file `open` (errors name `shown`) in bounded memory: a regular file larger than
@@ -93,8 +135,9 @@ fn read_bounded_with(
             shown,
             at,
             format!(
-                "{what} larger than {}, the most ppol reads of one input file",
-                limits::bytes(caps.file)
+                "{what} larger than {}, the most ppol reads of {}",
+                limits::bytes(caps.file),
+                caps.what
             ),
         )
     };
@@ -697,6 +740,27 @@ mod tests {
         });
     }
 
+    #[test]
+    fn issue34_item6_map_keys_are_escaped_too() {
+        let mut m = std::collections::BTreeMap::new();
+        m.insert("task\u{202e}gnp.exe\u{1b}".to_string(), 1.0);
+        let v = serde_json::json!({"by_task": m, "k\u{2066}": {"\u{85}": 2}});
+        for text in [
+            to_json(&m),
+            to_json(&v),
+            to_json_pretty(&v),
+            to_jsonl(&[&v]),
+        ] {
+            assert!(!text.chars().any(unprintable_in_json), "{text}");
+            assert!(
+                text.contains("\\u202e") && text.contains("\\u001b"),
+                "{text}"
+            );
+        }
+        let back: serde_json::Value = serde_json::from_str(&to_json(&v)).unwrap();
+        assert_eq!(back, v);
+    }
+
     /// What may not appear raw in JSON ppol writes (`\n` is escaped by serde_json already).
     fn unprintable_in_json(c: char) -> bool {
         unprintable(c) && c != '\n'
@@ -734,6 +798,7 @@ mod tests {
         let caps = Caps {
             file: 1 << 20,
             line: 1000,
+            what: "one input file",
         };
         let p = Path::new("s.jsonl");
         let read = |r: &mut Endless, long| read_bounded_with(r, p, None, long, caps);
@@ -792,6 +857,35 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "s.jsonl: file: 2097152 bytes, larger than 1 MiB, the most ppol reads of one input file"
+        );
+    }
+
+    #[test]
+    fn issue34_item6_a_device_is_read_no_further_than_its_kind_allows() {
+        let e = read_text_capped(
+            Path::new("/dev/zero"),
+            1 << 20,
+            "a system prompt",
+            LongLines::Allow,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.ends_with("larger than 1 MiB, the most ppol reads of a system prompt"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.txt");
+        std::fs::write(&p, vec![b'a'; 2 << 20]).unwrap();
+        let e = read_text_capped(&p, 1 << 20, "a task file", LongLines::Allow).unwrap_err();
+        assert!(
+            e.to_string().contains("2097152 bytes, larger than 1 MiB"),
+            "{e}"
+        );
+        std::fs::write(&p, "\u{feff}ok").unwrap();
+        assert_eq!(
+            read_text_capped(&p, 16, "x", LongLines::Refuse).unwrap(),
+            "ok"
         );
     }
 

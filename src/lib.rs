@@ -19,12 +19,13 @@
 //! 6. [`front`] — the operations layer ([`front::ops`]) and its two adapters, the command line
 //!    and the Python binding.
 //!
-//! The floor every stage may use: [`error`], [`io`], [`limits`] (the bound of every count and
+//! The floor every stage may use: [`error`], [`io`], [`child`] (processes that die with ppol), [`limits`] (the bound of every count and
 //! size), [`hub`] (`hf://` paths), [`rng`],
 //! [`shipped`], [`dialogue`], [`persona`] and [`llm`] (one client for every OpenAI-compatible
 //! endpoint).
 #![deny(missing_docs)]
 
+pub mod child;
 pub mod dialogue;
 pub mod error;
 pub mod hub;

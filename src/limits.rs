@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | one input file (traces, personas, tasks, answers, configurations) | — | [`MAX_INPUT_BYTES`] (1 GiB) |
 //! | one line of a line-based input (JSONL, text traces) | — | [`MAX_LINE_BYTES`] (64 MiB) |
+//! | a configuration (TOML), a system prompt (`world.system_prompt_file`), whatever kind of file | `--config`, `--system-prompt-file` | [`MAX_TEXT_FILE_BYTES`] (16 MiB) |
 //! | trials per (task, persona) | `episodes --trials`, `episodes.baseline_trials` | 1 ..= [`MAX_TRIALS`] (1,000) |
 //! | episodes of one request (tasks × personas × trials) | `ppol episodes` | [`MAX_EPISODES`] (100,000) |
 //! | personas per task | `generate -n`, `eval --n`, `fitness.n_personas`, `fitness.n_personas_schedule` | 1 ..= [`MAX_PERSONAS`] (1,000) |
@@ -29,6 +30,8 @@
 //! | a study: dialogues per condition; attention checks | `study make --per-condition`, `--attention-checks` | ..= [`MAX_STUDY_ITEMS`] (100,000); ..= [`MAX_ATTENTION_CHECKS`] (100) |
 //! | an LLM answer | `llm.max_response_bytes` | 1 KiB ..= [`MAX_INPUT_BYTES`] (1 GiB) |
 //! | a benchmark | `bench ... --repeat`, `--end-to-end-dialogues`, `--seeds`, ... | ..= [`MAX_BENCH`] (1,000,000) |
+//! | every duration: timeouts, deadlines, waits, a run's wall clock | `--episode-timeout-s`, `world.episode_timeout_s`, `llm.*.timeout_s`, `llm.*.deadline_s`, `llm.endpoint_wait_s`, `search.max_wall_clock_s`, `sandbox.timeout_s` (at most a day), `generate --timeout` | above 0 ..= [`MAX_SECONDS`] (a year) |
+//! | an episode a simulator answers (`external:`, `tau2:`): one answer; one turn; turns | — | [`MAX_EPISODE_BYTES`] (16 MiB); [`MAX_TURN_BYTES`] (1 MiB); user turns cut at `max_turns`, all turns at [`MAX_EPISODE_TURNS`] (20,000) |
 //!
 //! Bounds of what a generator program returns (output bytes, personas, text) live with the
 //! sandbox and the validation of its result (`generate`).
@@ -117,6 +120,25 @@ pub const MAX_ATTENTION_CHECKS: usize = 100;
 /// Repetitions, dialogues, runs and tasks of a benchmark.
 pub const MAX_BENCH: usize = 1_000_000;
 
+/// The longest duration a setting may give (a timeout, a deadline, a wait, a run's wall
+/// clock): one year, in seconds. Longer is refused naming the key rather than converted (a
+/// `Duration` of 1e300 seconds does not exist).
+pub const MAX_SECONDS: f64 = 365.0 * 86_400.0;
+
+/// Bytes of one turn (its content and tool calls) of an episode a simulator answers.
+pub const MAX_TURN_BYTES: usize = 1 << 20;
+
+/// Bytes of one episode as a simulator answers it (one protocol line, dialogue and extras).
+pub const MAX_EPISODE_BYTES: usize = 16 << 20;
+
+/// Turns of every role kept from one episode a simulator answers (user turns are cut at the
+/// episode's `max_turns` first).
+pub const MAX_EPISODE_TURNS: usize = 20 * MAX_TURNS;
+
+/// The most ppol reads of a small text input: a configuration (TOML), a system prompt. A device
+/// or a FIFO is read no further.
+pub const MAX_TEXT_FILE_BYTES: u64 = 16 << 20;
+
 /// Check that a count is in `min..=max`; the error names `key` (a flag, an argument or a
 /// configuration key).
 pub fn check<T>(key: &str, value: T, min: T, max: T) -> Result<()>
@@ -154,12 +176,54 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
-/// A duration in seconds from a configuration value: finite and positive, else an error
-/// naming `key` (`Duration::from_secs_f64` would panic on NaN or a negative value).
+/// A duration in seconds from a configuration value or flag: finite, above 0 and at most
+/// [`MAX_SECONDS`], else an error naming `key` (never a panic: `Duration::from_secs_f64`
+/// panics on NaN, a negative value or one too large for a `Duration`).
 pub fn seconds(key: &str, value: f64) -> Result<std::time::Duration> {
-    positive(key, value)?;
-    std::time::Duration::try_from_secs_f64(value)
-        .map_err(|e| Error::config(key, format!("{value} seconds: {e}")))
+    check_seconds(key, value)?;
+    Ok(duration(value))
+}
+
+/// Check a number of seconds as [`seconds`] does.
+pub fn check_seconds(key: &str, value: f64) -> Result<()> {
+    if value.is_finite() && value > 0.0 && value <= MAX_SECONDS {
+        Ok(())
+    } else {
+        Err(Error::config(key, seconds_message(value)))
+    }
+}
+
+/// Check a number of seconds that may also be 0 (a wait that can be turned off): finite, at
+/// least 0 and at most [`MAX_SECONDS`], else an error naming `key`.
+pub fn check_seconds_or_zero(key: &str, value: f64) -> Result<()> {
+    if value == 0.0 {
+        Ok(())
+    } else {
+        check_seconds(key, value).map_err(|_| {
+            Error::config(
+                key,
+                format!(
+                    "must be 0 or a number of seconds up to {MAX_SECONDS} (a year), got {value}"
+                ),
+            )
+        })
+    }
+}
+
+/// Why `value` is not a duration [`check_seconds`] accepts.
+pub fn seconds_message(value: f64) -> String {
+    format!("must be a number of seconds above 0 and at most {MAX_SECONDS} (a year), got {value}")
+}
+
+/// Seconds as a `Duration`, for values already checked: clamped to 0 ..= [`MAX_SECONDS`] (NaN
+/// is 0), so that no value panics.
+pub fn duration(secs: f64) -> std::time::Duration {
+    let s = if secs.is_nan() {
+        0.0
+    } else {
+        secs.clamp(0.0, MAX_SECONDS)
+    };
+    std::time::Duration::from_secs_f64(s)
 }
 
 /// A finite number above 0, else an error naming `key`.
@@ -234,5 +298,29 @@ mod tests {
         assert_eq!(bytes(MAX_LINE_BYTES as u64), "64 MiB");
         assert_eq!(bytes(MAX_INPUT_BYTES), "1 GiB");
         assert_eq!(bytes(1500), "1500 bytes");
+    }
+
+    #[test]
+    fn issue34_item5_durations_are_bounded_and_never_panic() {
+        for bad in [
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            1e300,
+            MAX_SECONDS * 1.001,
+        ] {
+            let e = seconds("world.episode_timeout_s", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("world.episode_timeout_s") && e.contains("a year"),
+                "{e}"
+            );
+        }
+        assert_eq!(seconds("k", 1.5).unwrap().as_millis(), 1500);
+        assert_eq!(duration(1e300).as_secs_f64(), MAX_SECONDS);
+        assert_eq!(duration(f64::NAN), std::time::Duration::ZERO);
+        assert_eq!(duration(-3.0), std::time::Duration::ZERO);
     }
 }

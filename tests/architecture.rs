@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 /// Rank of a top-level module; the floor is 0.
 fn rank(top: &str) -> Option<u8> {
     Some(match top {
-        "dialogue" | "error" | "hub" | "io" | "limits" | "llm" | "persona" | "rng" | "shipped"
-        | "testing" => 0,
+        "child" | "dialogue" | "error" | "hub" | "io" | "limits" | "llm" | "persona" | "rng"
+        | "shipped" | "testing" => 0,
         "fitness" => 1,
         "simulate" => 2,
         "generate" => 3,

@@ -176,7 +176,7 @@ fn mock_server_prints_a_ready_line_and_stops_after_its_lifetime() {
     let (code, _, err) = run_ppol(&["mock-server", "--lifetime-s=-1"]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("--lifetime-s must be a positive number"),
+        err.contains("'--lifetime-s <LIFETIME_S>': must be a number of seconds above 0"),
         "{err}"
     );
 }
@@ -281,13 +281,16 @@ fn mock_server_flags_set_replicas_latency_strictness_and_the_context_window() {
         (&["--serial", "--slots", "2"][..], "--slots"),
         (
             &["--tokens-per-s", "0"][..],
-            "--tokens-per-s must be a positive number",
+            "'--tokens-per-s <T>': must be a number above 0",
         ),
         (
             &["--down-after-requests", "3", "--down-for-s=-1"][..],
-            "--down-for-s must be a positive",
+            "'--down-for-s <S>': must be a number of seconds above 0",
         ),
-        (&["--replicas", "0"][..], "--replicas must be at least 1"),
+        (
+            &["--replicas", "0"][..],
+            "'--replicas <K>': must be at least 1",
+        ),
     ] {
         let mut all = vec!["mock-server", "--lifetime-s", "5"];
         all.extend_from_slice(args);

@@ -55,7 +55,8 @@ fn r10_r12_nan_or_negative_timeout_is_a_config_error() {
         "nan",
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("'sandbox.timeout_s'"), "{err}");
+    // the flag's own check names the flag (#34 item 5)
+    assert!(err.contains("'--timeout <TIMEOUT>'"), "{err}");
 }
 
 // See: issue 12 ("Accepted without a word and producing all-zero scores", "validated only after

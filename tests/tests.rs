@@ -14,6 +14,7 @@ mod export;
 mod export_messy;
 mod first_hour;
 mod help_text;
+mod hostile;
 mod hub;
 mod interop;
 mod llm;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::util::{root, run_ppol};
 
-fn fixture(name: &str) -> String {
+pub(crate) fn fixture(name: &str) -> String {
     root()
         .join("tests/fixtures/worlds")
         .join(name)

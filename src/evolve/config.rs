@@ -44,7 +44,7 @@ use crate::evolve::schedule::Schedule;
 use crate::fitness::features::FeatureSet;
 use crate::fitness::settings::FitnessSection;
 use crate::generate::settings::SandboxSection;
-use crate::limits::{self, at_least, check, fraction, positive};
+use crate::limits::{self, at_least, check, fraction};
 use crate::llm::config::{BudgetSection, LlmConfig};
 use crate::llm::CallRole;
 use crate::simulate::settings::EpisodesSection;
@@ -212,7 +212,7 @@ impl SearchSection {
             limits::MAX_ITERATIONS,
         )?;
         if let Some(w) = s.max_wall_clock_s {
-            positive("search.max_wall_clock_s", w)?;
+            limits::check_seconds("search.max_wall_clock_s", w)?;
         }
         check(
             "search.parallel_candidates",
@@ -446,7 +446,8 @@ impl RunConfig {
 
     /// Load a TOML file.
     pub fn load(path: &Path) -> Result<Self> {
-        Self::from_toml_str(&crate::io::read_to_string(path)?, path)
+        let text = crate::io::read_config_text(path)?;
+        Self::from_toml_str(&text, path)
     }
 
     /// Check values that serde cannot: every number is finite and in its range, every count
@@ -564,6 +565,9 @@ impl RunConfig {
                     ));
                 }
             }
+        }
+        if matches!(self.world_spec(), WorldSpec::Chat) {
+            self.world.chat_system_prompt()?;
         }
         if let Some(p) = &self.search.seed_program {
             if !p.is_file() {

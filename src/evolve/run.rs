@@ -67,6 +67,10 @@ pub async fn resume(
         }
     }
     check_history(&dir, checkpoint.as_ref())?;
+    if let Some(c) = &checkpoint {
+        let text = crate::io::read_to_string(&dir.checkpoint_path())?;
+        crate::evolve::rundir::checkpoint::verify(&dir, &text, c)?;
+    }
     // The checkpoint is the commit point: drop log lines written after it — but not the
     // money they record.
     crate::evolve::rundir::ledger::absorb(&dir)?;

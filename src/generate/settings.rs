@@ -12,7 +12,8 @@ use crate::Result;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxSection {
-    /// Wall-clock limit of one generation, seconds.
+    /// Wall-clock limit of one generation, seconds (at most a day): the program's own time,
+    /// not the time it waits on the model (model calls are bounded by `[llm]` and the budget).
     pub timeout_s: f64,
     /// Address-space limit, MiB.
     pub memory_mb: u64,

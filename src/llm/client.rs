@@ -365,7 +365,7 @@ impl LlmClientBuilder {
                 max_retries: config.max_retries,
                 backoff_base: Duration::from_millis(config.backoff_base_ms),
                 backoff_max: Duration::from_millis(config.backoff_max_ms),
-                endpoint_wait: Duration::from_secs_f64(config.endpoint_wait_s),
+                endpoint_wait: crate::limits::duration(config.endpoint_wait_s),
                 cache,
                 stats: Mutex::new(stats),
                 windows: Mutex::new(BTreeMap::new()),
@@ -427,14 +427,16 @@ impl LlmClient {
             .collect()
     }
 
-    /// `provider:model@endpoint` of a role (replicas comma-separated).
+    /// `provider:model@endpoint` of a role (replicas comma-separated), printable: a model name
+    /// (from a config or `$PPOL_LLM_MODEL`) with control or bidi characters shows them escaped.
     pub fn describe_role(&self, role: CallRole) -> String {
         let route = &self.inner.routes[&role];
         let p = route.provider();
-        match p.name() {
+        let text = match p.name() {
             "openai" => format!("openai:{}@{}", p.model(), route.group),
             _ => p.endpoint(),
-        }
+        };
+        crate::io::printable(&text).into_owned()
     }
 
     /// The concurrency reached at each HTTP endpoint (every replica once, in role order): the

@@ -1003,7 +1003,7 @@ impl Provider for OpenAiProvider {
 #[async_trait]
 impl ChatModel for OpenAiProvider {
     fn describe(&self) -> String {
-        format!("openai:{}@{}", self.model, self.base_url)
+        crate::io::printable(&format!("openai:{}@{}", self.model, self.base_url)).into_owned()
     }
 
     /// One attempt, no retries (use [`super::LlmClient`] for those).

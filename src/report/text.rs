@@ -3,14 +3,17 @@
 //! (`html`) use it, it uses none of them.
 
 /// HTML-escape text for element content and attribute values. Bidi controls, which would
-/// reorder what a reader sees, are shown as `\u{202e}` escapes
-/// ([`crate::io::neutralize_bidi`]); letters of right-to-left scripts are kept.
+/// reorder what a reader sees, and every C0 and C1 control character but newline and tab (ESC,
+/// NUL, BEL, carriage return, U+0085, ...) are shown as visible `\u{202e}`, `\u{1b}` escapes,
+/// as on the terminal ([`crate::io::printable`]); letters of right-to-left scripts are kept.
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
-            c if crate::io::is_bidi_control(c) => out.push_str(&c.escape_unicode().to_string()),
+            c if crate::io::is_bidi_control(c) || (c.is_control() && c != '\n' && c != '\t') => {
+                out.push_str(&c.escape_unicode().to_string())
+            }
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
@@ -63,5 +66,23 @@ pub(crate) fn duration(secs: f64) -> String {
         format!("{m} min {s:02} s")
     } else {
         format!("{secs:.1} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue34_item6_the_report_carries_no_raw_control_character() {
+        let shown = esc("a\u{1b}[2J\u{0}b\u{7}\r\u{85}\u{9b}c\u{202e}d\n\te<&>");
+        assert_eq!(
+            shown,
+            "a\\u{1b}[2J\\u{0}b\\u{7}\\u{d}\\u{85}\\u{9b}c\\u{202e}d\n\te&lt;&amp;&gt;"
+        );
+        assert!(!shown
+            .chars()
+            .any(|c| c.is_control() && c != '\n' && c != '\t'));
+        assert_eq!(esc("שלום é"), "שלום é");
     }
 }

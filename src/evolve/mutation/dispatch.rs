@@ -396,7 +396,12 @@ impl Mutator {
                 None | Some(crate::llm::SchemaMode::Unconstrained)
             );
             let cut = response.finish_reason.as_deref() == Some("length");
-            let value = match edits::parse_answer(&answer) {
+            // off the async runtime: an answer is up to `llm.max_response_bytes` (8 MiB)
+            let text = answer.clone();
+            let parsed = tokio::task::spawn_blocking(move || edits::parse_answer(&text))
+                .await
+                .unwrap_or_else(|e| Err(format!("reading the answer failed: {e}")));
+            let value = match parsed {
                 Ok(v) => v,
                 Err(why) => {
                     // an answer cut off by the completion cap says nothing of the schema

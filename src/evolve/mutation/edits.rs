@@ -249,17 +249,15 @@ pub fn parse_answer(text: &str) -> Result<Value, String> {
 }
 
 /// The answer closed after its last complete edit, when it was cut inside the `edits` list
-/// and at least one edit is whole; with `"cut_off": true`.
+/// and at least one edit is whole; with `"cut_off": true`. Linear in the answer: one scan finds
+/// where each edit of the top-level `edits` list ends, and only the last few of those ends are
+/// tried (a parse each).
 fn whole_edits_of_a_cut_answer(t: &str) -> Option<Value> {
     let start = t.find('{')?;
     let body = &t[start..];
-    let list = body.find("\"edits\"")?;
-    // every `}` after the list opened is a possible end of an edit
-    for (i, _) in body.rmatch_indices('}') {
-        if i < list {
-            break;
-        }
-        let closed = format!("{}]}}", &body[..=i]);
+    let ends = edit_ends(body.as_bytes());
+    for &end in ends.iter().rev().take(3) {
+        let closed = format!("{}]}}", &body[..=end]);
         if let Ok(mut v) = serde_json::from_str::<Value>(&closed) {
             if v["edits"].as_array().is_some_and(|e| !e.is_empty()) {
                 v["cut_off"] = Value::Bool(true);
@@ -268,6 +266,71 @@ fn whole_edits_of_a_cut_answer(t: &str) -> Option<Value> {
         }
     }
     None
+}
+
+/// Where each element of the top-level object's `"edits"` list ends (the byte of its closing
+/// `}` or `]`), in one pass over a JSON text that may be cut anywhere.
+fn edit_ends(b: &[u8]) -> Vec<usize> {
+    let mut ends = Vec::new();
+    let mut depth = 0usize;
+    // the depth of the `edits` list once it opened
+    let mut list: Option<usize> = None;
+    // the last string closed at depth 1 (a key of the top-level object), and whether a `:`
+    // followed it
+    let mut key: Option<(usize, usize)> = None;
+    let mut after_key = false;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                let open = i;
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    if b[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                if depth == 1 {
+                    key = Some((open + 1, i.min(b.len())));
+                    after_key = false;
+                }
+            }
+            b':' if depth == 1 => after_key = key.is_some(),
+            b'{' | b'[' => {
+                depth += 1;
+                if b[i] == b'[' && depth == 2 && after_key && list.is_none() {
+                    if let Some((k0, k1)) = key {
+                        if &b[k0..k1] == b"edits" {
+                            list = Some(depth);
+                        }
+                    }
+                }
+                key = None;
+                after_key = false;
+            }
+            b'}' | b']' => {
+                if list.is_some_and(|l| depth == l + 1) {
+                    ends.push(i);
+                }
+                if list == Some(depth) {
+                    // the list closed: the answer was not cut inside it
+                    return ends;
+                }
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return ends;
+                }
+            }
+            b',' if depth == 1 => {
+                key = None;
+                after_key = false;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    ends
 }
 
 #[cfg(test)]
@@ -327,6 +390,38 @@ mod tests {
             none.contains("no edit applied") && none.contains("does not apply"),
             "{none}"
         );
+    }
+
+    #[test]
+    fn issue34_item4_a_cut_answer_keeps_its_whole_edits() {
+        let whole = r#"{"idea": "terse", "edits": [{"op": "set", "target": "a", "text": "x } ] {"}, {"op": "number", "target": "b", "value": 0.2}"#;
+        for cut in [
+            format!("{whole}, {{\"op\": \"set\", \"target\": \"c\", \"text\": \"half"),
+            format!("{whole}, {{\"op\": \"add\", \"target\": \"d\", \"items\": [\"a\", {{\"b"),
+            format!("Sure! ```json\n{whole},"),
+            format!("{whole}]"),
+            format!("{whole}], \"note\": \"cut here"),
+        ] {
+            let v = parse_answer(&cut).unwrap_or_else(|e| panic!("{cut}: {e}"));
+            assert_eq!(v["cut_off"], true, "{cut}");
+            let e = v["edits"].as_array().unwrap();
+            assert_eq!(e.len(), 2, "{cut}");
+            assert_eq!(e[0]["text"], "x } ] {");
+            assert_eq!(v["idea"], "terse");
+        }
+        // no whole edit, or no edits list at all: unusable
+        for bad in [
+            r#"{"idea": "x", "edits": [{"op": "set", "tar"#,
+            r#"{"idea": "edits", "x": [{"op": 1}, {"op": 2"#,
+            r#"{"edits": "[{}]", "#,
+        ] {
+            assert!(parse_answer(bad).is_err(), "{bad}");
+        }
+        // an edit with escaped quotes and backslashes inside its strings
+        let tricky =
+            r#"{"edits": [{"op": "set", "target": "a", "text": "say \"}\" \\"}, {"op": "set", "#;
+        let v = parse_answer(tricky).unwrap();
+        assert_eq!(v["edits"][0]["text"], "say \"}\" \\");
     }
 
     #[test]

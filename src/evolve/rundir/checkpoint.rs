@@ -4,6 +4,13 @@
 //! `ppol resume`. Its serialised form is the format [`CHECKPOINT_FORMAT`] names: fields are
 //! only ever added (with serde defaults), so run directories written by earlier versions
 //! resume.
+//!
+//! A checkpoint carries the identity of its run (`run`: [`RunIdentity`], from the log's
+//! `run_started` record) and, as its last member, the SHA-256 of everything before it
+//! (`checksum`; [`seal`]). `ppol resume` refuses ([`verify`], exit 2) a checkpoint of another
+//! run, one whose best program the log never evaluated or scored otherwise, and one changed
+//! after ppol wrote it, naming what differs. Checkpoints written before these members existed
+//! resume with a warning.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -16,7 +23,7 @@ use crate::evolve::rundir::runlog::EvalMetrics;
 use crate::evolve::rundir::RunBest;
 use crate::llm::client::Accounting;
 use crate::rng::derive_seed;
-use crate::Result;
+use crate::{Error, Result};
 
 /// Identifier of the checkpoint format (`checkpoint.json`).
 pub const CHECKPOINT_FORMAT: &str = "ppol-run/1";
@@ -237,10 +244,215 @@ pub struct QueuedValidation {
     pub bar: Option<f64>,
 }
 
+/// The identity of a run, as its checkpoint carries it (`run`): from the `run_started` record
+/// that opens its log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunIdentity {
+    /// When the run started (the record's time).
+    pub started: String,
+    /// SHA-256 of the configuration the run started with (the record's `config`, as JSON).
+    pub config_sha256: String,
+    /// SHA-256 of the whole `run_started` record (as JSON).
+    pub log_head_sha256: String,
+}
+
+impl RunIdentity {
+    /// The identity of the run whose log is `log` (None: no log, or one that does not open
+    /// with `run_started`).
+    pub fn of_log(log: &std::path::Path) -> Result<Option<RunIdentity>> {
+        use std::io::BufRead;
+        let file = match std::fs::File::open(log) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("reading", log, e)),
+        };
+        let mut first = Vec::new();
+        std::io::Read::take(
+            std::io::BufReader::new(file),
+            crate::limits::MAX_LINE_BYTES as u64,
+        )
+        .read_until(b'\n', &mut first)
+        .map_err(|e| Error::io("reading", log, e))?;
+        let Ok(record) = serde_json::from_slice::<crate::evolve::rundir::runlog::Record>(&first)
+        else {
+            return Ok(None);
+        };
+        let crate::evolve::rundir::runlog::Event::RunStarted { config, .. } = &record.event else {
+            return Ok(None);
+        };
+        Ok(Some(RunIdentity {
+            started: record.time.clone(),
+            config_sha256: crate::io::sha256_hex(crate::io::to_json(config).as_bytes()),
+            log_head_sha256: crate::io::sha256_hex(crate::io::to_json(&record).as_bytes()),
+        }))
+    }
+}
+
+/// The text of a checkpoint: `state` as one line of JSON, with `run` (the run's identity, when
+/// its log has one) and, last, `checksum`: the SHA-256 of the text before `,"checksum"`
+/// closed with `}`.
+pub fn seal<T: Serialize>(state: &T, identity: Option<&RunIdentity>) -> String {
+    let mut text = crate::io::to_json(state);
+    if text.ends_with('}') && text.len() > 2 {
+        text.pop();
+        if let Some(id) = identity {
+            text.push_str(",\"run\":");
+            text.push_str(&crate::io::to_json(id));
+        }
+        text.push('}');
+        let sum = crate::io::sha256_hex(text.as_bytes());
+        text.pop();
+        text.push_str(&format!(",\"checksum\":\"{sum}\"}}"));
+    }
+    text
+}
+
+/// The member `seal` appends, before its 64 hex digits.
+const CHECKSUM_KEY: &str = ",\"checksum\":\"";
+
+/// A sealed text's checksum check: None when it has no checksum (written before checksums),
+/// else whether its content is what was sealed.
+fn checksum_holds(text: &str) -> Option<bool> {
+    let text = text.trim_end();
+    let at = text.rfind(CHECKSUM_KEY)?;
+    let rest = &text[at + CHECKSUM_KEY.len()..];
+    let (sum, tail) = rest.split_at_checked(64)?;
+    if tail != "\"}" || !sum.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Some(false);
+    }
+    let sealed = format!("{}}}", &text[..at]);
+    Some(crate::io::sha256_hex(sealed.as_bytes()) == sum)
+}
+
+/// Check, before a resume, that the checkpoint `text` (parsed as `state`) is this run's, as
+/// ppol wrote it: its best program is one the log evaluated, with the metrics the log records
+/// and the code the archive holds; its identity is the log's; its checksum holds. The error
+/// names what differs.
+pub fn verify(dir: &crate::evolve::rundir::RunDir, text: &str, state: &State) -> Result<()> {
+    use crate::evolve::rundir::runlog::{self, Event};
+    let path = dir.checkpoint_path();
+    let refuse = |what: String| {
+        Err(Error::parse(
+            &path,
+            "checkpoint",
+            format!("{what}: the checkpoint is not resumed (restore the run's own checkpoint.json, or start a new run with `ppol evolve`)"),
+        ))
+    };
+    let doc: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        Error::parse(
+            &path,
+            format!("line {}", e.line()),
+            format!("bad checkpoint: {e}"),
+        )
+    })?;
+    let log = dir.log_path();
+    if let (Some(theirs), Some(ours)) = (doc.get("run"), RunIdentity::of_log(&log)?) {
+        let theirs: RunIdentity = serde_json::from_value(theirs.clone())
+            .map_err(|e| Error::parse(&path, "run", format!("bad run identity: {e}")))?;
+        if theirs != ours {
+            let config = if theirs.config_sha256 != ours.config_sha256 {
+                " with another configuration"
+            } else {
+                ""
+            };
+            return refuse(format!(
+                "it belongs to another run: the run started at {}{config}, while log.jsonl is \
+                 of the run started at {}",
+                crate::io::printable(&theirs.started),
+                crate::io::printable(&ours.started)
+            ));
+        }
+    }
+    if let (Some(best), true) = (&state.best, log.exists()) {
+        let records = runlog::read(&log)?;
+        let logged = records.iter().rev().find_map(|r| match &r.event {
+            Event::CandidateEvaluated {
+                program_id,
+                metrics,
+                ..
+            } if *program_id == best.program_id => Some(metrics),
+            _ => None,
+        });
+        let id = crate::io::printable(&best.program_id);
+        let Some(logged) = logged else {
+            return refuse(format!(
+                "best.program_id '{id}' is not a program of this run (log.jsonl evaluates none \
+                 by that id)"
+            ));
+        };
+        let near = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+        for (key, a, b) in [
+            ("combined", best.train.combined, logged.combined),
+            (
+                "human_likeness",
+                best.train.human_likeness,
+                logged.human_likeness,
+            ),
+            ("coverage", best.train.coverage, logged.coverage),
+            ("success_rate", best.train.success_rate, logged.success_rate),
+        ] {
+            if !near(a, b) {
+                return refuse(format!(
+                    "best.metrics.{key} of program '{id}' is {a}, but log.jsonl records {b}"
+                ));
+            }
+        }
+        let in_archive = state
+            .archive
+            .get(&crate::evolve::archive::program::ProgramId(
+                best.program_id.clone(),
+            ));
+        if let Some(p) = in_archive {
+            if !best.code.is_empty() && p.code != best.code {
+                return refuse(format!(
+                    "best.code of program '{id}' is not the code the archive holds for it"
+                ));
+            }
+        }
+    }
+    match checksum_holds(text) {
+        Some(true) => Ok(()),
+        Some(false) => refuse(
+            "it was changed after ppol wrote it (its checksum does not match its content)".into(),
+        ),
+        None => {
+            tracing::warn!(
+                "{}: no checksum (written by an earlier ppol): its integrity is not verified",
+                path.display()
+            );
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    #[test]
+    fn issue34_item6_a_sealed_checkpoint_holds_only_untouched() {
+        let cfg = RunConfig::default();
+        let state = State::new(&cfg).unwrap();
+        let id = RunIdentity {
+            started: "2026-01-01T00:00:00Z".into(),
+            config_sha256: "a".repeat(64),
+            log_head_sha256: "b".repeat(64),
+        };
+        let text = seal(&state, Some(&id));
+        assert_eq!(checksum_holds(&text), Some(true));
+        assert_eq!(checksum_holds(&format!("{text}\n")), Some(true));
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["run"]["started"], "2026-01-01T00:00:00Z");
+        let back: State = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.iteration, 0);
+        let edited = text.replace("\"iteration\":0", "\"iteration\":1");
+        assert_ne!(edited, text);
+        assert_eq!(checksum_holds(&edited), Some(false));
+        let cut = text.replace(&text[text.len() - 10..], "0000000\"}");
+        assert_eq!(checksum_holds(&cut), Some(false));
+        assert_eq!(checksum_holds(&crate::io::to_json(&state)), None);
+    }
 
     #[test]
     fn the_state_round_trips_through_its_checkpoint_text() {

@@ -492,13 +492,13 @@ impl RunDir {
         })
     }
 
-    /// Replace the checkpoint atomically.
+    /// Replace the checkpoint atomically: sealed with the run's identity and a checksum
+    /// ([`checkpoint::seal`]; JSON with bidi and control characters escaped, map keys too).
     pub fn write_checkpoint<T: Serialize>(&self, state: &T) -> Result<()> {
+        let identity = checkpoint::RunIdentity::of_log(&self.log_path())?;
         crate::io::write_atomic(
             &self.checkpoint_path(),
-            serde_json::to_string(state)
-                .expect("the checkpoint is serialisable")
-                .as_bytes(),
+            checkpoint::seal(state, identity.as_ref()).as_bytes(),
         )
     }
 

@@ -603,6 +603,9 @@ pub struct EpisodeCounts {
     /// Validations the cascade stopped after their first stage.
     #[serde(default)]
     pub n_validations_stopped: u64,
+    /// Episodes of all of them that failed (the baseline's, when its file gives their number).
+    #[serde(default)]
+    pub failed: u64,
 }
 
 /// Count the episodes a run's log records (so the counts cover every process of a resumed
@@ -613,6 +616,13 @@ pub fn episode_counts(records: &[Record], baseline: Option<u64>) -> EpisodeCount
     let mut c = EpisodeCounts::default();
     let mut trained = 0;
     for r in records {
+        if let Event::CandidateEvaluated { metrics, .. }
+        | Event::CandidateStopped { metrics, .. }
+        | Event::Validation { metrics, .. }
+        | Event::ValidationStopped { metrics, .. } = &r.event
+        {
+            c.failed += metrics.n_failed_episodes as u64;
+        }
         match &r.event {
             Event::DiscriminatorTrained { n_baseline, .. } => trained = *n_baseline as u64,
             Event::CandidateEvaluated { metrics, .. } => {
@@ -635,18 +645,21 @@ pub fn episode_counts(records: &[Record], baseline: Option<u64>) -> EpisodeCount
         }
     }
     c.baseline = baseline.unwrap_or(trained);
+    // the discriminator learns from the baseline's episodes that did not fail
+    c.failed += c.baseline.saturating_sub(trained);
     c.total = c.baseline + c.candidates + c.stopped_early + c.validations;
     c
 }
 
 impl EpisodeCounts {
-    /// One line: `2,015 episodes: baseline 90, candidates 1,325 (30), stopped early 0 (0),
+    /// One line: `2,015 episodes (3 failed): baseline 90, candidates 1,325 (30), stopped early 0 (0),
     /// validations 600`.
     pub fn line(&self) -> String {
         format!(
-            "{} episodes: baseline {}, candidates in full {} ({}), validations in full {} ({}), \
-             stopped early {} ({} candidates, {} validations)",
+            "{} episodes ({} failed): baseline {}, candidates in full {} ({}), validations in \
+             full {} ({}), stopped early {} ({} candidates, {} validations)",
             self.total,
+            self.failed,
             self.baseline,
             self.candidates,
             self.n_candidates,

@@ -198,7 +198,8 @@ pub fn parse_turns(conv: &Value, path: &Path, loc: &str) -> Result<Vec<Turn>> {
         .collect()
 }
 
-pub(super) fn parse_turn(t: &Value, path: &Path, loc: &str) -> Result<Turn> {
+/// One turn of a conversation (see [`parse_turns`]); `loc` names it in errors.
+pub fn parse_turn(t: &Value, path: &Path, loc: &str) -> Result<Turn> {
     let obj = t.as_object().ok_or_else(|| {
         Error::parse(
             path,

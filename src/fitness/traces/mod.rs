@@ -61,7 +61,7 @@ mod tau_usi;
 mod text;
 mod typed;
 
-pub use build::parse_turns;
+pub use build::{parse_turn, parse_turns};
 pub use detect::detect;
 pub use read::read_text;
 pub use stats::{stats, DomainStats};

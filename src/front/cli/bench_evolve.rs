@@ -28,7 +28,8 @@ pub struct BenchEvolveArgs {
           value_parser = super::count(1, crate::limits::MAX_BENCH as u64))]
     pub seeds: u64,
     /// Seed of the first run.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1,
+          value_parser = super::seed())]
     pub first_seed: u64,
     /// Iterations per run.
     #[arg(long, default_value_t = 30, allow_negative_numbers = true,

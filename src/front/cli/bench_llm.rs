@@ -37,7 +37,7 @@ use crate::simulate::tau2::Domain;
 #[derive(Debug, Args)]
 pub struct BenchLlmArgs {
     /// Latency of every mock answer, in milliseconds.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = super::count(0u64, 600_000))]
     pub latency_ms: u64,
     /// Domain: demo (built in), retail or airline.
     #[arg(long, default_value = "demo")]

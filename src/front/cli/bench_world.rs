@@ -23,18 +23,21 @@ use crate::simulate::world::{self, Executor, RaySettings, WorldDeps, WorldSettin
 /// Arguments of `ppol bench world`.
 #[derive(Debug, Args)]
 pub struct BenchWorldArgs {
-    /// Episodes.
-    #[arg(long, default_value_t = 64)]
+    /// Episodes, 1 to 100,000 (one episodes request's limit).
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true,
+          value_parser = super::count(1, crate::limits::MAX_EPISODES))]
     pub episodes: usize,
     /// local: simulator processes on this machine; ray: Ray actors across the cluster.
     #[arg(long, default_value = "local", value_name = "local|ray")]
     pub executor: String,
-    /// Simulator processes (`world.processes`) or Ray actors (`world.ray.actors`); repeat to
-    /// compare (default: 1 4 8 local, 4 8 ray).
-    #[arg(long, value_name = "K")]
+    /// Simulator processes (`world.processes`, 1 to 64) or Ray actors (`world.ray.actors`, 1 to
+    /// 256); repeat to compare (default: 1 4 8 local, 4 8 ray).
+    #[arg(long, value_name = "K", allow_negative_numbers = true,
+          value_parser = super::count(1, crate::simulate::world::ray::MAX_ACTORS))]
     pub processes: Vec<usize>,
-    /// Milliseconds the simulator takes per episode.
-    #[arg(long, default_value_t = 200)]
+    /// Milliseconds the simulator takes per episode, 0 to 60,000.
+    #[arg(long, default_value_t = 200, allow_negative_numbers = true,
+          value_parser = super::count(0u64, 60_000))]
     pub episode_ms: u64,
     /// Python interpreter of the built-in test simulator (with --executor ray, of the bridge
     /// and of the cluster the bench starts: it needs ray[default]).

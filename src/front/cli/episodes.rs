@@ -52,7 +52,8 @@ pub struct EpisodesArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = super::count(1, limits::MAX_TURNS))]
     pub max_tool_rounds: Option<usize>,
     /// Root seed.
-    #[arg(long, allow_negative_numbers = true, default_value_t = EpisodesRequest::SEED)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = EpisodesRequest::SEED,
+          value_parser = super::seed())]
     pub seed: u64,
     /// Episodes in flight at once, 1 to 4096 (the LLM layer also limits concurrent requests).
     #[arg(long, default_value_t = EpisodesRequest::CONCURRENCY, allow_negative_numbers = true,

@@ -25,7 +25,8 @@ pub struct EvolveArgs {
           value_parser = super::count(1, limits::MAX_ITERATIONS))]
     pub iterations: Option<u64>,
     /// Root seed.
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::seed())]
     pub seed: Option<u64>,
     /// Candidates evaluated at once, 1 to 64 (`search.parallel_candidates`).
     #[arg(long, allow_negative_numbers = true,
@@ -59,7 +60,7 @@ pub struct EvolveArgs {
     #[arg(long, hide = true)]
     pub pause_at: Option<String>,
     /// Test hook: stop as if killed after this many iterations.
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, value_parser = super::count(0, limits::MAX_ITERATIONS))]
     pub halt_after: Option<u64>,
 }
 
@@ -76,7 +77,7 @@ pub struct ResumeArgs {
     #[arg(long)]
     pub quiet: bool,
     /// Test hook: stop as if killed after this many iterations.
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, value_parser = super::count(0, limits::MAX_ITERATIONS))]
     pub halt_after: Option<u64>,
     /// Test hook: `baseline:N`, `checkpoint:N` or `retrained:N`, wait there to be killed.
     #[arg(long, hide = true)]

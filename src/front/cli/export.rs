@@ -45,13 +45,15 @@ pub enum ExportCommand {
         output: PathBuf,
         /// Share of personas held out (all their episodes go to --heldout-output, none to the
         /// training file), chosen by a stable hash of the persona id.
-        #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+        #[arg(long, default_value_t = 0.0, allow_negative_numbers = true,
+              value_parser = super::share)]
         heldout_fraction: f64,
         /// Where held-out personas' records go (default: OUTPUT with `.heldout` before the extension).
         #[arg(long)]
         heldout_output: Option<PathBuf>,
         /// Seed of the hold-out hash.
-        #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 0,
+          value_parser = super::seed())]
         seed: u64,
         /// `llamafactory`: the dataset name of OUTPUT in dataset_info.json (default: its file
         /// stem); the held-out file is registered as NAME.heldout (default: its file stem).
@@ -67,7 +69,7 @@ pub enum ExportCommand {
         #[arg(long, value_name = "FILE")]
         system_prompt: Option<PathBuf>,
         /// Leave out records estimated longer than N tokens (listed as skipped).
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = super::count(1, usize::MAX))]
         max_tokens: Option<usize>,
         /// Calls the agent got wrong (arguments that are not a JSON object, a tool it was not
         /// offered, an argument of a type its schema rules out): `cut` ends the row before the

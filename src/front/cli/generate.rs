@@ -66,7 +66,8 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run seed (passed to the program as PPOL_SEED and to the LLM where supported).
-    #[arg(long, allow_negative_numbers = true, default_value_t = GenerateRequest::SEED)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = GenerateRequest::SEED,
+          value_parser = super::seed())]
     pub seed: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Jsonl)]
@@ -75,8 +76,9 @@ pub struct GenerateArgs {
     /// existing file is never replaced by an empty one.
     #[arg(short = 'o', long, default_value = "-")]
     pub out: PathBuf,
-    /// Wall-clock limit per run, seconds (default: sandbox.timeout_s).
-    #[arg(long, allow_negative_numbers = true)]
+    /// Wall-clock limit per run, seconds: the program's own time, not counting its waits on the
+    /// model (default: sandbox.timeout_s).
+    #[arg(long, allow_negative_numbers = true, value_parser = sandbox_seconds)]
     pub timeout: Option<f64>,
     /// LLM requests allowed per run, 0 to 100,000 (default: sandbox.max_llm_calls).
     #[arg(long, allow_negative_numbers = true,
@@ -176,5 +178,21 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
             failures.len(),
             program.display()
         )))
+    }
+}
+
+/// `--timeout`: seconds above 0 and at most a day (the sandbox's limit).
+fn sandbox_seconds(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| "expected a number of seconds".to_string())?;
+    let max = crate::generate::sandbox::MAX_TIMEOUT_S;
+    if v.is_finite() && v > 0.0 && v <= max {
+        Ok(v)
+    } else {
+        Err(format!(
+            "must be a number of seconds above 0 and at most {max} (a day), got {v}"
+        ))
     }
 }

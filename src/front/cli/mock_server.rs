@@ -29,22 +29,24 @@ pub struct MockServerArgs {
     #[arg(long, default_value_t = 0)]
     pub port: u16,
     /// Stop by itself after this many seconds (default: run until killed or Ctrl-C).
-    #[arg(long)]
+    #[arg(long, value_parser = super::seconds)]
     pub lifetime_s: Option<f64>,
     /// Start K independent servers (own port, script copy and counters); one ready line each.
-    #[arg(long, default_value_t = 1, value_name = "K")]
+    #[arg(long, default_value_t = 1, value_name = "K", value_parser = super::count(1usize, 64))]
     pub replicas: usize,
     /// Fixed latency added to every chat request that reaches processing.
-    #[arg(long, default_value_t = 0, value_name = "MS")]
+    #[arg(long, default_value_t = 0, value_name = "MS", value_parser = super::count(0u64, 3_600_000))]
     pub latency_ms: u64,
     /// Answer 429 (with Retry-After) when N chat requests are in flight already.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N",
+          value_parser = super::count(1, crate::limits::MAX_CONCURRENCY))]
     pub max_in_flight: Option<usize>,
     /// Retry-After seconds of the --max-in-flight 429s.
-    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    #[arg(long, default_value_t = 1.0, value_name = "S", value_parser = super::seconds)]
     pub busy_retry_after_s: f64,
     /// Compute at most K requests at once (llama.cpp slots); the others wait in a queue.
-    #[arg(long, value_name = "K", conflicts_with = "serial")]
+    #[arg(long, value_name = "K", conflicts_with = "serial",
+          value_parser = super::count(1, crate::limits::MAX_CONCURRENCY))]
     pub slots: Option<usize>,
     /// One request at a time, like llama.cpp's server (--slots 1).
     #[arg(long)]
@@ -53,10 +55,10 @@ pub struct MockServerArgs {
     #[arg(long)]
     pub cancel_abandoned: bool,
     /// Generation speed: a completion takes completion_tokens / T seconds.
-    #[arg(long, value_name = "T")]
+    #[arg(long, value_name = "T", value_parser = super::positive_number)]
     pub tokens_per_s: Option<f64>,
     /// Context window in tokens: longer prompts get 400, max_tokens is clamped to the rest.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::count(1u64, u64::MAX))]
     pub n_ctx: Option<u64>,
     /// A text reply to a request without max_tokens grows until the context window is full.
     #[arg(long, requires = "n_ctx")]
@@ -76,10 +78,10 @@ pub struct MockServerArgs {
     #[arg(long, value_name = "WHICH", value_parser = ["any", "llama-cpp-python", "none"])]
     pub response_format: Option<String>,
     /// After N chat requests, the next one kills the server (see --down-for-s).
-    #[arg(long, value_name = "N", requires = "down_for_s")]
+    #[arg(long, value_name = "N", requires = "down_for_s", value_parser = super::count(0u64, u64::MAX))]
     pub down_after_requests: Option<u64>,
     /// How long the killed server refuses connections before listening again on its port.
-    #[arg(long, value_name = "S", requires = "down_after_requests")]
+    #[arg(long, value_name = "S", requires = "down_after_requests", value_parser = super::seconds)]
     pub down_for_s: Option<f64>,
 }
 
@@ -92,12 +94,8 @@ pub fn run(args: MockServerArgs) -> anyhow::Result<()> {
 
     use crate::testing::mock_server::{self, MockOptions, MockOutage, MockScript, MockStrictness};
 
-    let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
-        if !(s.is_finite() && s > 0.0) {
-            anyhow::bail!("{flag} must be a positive number of seconds, got {s}")
-        }
-        Ok(Duration::from_secs_f64(s))
-    };
+    let seconds =
+        |flag: &str, s: f64| -> anyhow::Result<Duration> { Ok(crate::limits::seconds(flag, s)?) };
     let script = match &args.script {
         Some(p) => MockScript::from_file(p)?,
         None => MockScript::default(),

@@ -106,7 +106,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let cli = match parse(args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -126,6 +126,35 @@ where
             2
         }
     }
+}
+
+/// The command line: every flag that takes a value also takes one that looks like a negative
+/// number, so that `--trials -1` meets the flag's own check (an error naming the flag) instead
+/// of clap's "unexpected argument '-1'".
+pub fn command() -> clap::Command {
+    fn negative_values(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| {
+            if a.get_action().takes_values() {
+                a.allow_negative_numbers(true)
+            } else {
+                a
+            }
+        })
+        .mut_subcommands(negative_values)
+    }
+    negative_values(<Cli as clap::CommandFactory>::command())
+}
+
+/// Parse the arguments with [`command`].
+pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut cmd = command();
+    let mut matches = cmd.try_get_matches_from_mut(args)?;
+    <Cli as clap::FromArgMatches>::from_arg_matches_mut(&mut matches)
+        .map_err(|e| e.format(&mut cmd))
 }
 
 /// How a verb ended (see the module docs for the exit codes).
@@ -242,6 +271,40 @@ where
         };
         crate::limits::in_range(&v, &wide(min), &wide(max))?;
         T::try_from(v).map_err(|_| format!("expected a whole number from {min} to {max}"))
+    }
+}
+
+/// The parser of a seed flag: a whole number from 0 to 2^64 - 1 (see [`count`]).
+pub(crate) fn seed() -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    count(0u64, u64::MAX)
+}
+
+/// The parser of a duration flag (`--episode-timeout-s`, ...): seconds above 0 and at most
+/// [`crate::limits::MAX_SECONDS`], else clap's error naming the flag.
+pub(crate) fn seconds(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| "expected a number of seconds".to_string())?;
+    crate::limits::check_seconds("", v).map_err(|_| crate::limits::seconds_message(v))?;
+    Ok(v)
+}
+
+/// The parser of a share or weight flag: a number in [0, 1].
+pub(crate) fn share(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        Ok(v) => Err(format!("must be in [0, 1], got {v}")),
+        Err(_) => Err("expected a number in [0, 1]".into()),
+    }
+}
+
+/// The parser of a rate flag: a finite number above 0.
+pub(crate) fn positive_number(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(v) => Err(format!("must be a number above 0, got {v}")),
+        Err(_) => Err("expected a number".into()),
     }
 }
 

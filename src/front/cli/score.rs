@@ -26,7 +26,8 @@ pub struct ForestFlags {
     #[arg(long)]
     pub max_features: Option<String>,
     /// Random seed (default 42).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = super::seed())]
     pub seed: Option<u64>,
     /// Folds of the grouped (by task) held-out AUC, 2 to 100 (default 5).
     #[arg(long, allow_negative_numbers = true,
@@ -102,10 +103,10 @@ pub struct ScoreArgs {
     #[arg(long)]
     pub baseline: Vec<PathBuf>,
     /// Weight of human-likeness, in [0, 1].
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::share)]
     pub lambda_h: Option<f64>,
     /// Weight of coverage, in [0, 1].
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::share)]
     pub lambda_b: Option<f64>,
     /// Coverage in raw feature space (default: standardised by the human mean/std).
     #[arg(long)]

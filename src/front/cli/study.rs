@@ -34,7 +34,8 @@ pub enum StudyCommand {
               value_parser = super::count(0, limits::MAX_STUDY_ITEMS))]
         per_condition: usize,
         /// Seed of the sampling and the shuffle.
-        #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 0,
+          value_parser = super::seed())]
         seed: u64,
         /// Attention-check items, up to 100 (their right answers alternate Bot, Human, ...).
         #[arg(long, default_value_t = 1, allow_negative_numbers = true,

@@ -20,13 +20,14 @@ pub struct WorldFlags {
     #[arg(long, value_name = "FILE")]
     pub task_file: Option<PathBuf>,
     /// Simulator processes of an external: or tau2: world at once (`world.processes`).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N",
+          value_parser = super::count(1, crate::simulate::world::MAX_PROCESSES))]
     pub world_processes: Option<usize>,
     /// Protocol version of an external: simulator, 1 or 2 (`world.protocol`).
     #[arg(long, value_name = "V")]
     pub world_protocol: Option<u32>,
     /// Seconds one episode of an external: or tau2: world may take (`world.episode_timeout_s`).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = super::seconds)]
     pub episode_timeout_s: Option<f64>,
     /// chat: a file holding your agent's system prompt (`world.system_prompt_file`).
     #[arg(long, value_name = "FILE")]

@@ -860,7 +860,7 @@ impl PyEvolveHandle {
                     "timeout must be a non-negative number of seconds, got {s}"
                 )))
             }
-            Some(s) => Some(std::time::Duration::from_secs_f64(s)),
+            Some(s) => Some(crate::limits::duration(s)),
             None => None,
         };
         match py.detach(|| self.inner.wait(t)) {

@@ -24,21 +24,21 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::event::{PollFd, PollFlags};
 use rustix::fs::{Mode as FileMode, OFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
-use rustix::process::{Pid, Resource, Rlimit, Signal, WaitOptions};
+use rustix::process::{Pid, Resource, Rlimit, Signal};
 use rustix::thread::UnshareFlags;
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule,
 };
 
+use crate::child::{errno, pid_namespace_chain, step, tie_to_parent, write_file};
 use crate::{Error, Result};
 
 /// Directory of the run inside the minimal root.
@@ -357,64 +357,6 @@ pub(crate) fn test_stop_requested() -> bool {
     *REQUESTED.get_or_init(|| std::env::var_os(TEST_STOP_ENV).is_some())
 }
 
-fn errno(e: rustix::io::Errno) -> io::Error {
-    io::Error::from_raw_os_error(e.raw_os_error())
-}
-
-/// Tag an error of a child step with a fixed context, keeping the errno for the report.
-fn step<T>(r: rustix::io::Result<T>) -> io::Result<T> {
-    r.map_err(errno)
-}
-
-/// `fork` as a raw `clone(SIGCHLD)`: no `atfork` handlers, no libc locks (we are already in a
-/// forked child of a multi-threaded process). `Ok(None)` in the child.
-fn fork_raw() -> io::Result<Option<Pid>> {
-    // SAFETY: a plain `clone` with only `SIGCHLD` behaves like `fork`: the child gets a
-    // copy-on-write copy of this (single-threaded) process and continues from this call on the
-    // same stack. Both sides only make raw system calls afterwards, so glibc's stale thread
-    // state in the child is never consulted.
-    let r = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0) };
-    match r {
-        -1 => Err(io::Error::last_os_error()),
-        0 => Ok(None),
-        pid => Ok(Pid::from_raw(pid as i32)),
-    }
-}
-
-/// Leave at once with `code`, without running exit handlers.
-fn exit_now(code: i32) -> ! {
-    // SAFETY: `_exit` is async-signal-safe and does not return.
-    unsafe { libc::_exit(code) }
-}
-
-/// Close every descriptor in `lo..=hi`.
-fn close_range(lo: u32, hi: u32) {
-    if lo > hi {
-        return;
-    }
-    // SAFETY: `close_range` only closes descriptors; nothing in this process uses them again.
-    // Without close_range (Linux < 5.9) the copies stay open until this process exits.
-    unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) };
-}
-
-fn write_all(path: &CStr, data: &[u8], flags: OFlags, mode: FileMode) -> io::Result<()> {
-    let fd = step(rustix::fs::open(
-        path,
-        flags | OFlags::WRONLY | OFlags::CLOEXEC,
-        mode,
-    ))?;
-    let mut rest = data;
-    while !rest.is_empty() {
-        match rustix::io::write(&fd, rest) {
-            Ok(0) => return Err(io::Error::from_raw_os_error(libc::EIO)),
-            Ok(k) => rest = &rest[k..],
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(errno(e)),
-        }
-    }
-    Ok(())
-}
-
 fn mkdir(path: &CStr, mode: u32) -> io::Result<()> {
     match rustix::fs::mkdir(path, FileMode::from_raw_mode(mode)) {
         Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
@@ -426,17 +368,8 @@ impl ChildPlan {
     /// The body of `pre_exec`. Returns in the process that is to exec the interpreter;
     /// the supervisor and the namespace init never return.
     pub fn enter(&self) -> io::Result<()> {
-        // First of all: S and I never exec, so ppol's private descriptors (the run lock) would
-        // otherwise live on in them after ppol is gone.
-        crate::io::close_private_fds();
-        step(rustix::process::setsid())?;
-        step(rustix::process::set_parent_process_death_signal(Some(
-            Signal::KILL,
-        )))?;
-        if rustix::process::getppid() != Some(self.parent) {
-            // ppol died between the fork and the line above: do not outlive it.
-            exit_now(1);
-        }
+        // S and I never exec: ppol's private descriptors are closed first (see `child`).
+        tie_to_parent(self.parent, Signal::KILL)?;
         if self.stop_for_test {
             let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::STOP);
         }
@@ -447,19 +380,19 @@ impl ChildPlan {
             step(unsafe { rustix::thread::unshare_unsafe(flags) })?;
         }
         if self.mode.userns {
-            write_all(
+            write_file(
                 c"/proc/self/setgroups",
                 b"deny",
                 OFlags::empty(),
                 FileMode::empty(),
             )?;
-            write_all(
+            write_file(
                 c"/proc/self/uid_map",
                 &self.uid_map,
                 OFlags::empty(),
                 FileMode::empty(),
             )?;
-            write_all(
+            write_file(
                 c"/proc/self/gid_map",
                 &self.gid_map,
                 OFlags::empty(),
@@ -478,68 +411,10 @@ impl ChildPlan {
         }
     }
 
-    /// In S: fork the namespace's init and wait for it; it builds the root and forks P.
+    /// In S: the pid namespace's init builds the root, and P is locked down.
     fn supervise(&self, layout: &RootLayout, files: &RunFiles) -> io::Result<()> {
-        // The init checks through this pipe that S is still alive once its death signal is
-        // armed (it cannot use getppid: its parent is outside its pid namespace).
-        let (alive_r, alive_w) = step(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC))?;
-        match fork_raw()? {
-            None => {
-                drop(alive_w);
-                step(rustix::process::set_parent_process_death_signal(Some(
-                    Signal::KILL,
-                )))?;
-                let mut fds = [PollFd::new(&alive_r, PollFlags::IN)];
-                let zero = rustix::event::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                };
-                if rustix::event::poll(&mut fds, Some(&zero)).is_ok()
-                    && fds[0].revents().contains(PollFlags::HUP)
-                {
-                    exit_now(1);
-                }
-                drop(alive_r);
-                self.init(layout, files)
-            }
-            Some(init) => {
-                drop(alive_r);
-                let keep = {
-                    use std::os::fd::AsRawFd;
-                    alive_w.as_fd().as_raw_fd() as u32
-                };
-                close_range(0, keep.saturating_sub(1));
-                close_range(keep + 1, u32::MAX);
-                exit_now(wait_for(init));
-            }
-        }
-    }
-
-    /// In I (pid 1 of the new pid namespace): build the minimal root, fork P, reap.
-    fn init(&self, layout: &RootLayout, files: &RunFiles) -> io::Result<()> {
-        self.build_root(layout, files)?;
-        match fork_raw()? {
-            None => {
-                step(rustix::process::set_parent_process_death_signal(Some(
-                    Signal::KILL,
-                )))?;
-                if rustix::process::getppid().map(|p| p.as_raw_pid()) != Some(1) {
-                    exit_now(1);
-                }
-                self.lock_down()
-            }
-            Some(program) => {
-                close_range(0, u32::MAX);
-                // Reap every orphan of the namespace until the program itself exits.
-                loop {
-                    match rustix::process::waitpid(None, WaitOptions::empty()) {
-                        Ok(Some((pid, status))) if pid == program => exit_now(encode(status)),
-                        Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                        Err(_) => exit_now(127),
-                    }
-                }
-            }
-        }
+        pid_namespace_chain(&|| self.build_root(layout, files))?;
+        self.lock_down()
     }
 
     fn build_root(&self, layout: &RootLayout, files: &RunFiles) -> io::Result<()> {
@@ -558,7 +433,7 @@ impl ChildPlan {
             mkdir(d, 0o755)?;
         }
         for f in &layout.files {
-            write_all(
+            write_file(
                 f,
                 b"",
                 OFlags::CREATE | OFlags::TRUNC,
@@ -590,7 +465,7 @@ impl ChildPlan {
             mkdir(d, 0o755)?;
         }
         for (path, text) in &files.files {
-            write_all(
+            write_file(
                 path,
                 text,
                 OFlags::CREATE | OFlags::EXCL,
@@ -688,30 +563,6 @@ impl ChildPlan {
         }
         Ok(())
     }
-}
-
-/// Wait for `pid` and return the exit code to pass on: its code, or 128 + the signal.
-fn wait_for(pid: Pid) -> i32 {
-    loop {
-        match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
-            Ok(Some((_, status))) => return encode(status),
-            Ok(None) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return 127,
-        }
-    }
-}
-
-fn encode(status: rustix::process::WaitStatus) -> i32 {
-    match (status.exit_status(), status.terminating_signal()) {
-        (Some(code), _) => code,
-        (None, Some(sig)) => 128 + sig,
-        _ => 127,
-    }
-}
-
-/// The signal encoded in a supervisor's exit code (`128 + n`), if any.
-pub(crate) fn decoded_signal(code: i32) -> Option<i32> {
-    (129..128 + 65).contains(&code).then(|| code - 128)
 }
 
 /// System calls a generator has no use for. They fail with `EPERM`.

@@ -304,7 +304,10 @@ pub const MAX_LLM_CALLS: usize = 64;
 pub struct SandboxConfig {
     /// The Python interpreter (resolved to the real executable, e.g. through pyenv shims).
     pub python: PathBuf,
-    /// Wall-clock limit of one run; the whole run is killed when it expires.
+    /// Wall-clock limit of one run, counting the program's own time: while it waits on the
+    /// model (an LLM request in flight) the clock stops, so a slow model does not kill it (its
+    /// calls are bounded by the LLM settings, `max_llm_calls` and the budget). The whole run is
+    /// killed when it expires.
     pub timeout: Duration,
     /// CPU-seconds limit (`RLIMIT_CPU`); `None` = the timeout rounded up.
     pub cpu_seconds: Option<u64>,
@@ -700,7 +703,7 @@ impl Launcher {
         if let Some(pid) = child.id() {
             // The supervisor's session: the supervisor, the namespace init and the program
             // (unless it moved); the pid namespace dies with its init.
-            reaper::kill_group(pid);
+            crate::child::kill_group(pid);
         }
         if self.mode.drop_uid {
             reaper::kill_uid(uid);
@@ -863,17 +866,21 @@ impl Sandbox {
 
         let mut llm_calls = 0usize;
         let verdict = {
+            let (waiting, mut waiting_rx) = tokio::sync::watch::channel(false);
             let session = Session {
                 cfg,
                 llm,
                 seed,
                 calls: &mut llm_calls,
+                waiting,
             };
             let conversation = session.talk(sock, task_context, n);
             tokio::pin!(conversation);
+            // the program's own time: the clock stops while it waits on the model
+            let mut clock = OwnClock::new(cfg.timeout);
             let deadline = tokio::time::sleep(cfg.timeout);
             tokio::pin!(deadline);
-            let mut events_open = true;
+            let (mut events_open, mut watching) = (true, true);
             loop {
                 tokio::select! {
                     v = &mut conversation => break v,
@@ -882,9 +889,18 @@ impl Sandbox {
                             "{stream} exceeded the {} byte output cap", cfg.output_cap)),
                         None => events_open = false,
                     },
-                    _ = &mut deadline => break Verdict::Fail(Stage::Timeout, format!(
-                        "no result within the {:.1} s timeout; the run was killed",
-                        cfg.timeout.as_secs_f64())),
+                    changed = waiting_rx.changed(), if watching => match changed {
+                        Ok(()) => {
+                            if let Some(left) = clock.set_waiting(*waiting_rx.borrow_and_update()) {
+                                deadline.as_mut().reset(tokio::time::Instant::now() + left);
+                            }
+                        }
+                        Err(_) => watching = false,
+                    },
+                    _ = &mut deadline, if !clock.waiting => break Verdict::Fail(Stage::Timeout, format!(
+                        "no result within the {:.1} s timeout (the program's own time; {:.1} s \
+                         waiting on the model not counted); the run was killed",
+                        cfg.timeout.as_secs_f64(), clock.waited.as_secs_f64())),
                 }
             }
         };
@@ -935,7 +951,7 @@ impl Sandbox {
         // Under the minimal root the supervisor passes a signal on as 128 + its number.
         let signal = status.and_then(|s| s.signal()).or_else(|| {
             code.filter(|_| self.launcher.mode.minimal_root)
-                .and_then(confine::decoded_signal)
+                .and_then(crate::child::decoded_signal)
         });
         match signal {
             Some(libc::SIGXCPU) => (
@@ -957,6 +973,46 @@ impl Sandbox {
                     code.unwrap_or(-1)
                 ),
             ),
+        }
+    }
+}
+
+/// A run's wall clock that stops while the program waits on the model.
+struct OwnClock {
+    /// Own time left when the clock last stopped (or at the start).
+    left: Duration,
+    /// When the clock last started again.
+    since: Instant,
+    waiting: bool,
+    /// Time spent waiting on the model.
+    waited: Duration,
+}
+
+impl OwnClock {
+    fn new(limit: Duration) -> OwnClock {
+        OwnClock {
+            left: limit,
+            since: Instant::now(),
+            waiting: false,
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// Stop (waiting) or start the clock; on a start, the own time left (to reset the deadline).
+    fn set_waiting(&mut self, waiting: bool) -> Option<Duration> {
+        if waiting == self.waiting {
+            return None;
+        }
+        let now = Instant::now();
+        let span = now.duration_since(self.since);
+        self.since = now;
+        self.waiting = waiting;
+        if waiting {
+            self.left = self.left.saturating_sub(span);
+            None
+        } else {
+            self.waited += span;
+            Some(self.left)
         }
     }
 }

@@ -119,6 +119,9 @@ pub(crate) struct Session<'a> {
     pub llm: Option<Arc<dyn ChatModel>>,
     pub seed: u64,
     pub calls: &'a mut usize,
+    /// Whether the program waits on the model (an `llm` frame is unanswered): the run's wall
+    /// clock stops meanwhile (see `Sandbox::run`).
+    pub waiting: tokio::sync::watch::Sender<bool>,
 }
 
 type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = (u64, Vec<Value>)> + Send>>;
@@ -163,6 +166,9 @@ impl Session<'_> {
                         Some((id, results)) = pending.next(), if !pending.is_empty() => {
                             let frame = json!({"type": "llm_result", "id": id, "results": results});
                             let _ = write_frame(&mut wr, &frame).await;
+                            if pending.is_empty() {
+                                self.waiting.send_replace(false);
+                            }
                         }
                     }
                 }
@@ -200,7 +206,10 @@ impl Session<'_> {
                     }
                     declared = Some(axes);
                 }
-                ChildFrame::Llm { id, requests } => pending.push(self.answer(id, requests)),
+                ChildFrame::Llm { id, requests } => {
+                    pending.push(self.answer(id, requests));
+                    self.waiting.send_replace(true);
+                }
                 ChildFrame::Result {
                     axes,
                     rows,

@@ -14,13 +14,6 @@ pub(crate) const DIR_PREFIX: &str = "ppol-gen-";
 /// The file naming the owner of a sandbox directory: `<pid> <start time in clock ticks>`.
 const OWNER_FILE: &str = ".ppol-owner";
 
-/// SIGKILL to a process group (ignores a group that is already gone).
-pub(crate) fn kill_group(pgid: u32) {
-    if let Some(pid) = Pid::from_raw(pgid as i32) {
-        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
-    }
-}
-
 /// Kill every process owned by `uid`, including descendants that escaped the process group
 /// with `setsid`. A short-lived helper becomes `uid` and calls `kill(-1, SIGKILL)`, which the
 /// kernel applies to every process of that uid at once (a fork racing with it fails because

@@ -443,15 +443,7 @@ impl LlmConfig {
             1,
             crate::limits::MAX_CONCURRENCY,
         )?;
-        if !(self.endpoint_wait_s.is_finite() && self.endpoint_wait_s >= 0.0) {
-            return Err(Error::config(
-                "endpoint_wait_s",
-                format!(
-                    "must be a non-negative number of seconds, got {}",
-                    self.endpoint_wait_s
-                ),
-            ));
-        }
+        crate::limits::check_seconds_or_zero("endpoint_wait_s", self.endpoint_wait_s)?;
         crate::limits::check(
             "max_response_bytes",
             self.max_response_bytes,
@@ -562,7 +554,7 @@ impl LlmConfig {
 
     /// Read a TOML file.
     pub fn from_toml_file(path: &Path) -> Result<Self> {
-        let text = crate::io::read_to_string(path)?;
+        let text = crate::io::read_config_text(path)?;
         LlmConfig::from_toml_str(&text, path)
     }
 

@@ -395,33 +395,20 @@ impl ModelSpec {
 
     /// The per-attempt timeout.
     pub fn timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_secs_f64(self.timeout_s.max(0.001))
+        crate::limits::duration(self.timeout_s.max(0.001))
     }
 
     /// The per-call deadline ([`ModelSpec::deadline_s`], else 2.5 × the attempt timeout).
     pub fn deadline(&self) -> std::time::Duration {
         let secs = self.deadline_s.unwrap_or(self.timeout_s * 2.5);
-        std::time::Duration::from_secs_f64(secs.max(0.001))
+        crate::limits::duration(secs.max(0.001))
     }
 
     /// Check the spec's values; errors name `key` (`default`, `roles.agent`).
     pub(super) fn validate(&self, key: &str) -> Result<()> {
-        if !(self.timeout_s.is_finite() && self.timeout_s > 0.0) {
-            return Err(Error::config(
-                format!("{key}.timeout_s"),
-                format!(
-                    "must be a positive number of seconds, got {}",
-                    self.timeout_s
-                ),
-            ));
-        }
+        crate::limits::check_seconds(&format!("{key}.timeout_s"), self.timeout_s)?;
         if let Some(d) = self.deadline_s {
-            if !(d.is_finite() && d > 0.0) {
-                return Err(Error::config(
-                    format!("{key}.deadline_s"),
-                    format!("must be a positive number of seconds, got {d}"),
-                ));
-            }
+            crate::limits::check_seconds(&format!("{key}.deadline_s"), d)?;
         }
         if let Some(w) = self.context_window {
             if w < 256 {

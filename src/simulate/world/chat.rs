@@ -2,7 +2,9 @@
 //! OpenAI-compatible endpoint with the user's system prompt (`[world] system_prompt` or
 //! `system_prompt_file`); the user simulator is ppol's: the LLM user simulator (the
 //! `user-sim` role) or, with `[episodes] backend = "scripted"`, the offline scripted user
-//! playing the persona text. Tasks come from the task file; there is no reward.
+//! playing the persona text. Tasks come from the task file; there is no reward. The system
+//! prompt is required: without one (or with an empty one) the world is not opened, rather than
+//! searching personas against an agent the user does not run.
 
 use std::sync::Arc;
 
@@ -23,10 +25,6 @@ use crate::simulate::episode::{
 };
 use crate::{Error, Result};
 
-/// The agent's system prompt when none is configured.
-pub const DEFAULT_AGENT_PROMPT: &str =
-    "You are a helpful assistant. Help the user with their request.";
-
 /// The chat world.
 pub struct ChatWorld {
     tasks: TaskList,
@@ -46,10 +44,7 @@ impl ChatWorld {
                  backend = \"scripted\")",
             )
         })?;
-        let system_prompt = deps
-            .settings
-            .agent_system_prompt()?
-            .unwrap_or_else(|| DEFAULT_AGENT_PROMPT.to_string());
+        let system_prompt = deps.settings.chat_system_prompt()?;
         if tasks.all().is_empty() {
             return Err(Error::config(
                 "world.task_file",

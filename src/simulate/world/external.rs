@@ -7,11 +7,18 @@
 //!   out of order, up to `max_in_flight` episodes per process, the simulator's own task list,
 //!   and reward, termination, usage and the agent's view in the answer.
 //!
-//! A process that crashes, hangs past `[world] episode_timeout_s`, writes a line that is not
-//! the protocol, or answers another request is killed (its whole process group); the episodes
+//! A process that crashes, hangs past `[world] episode_timeout_s` (with nothing else in flight),
+//! writes a line that is not the protocol, or answers another request is killed; the episodes
 //! it had in flight are recorded as failed with that reason, and the next episode starts a new
-//! process. The seed sent with an episode is the one its caller derived from (task, persona,
-//! trial), so a run does not depend on how many processes play it.
+//! process. A version-2 request left unanswered fails alone: the process keeps its other
+//! episodes, gets no new ones, and is stopped once they are done. The seed sent with an episode
+//! is the one its caller derived from (task, persona, trial), so a run does not depend on how
+//! many processes play it.
+//!
+//! Every process starts under a supervisor ([`crate::child::Supervisor`]) and dies with ppol,
+//! with everything it forks: see "Processes" in `EXTERNAL_PROTOCOL.md`. Its answers are held to
+//! the bounds of ppol's own episodes (`answer`), and what it writes on stderr reaches ppol's
+//! stderr with control characters escaped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -20,11 +27,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, ChildStdout};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::{oneshot, Semaphore};
 
-use super::{AgentView, TaskList, World, WorldSettings};
+use super::answer::{apply_answer, tasks_of_answer, Envelope};
+use super::{TaskList, World, WorldSettings};
+use crate::child::Supervisor;
 use crate::llm::serve::ModelEndpoint;
 use crate::llm::ChatModel;
 use crate::persona::Persona;
@@ -32,8 +41,12 @@ use crate::simulate::episode::record::{Episode, EpisodeStatus};
 use crate::simulate::episode::{EpisodeRunner, Termination};
 use crate::{Error, Result};
 
-/// Largest line a simulator may write (a whole dialogue is one line).
+/// Largest line a simulator may write: a `tasks` answer (an episode's answer is held to
+/// [`crate::limits::MAX_EPISODE_BYTES`]). A longer line breaks the protocol and kills the
+/// process.
 pub const MAX_LINE_BYTES: usize = 64 << 20;
+/// Bytes of one line of a simulator's stderr shown; the rest of the line is cut.
+const MAX_STDERR_LINE: usize = 8 << 10;
 
 /// How a pool of simulator processes is run.
 #[derive(Debug, Clone)]
@@ -62,7 +75,7 @@ impl PoolOptions {
             argv,
             processes: s.processes,
             protocol: s.protocol,
-            timeout: Duration::from_secs_f64(s.episode_timeout_s),
+            timeout: crate::limits::duration(s.episode_timeout_s),
             max_in_flight: s.max_in_flight,
             env: Vec::new(),
         }
@@ -82,35 +95,46 @@ pub struct Hello {
     pub tasks: bool,
 }
 
-type Answer = std::result::Result<Value, String>;
+/// An answer's line, or why the request failed.
+type Answer = std::result::Result<Vec<u8>, String>;
 
-/// One running simulator process.
+/// One running simulator process (under its supervisor).
 struct Proc {
     stdin: tokio::sync::Mutex<ChildStdin>,
     pending: Mutex<HashMap<String, oneshot::Sender<Answer>>>,
     /// v1: the request ids in the order sent (answers come in that order).
     order: Mutex<std::collections::VecDeque<String>>,
     dead: AtomicBool,
-    pgid: i32,
+    /// Takes no new request: one of its requests hung while others were in flight.
+    retiring: AtomicBool,
+    /// The supervisor's pid.
+    supervisor: u32,
     child: Mutex<Option<tokio::process::Child>>,
     next: AtomicU64,
     protocol: u32,
 }
 
 impl Proc {
-    /// Kill the process group and fail every pending request with `why`.
+    /// Stop the process and everything it started, and fail every pending request with `why`.
     fn kill(&self, why: &str) {
         if !self.dead.swap(true, Ordering::SeqCst) {
-            if let Some(pid) = rustix::process::Pid::from_raw(self.pgid) {
-                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-            }
+            Supervisor::stop(self.supervisor);
         }
         if let Some(mut c) = self.child.lock().expect("child lock").take() {
-            let _ = c.start_kill();
-            // reap in the background
-            tokio::spawn(async move {
-                let _ = c.wait().await;
-            });
+            // reap in the background; a supervisor that does not leave (it takes up to 5 s to
+            // kill a tree that resists) is killed with its group
+            let pid = self.supervisor;
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    if tokio::time::timeout(Duration::from_secs(10), c.wait())
+                        .await
+                        .is_err()
+                    {
+                        crate::child::kill_group(pid);
+                        let _ = c.kill().await;
+                    }
+                });
+            }
         }
         let pending: Vec<_> = self.pending.lock().expect("pending lock").drain().collect();
         for (_, tx) in pending {
@@ -120,6 +144,23 @@ impl Proc {
 
     fn take_pending(&self, key: &str) -> Option<oneshot::Sender<Answer>> {
         self.pending.lock().expect("pending lock").remove(key)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.pending.lock().expect("pending lock").len()
+    }
+
+    /// Whether new requests may go to it.
+    fn usable(&self) -> bool {
+        !self.dead.load(Ordering::SeqCst) && !self.retiring.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if !self.dead.swap(true, Ordering::SeqCst) {
+            Supervisor::stop(self.supervisor);
+        }
     }
 }
 
@@ -131,11 +172,13 @@ pub struct Pool {
     permits: Semaphore,
     per_process: AtomicUsize,
     hello: Mutex<Option<Hello>>,
+    /// Every process started and not yet known dead (retiring ones included).
+    all: Mutex<Vec<Arc<Proc>>>,
     /// Processes started so far (restarts included).
     pub started: AtomicU64,
     /// Most processes alive at once.
     pub max_alive: AtomicUsize,
-    alive: AtomicUsize,
+    alive: Arc<AtomicUsize>,
 }
 
 impl Pool {
@@ -148,9 +191,10 @@ impl Pool {
             permits: Semaphore::new(n),
             per_process: AtomicUsize::new(1),
             hello: Mutex::new(None),
+            all: Mutex::new(Vec::new()),
             started: AtomicU64::new(0),
             max_alive: AtomicUsize::new(0),
-            alive: AtomicUsize::new(0),
+            alive: Arc::new(AtomicUsize::new(0)),
             opts,
         })
     }
@@ -182,22 +226,29 @@ impl Pool {
 
     async fn spawn(self: &Arc<Self>) -> std::result::Result<Arc<Proc>, String> {
         let argv = &self.opts.argv;
+        let sup = Supervisor::new();
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .kill_on_drop(true)
-            .process_group(0);
+            .stderr(std::process::Stdio::piped());
         for (k, v) in &self.opts.env {
             cmd.env(k, v);
+        }
+        // SAFETY: `Supervisor::enter` runs between fork and exec and only makes raw system
+        // calls on data prepared above (see `crate::child`).
+        unsafe {
+            cmd.pre_exec(move || sup.enter());
         }
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start the simulator {:?}: {e}", argv[0]))?;
-        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        let supervisor = child.id().unwrap_or(0);
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(forward_stderr(stderr));
+        }
         self.started.fetch_add(1, Ordering::SeqCst);
         let alive = self.alive.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_alive.fetch_max(alive, Ordering::SeqCst);
@@ -206,11 +257,17 @@ impl Pool {
             pending: Mutex::new(HashMap::new()),
             order: Mutex::new(Default::default()),
             dead: AtomicBool::new(false),
-            pgid,
+            retiring: AtomicBool::new(false),
+            supervisor,
             child: Mutex::new(Some(child)),
             next: AtomicU64::new(0),
             protocol: self.opts.protocol,
         });
+        {
+            let mut all = self.all.lock().expect("process list lock");
+            all.retain(|p| !p.dead.load(Ordering::SeqCst));
+            all.push(proc.clone());
+        }
         let (hello_tx, hello_rx) = oneshot::channel();
         if self.opts.protocol >= 2 {
             proc.pending
@@ -219,10 +276,10 @@ impl Pool {
                 .insert("hello".into(), hello_tx);
         }
         let reader_proc = proc.clone();
-        let pool = self.clone();
+        let alive_count = self.alive.clone();
         tokio::spawn(async move {
             read_answers(stdout, &reader_proc).await;
-            pool.alive.fetch_sub(1, Ordering::SeqCst);
+            alive_count.fetch_sub(1, Ordering::SeqCst);
         });
         if self.opts.protocol >= 2 {
             let hello = json!({"type": "hello", "protocol": 2, "ppol": env!("CARGO_PKG_VERSION")});
@@ -231,8 +288,8 @@ impl Pool {
                 return Err(e);
             }
             let answer = tokio::time::timeout(self.opts.timeout, hello_rx).await;
-            let v = match answer {
-                Ok(Ok(Ok(v))) => v,
+            let line = match answer {
+                Ok(Ok(Ok(line))) => line,
                 Ok(Ok(Err(e))) => return Err(format!("during the hello handshake: {e}")),
                 Ok(Err(_)) => return Err("the simulator ended during the hello handshake".into()),
                 Err(_) => {
@@ -244,6 +301,7 @@ impl Pool {
                     ));
                 }
             };
+            let v: Value = serde_json::from_slice(&line).map_err(|e| e.to_string())?;
             let hello = parse_hello(&v).inspect_err(|e| proc.kill(e))?;
             let k = hello.max_in_flight.min(self.opts.max_in_flight).max(1);
             let first = self.hello.lock().expect("hello lock").is_none();
@@ -258,8 +316,8 @@ impl Pool {
         Ok(proc)
     }
 
-    /// Send one request and wait for its answer (the request's `request_id` is set here for
-    /// v2). Errors are the reason the episode failed.
+    /// Send one request and wait for its answer's line (the request's `request_id` is set here
+    /// for v2). Errors are the reason the episode failed.
     pub async fn request(self: &Arc<Self>, mut req: Map<String, Value>, key: &str) -> Answer {
         let _permit = self
             .permits
@@ -281,23 +339,26 @@ impl Pool {
         result
     }
 
+    /// The live process of slot `idx`, started when there is none (or it retires).
+    async fn proc_of_slot(self: &Arc<Self>, idx: usize) -> std::result::Result<Arc<Proc>, String> {
+        let mut slot = self.slots[idx].lock().await;
+        match slot.as_ref() {
+            Some(p) if p.usable() => Ok(p.clone()),
+            _ => {
+                let p = self.spawn().await?;
+                *slot = Some(p.clone());
+                Ok(p)
+            }
+        }
+    }
+
     async fn request_on(
         self: &Arc<Self>,
         idx: usize,
         req: &mut Map<String, Value>,
         key: &str,
     ) -> Answer {
-        let proc = {
-            let mut slot = self.slots[idx].lock().await;
-            match slot.as_ref() {
-                Some(p) if !p.dead.load(Ordering::SeqCst) => p.clone(),
-                _ => {
-                    let p = self.spawn().await?;
-                    *slot = Some(p.clone());
-                    p
-                }
-            }
-        };
+        let proc = self.proc_of_slot(idx).await?;
         let rid = if proc.protocol >= 2 {
             let rid = format!("r{}", proc.next.fetch_add(1, Ordering::SeqCst));
             req.insert("request_id".into(), Value::String(rid.clone()));
@@ -320,36 +381,46 @@ impl Pool {
             proc.kill(&e);
             return Err(e);
         }
-        match tokio::time::timeout(self.opts.timeout, rx).await {
+        let answer = match tokio::time::timeout(self.opts.timeout, rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err("the simulator process went away".into()),
-            Err(_) => {
-                let why = format!(
-                    "no answer within {} s ([world] episode_timeout_s): the simulator process \
-                     was killed and is restarted for the next episode",
-                    self.opts.timeout.as_secs_f64()
-                );
-                if proc.take_pending(&rid).is_some() {
-                    proc.kill(&format!("killed because request {key} hung"));
-                }
-                Err(why)
-            }
+            Err(_) => Err(self.hung(&proc, &rid, key)),
+        };
+        if proc.retiring.load(Ordering::SeqCst) && proc.in_flight() == 0 {
+            proc.kill("retired after a request of it hung");
+        }
+        answer
+    }
+
+    /// A request that got no answer in time: the reason it failed. Alone on its process, the
+    /// process is killed (and restarted for the next episode); with other requests in flight
+    /// (v2), only this one fails and the process retires once the others are answered.
+    fn hung(&self, proc: &Proc, rid: &str, key: &str) -> String {
+        let secs = self.opts.timeout.as_secs_f64();
+        if proc.take_pending(rid).is_none() {
+            // answered at the last moment, or the process already died
+            return format!("no answer within {secs} s ([world] episode_timeout_s)");
+        }
+        let others = proc.in_flight();
+        if proc.protocol >= 2 && others > 0 {
+            proc.retiring.store(true, Ordering::SeqCst);
+            format!(
+                "no answer within {secs} s ([world] episode_timeout_s): this episode failed; \
+                 the simulator process keeps its {others} other episode(s) in flight, gets no \
+                 new ones and is stopped once they are answered"
+            )
+        } else {
+            proc.kill(&format!("killed because request {key} hung"));
+            format!(
+                "no answer within {secs} s ([world] episode_timeout_s): the simulator process \
+                 was killed and is restarted for the next episode"
+            )
         }
     }
 
     /// v2: ask process 0 for the simulator's task list.
     pub async fn list_tasks(self: &Arc<Self>) -> Result<Vec<super::WorldTask>> {
-        let proc = {
-            let mut slot = self.slots[0].lock().await;
-            match slot.as_ref() {
-                Some(p) if !p.dead.load(Ordering::SeqCst) => p.clone(),
-                _ => {
-                    let p = self.spawn().await.map_err(|m| self.error(m))?;
-                    *slot = Some(p.clone());
-                    p
-                }
-            }
-        };
+        let proc = self.proc_of_slot(0).await.map_err(|m| self.error(m))?;
         let (tx, rx) = oneshot::channel();
         proc.pending
             .lock()
@@ -358,42 +429,24 @@ impl Pool {
         write_line(&proc, &json!({"type": "list_tasks"}))
             .await
             .map_err(|m| self.error(m))?;
-        let v = match tokio::time::timeout(self.opts.timeout, rx).await {
-            Ok(Ok(Ok(v))) => v,
+        let line = match tokio::time::timeout(self.opts.timeout, rx).await {
+            Ok(Ok(Ok(line))) => line,
             Ok(Ok(Err(e))) => return Err(self.error(format!("list_tasks: {e}"))),
             _ => {
                 proc.kill("list_tasks unanswered");
                 return Err(self.error("list_tasks: no answer".into()));
             }
         };
-        let arr = v
-            .get("tasks")
-            .and_then(Value::as_array)
-            .ok_or_else(|| self.error("list_tasks: the answer has no `tasks` list".into()))?;
-        let mut out = Vec::with_capacity(arr.len());
-        let mut seen = std::collections::HashSet::new();
-        for (i, t) in arr.iter().enumerate() {
-            let task = super::tasks::task_from_value(t)
-                .map_err(|m| self.error(format!("list_tasks: tasks[{i}]: {m}")))?;
-            if !seen.insert(task.task_id.clone()) {
-                return Err(self.error(format!(
-                    "list_tasks: tasks[{i}]: task_id '{}' is listed twice",
-                    task.task_id
-                )));
-            }
-            out.push(task);
-        }
-        Ok(out)
+        tasks_of_answer(&line).map_err(|m| self.error(format!("list_tasks: {m}")))
     }
 
-    /// Send `shutdown` to every process, give them a moment, then kill what is left.
+    /// Send `shutdown` to every process, give them a moment, then stop what is left (with
+    /// everything it started).
     pub async fn shutdown(&self) {
-        let mut procs = Vec::new();
         for s in &self.slots {
-            if let Some(p) = s.lock().await.take() {
-                procs.push(p);
-            }
+            s.lock().await.take();
         }
+        let procs: Vec<Arc<Proc>> = std::mem::take(&mut *self.all.lock().expect("list lock"));
         for p in &procs {
             if !p.dead.load(Ordering::SeqCst) {
                 let _ = write_line(p, &json!({"type": "shutdown"})).await;
@@ -406,8 +459,8 @@ impl Pool {
             let child = p.child.lock().expect("child lock").take();
             if let Some(mut c) = child {
                 if tokio::time::timeout_at(deadline, c.wait()).await.is_err() {
+                    *p.child.lock().expect("child lock") = Some(c);
                     p.kill("shut down");
-                    let _ = c.kill().await;
                 } else {
                     p.dead.store(true, Ordering::SeqCst);
                 }
@@ -418,12 +471,12 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        for s in &self.slots {
-            if let Ok(mut g) = s.try_lock() {
-                if let Some(p) = g.take() {
-                    p.kill("ppol is done");
-                }
-            }
+        let procs = match self.all.lock() {
+            Ok(mut all) => std::mem::take(&mut *all),
+            Err(_) => return,
+        };
+        for p in procs {
+            p.kill("ppol is done");
         }
     }
 }
@@ -439,10 +492,11 @@ async fn write_line(proc: &Proc, msg: &Value) -> std::result::Result<(), String>
         .map_err(|e| format!("the simulator closed its stdin ({e}): it exited or crashed"))
 }
 
-/// Read one line of at most [`MAX_LINE_BYTES`]; `Ok(None)` at end of output.
-async fn read_line_bounded(
-    r: &mut BufReader<ChildStdout>,
+/// Read one line of at most `cap` bytes; `Ok(None)` at end of output.
+async fn read_line_bounded<R: AsyncBufRead + Unpin>(
+    r: &mut R,
     buf: &mut Vec<u8>,
+    cap: usize,
 ) -> std::result::Result<Option<()>, String> {
     buf.clear();
     loop {
@@ -450,13 +504,14 @@ async fn read_line_bounded(
         if chunk.is_empty() {
             return Ok(if buf.is_empty() { None } else { Some(()) });
         }
-        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+        let (take, done) = match memchr::memchr(b'\n', chunk) {
             Some(i) => (i + 1, true),
             None => (chunk.len(), false),
         };
-        if buf.len() + take > MAX_LINE_BYTES {
+        if buf.len() + take > cap {
             return Err(format!(
-                "a stdout line longer than {MAX_LINE_BYTES} bytes (the protocol's limit)"
+                "a stdout line longer than {} (the protocol's limit)",
+                crate::limits::bytes(cap as u64)
             ));
         }
         buf.extend_from_slice(&chunk[..take]);
@@ -467,6 +522,47 @@ async fn read_line_bounded(
     }
 }
 
+/// A simulator's stderr to ppol's, line by line, control characters escaped (as sandbox
+/// stderr is) and each line cut at [`MAX_STDERR_LINE`] bytes.
+async fn forward_stderr(stderr: ChildStderr) {
+    let mut r = BufReader::new(stderr);
+    let mut line: Vec<u8> = Vec::new();
+    let mut cut = 0usize;
+    loop {
+        let chunk = match r.fill_buf().await {
+            Ok(c) if !c.is_empty() => c,
+            _ => break,
+        };
+        let (take, done) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = MAX_STDERR_LINE.saturating_sub(line.len()).min(take);
+        line.extend_from_slice(&chunk[..room]);
+        cut += take - room;
+        r.consume(take);
+        if done {
+            show_stderr_line(&line, cut);
+            line.clear();
+            cut = 0;
+        }
+    }
+    if !line.is_empty() {
+        show_stderr_line(&line, cut);
+    }
+}
+
+fn show_stderr_line(line: &[u8], cut: usize) {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end_matches(['\n', '\r']);
+    let shown = crate::io::printable(text);
+    if cut > 0 {
+        eprintln!("{shown}... ({cut} more bytes of this line cut)");
+    } else {
+        eprintln!("{shown}");
+    }
+}
+
 /// The reader of one process: route each answer to its request; anything that is not the
 /// protocol kills the process with the reason.
 async fn read_answers(stdout: ChildStdout, proc: &Proc) {
@@ -474,7 +570,7 @@ async fn read_answers(stdout: ChildStdout, proc: &Proc) {
     let mut buf = Vec::new();
     let mut line_no = 0u64;
     loop {
-        let got = read_line_bounded(&mut r, &mut buf).await;
+        let got = read_line_bounded(&mut r, &mut buf, MAX_LINE_BYTES).await;
         line_no += 1;
         let at = format!("stdout line {line_no}");
         match got {
@@ -498,26 +594,29 @@ async fn read_answers(stdout: ChildStdout, proc: &Proc) {
             }
             Ok(Some(())) => {}
         }
-        let text = String::from_utf8_lossy(&buf);
-        if text.trim().is_empty() {
+        if buf.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let shown: String = text.trim().chars().take(200).collect();
-        let v: Value = match serde_json::from_str(text.trim()) {
-            Ok(v @ Value::Object(_)) => v,
-            Ok(_) => return proc.kill(&format!("{at} is not a JSON object: {shown}")),
-            Err(e) => return proc.kill(&format!("{at} is not JSON ({e}): {shown}")),
+        let shown = || {
+            let text = String::from_utf8_lossy(&buf[..buf.len().min(400)]);
+            crate::io::printable(text.trim().chars().take(200).collect::<String>().as_str())
+                .into_owned()
         };
-        let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
+        let envelope = match Envelope::parse(&buf) {
+            Ok(e) => e,
+            Err(why) => return proc.kill(&format!("{at} {why}: {}", shown())),
+        };
+        let kind = envelope.kind();
         let key = if proc.protocol >= 2 {
-            match kind {
+            match kind.as_str() {
                 "hello" => "hello".to_string(),
                 "tasks" => "list_tasks".to_string(),
-                _ => match v.get("request_id").and_then(Value::as_str) {
-                    Some(r) => r.to_string(),
+                _ => match envelope.request_id() {
+                    Some(r) => r,
                     None => {
                         return proc.kill(&format!(
-                            "{at}: a version-2 answer without request_id: {shown}"
+                            "{at}: a version-2 answer without request_id: {}",
+                            shown()
                         ))
                     }
                 },
@@ -526,27 +625,37 @@ async fn read_answers(stdout: ChildStdout, proc: &Proc) {
             let expected = proc.order.lock().expect("order lock").pop_front();
             match expected {
                 Some(id) => {
-                    let got = v.get("id").and_then(Value::as_str).unwrap_or("");
+                    let got = envelope.id();
                     if got != id {
                         return proc.kill(&format!(
-                            "{at} answers id '{got}' while request '{id}' is pending (a \
-                             version-1 simulator answers in request order)"
+                            "{at} answers id '{}' while request '{id}' is pending (a \
+                             version-1 simulator answers in request order)",
+                            crate::io::printable(&got)
                         ));
                     }
                     id
                 }
-                None => return proc.kill(&format!("{at}: an answer nobody asked for: {shown}")),
+                None => {
+                    return proc.kill(&format!("{at}: an answer nobody asked for: {}", shown()))
+                }
             }
         };
         match proc.take_pending(&key) {
             Some(tx) => {
-                let _ = tx.send(Ok(v));
+                // the line goes to its request whole; this reader starts a fresh buffer
+                let _ = tx.send(Ok(std::mem::take(&mut buf)));
             }
             None if proc.protocol >= 2 => {
                 // the request timed out already, or an id nobody sent
-                tracing::warn!("{at}: an answer for request '{key}', which is not pending");
+                tracing::warn!(
+                    "{at}: an answer for request '{}', which is not pending",
+                    crate::io::printable(&key)
+                );
             }
             None => {}
+        }
+        if buf.capacity() > 1 << 20 {
+            buf = Vec::new();
         }
     }
 }
@@ -586,6 +695,31 @@ fn parse_hello(v: &Value) -> std::result::Result<Hello, String> {
     })
 }
 
+/// The executable a command's first word names (a path, or a name looked up in `PATH`), or
+/// why there is none: checked before anything starts, so that a wrong command is one error.
+pub fn find_program(name: &str) -> std::result::Result<std::path::PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let shown = crate::io::printable(name);
+    if name.contains('/') {
+        let p = std::path::PathBuf::from(name);
+        return match std::fs::metadata(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(format!("'{shown}': no such file"))
+            }
+            _ if runnable(&p) => Ok(p),
+            _ => Err(format!("'{shown}' is not an executable file")),
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| runnable(p))
+        .ok_or_else(|| format!("'{shown}' is not found in PATH"))
+}
+
 /// A world of external simulator processes.
 pub struct ExternalWorld {
     pool: Arc<Pool>,
@@ -606,6 +740,9 @@ impl ExternalWorld {
         split_seed: u64,
         test_fraction: f64,
     ) -> Result<Arc<dyn World>> {
+        find_program(&opts.argv[0]).map_err(|m| {
+            Error::config("run.world", format!("{}: cannot start: {m}", opts.label))
+        })?;
         let endpoint = match model {
             Some(m) => {
                 let ep = ModelEndpoint::start(m).await?;
@@ -751,91 +888,6 @@ pub fn episode_request(
     m
 }
 
-/// Fill an episode from a `dialogue` answer; an error names what is wrong with it.
-fn apply_answer(e: &mut Episode, v: &Value) -> std::result::Result<(), String> {
-    match v.get("type").and_then(Value::as_str) {
-        Some("dialogue") => {}
-        Some("error") => {
-            return Err(format!(
-                "the simulator reported an error: {}",
-                v.get("message").and_then(Value::as_str).unwrap_or("")
-            ))
-        }
-        other => {
-            return Err(format!(
-                "an answer of type {other:?}, expected \"dialogue\" or \"error\""
-            ))
-        }
-    }
-    let conv = v.get("conversation").unwrap_or(&Value::Null);
-    e.conversation = crate::fitness::traces::parse_turns(
-        conv,
-        std::path::Path::new("simulator answer"),
-        "conversation",
-    )
-    .map_err(|err| err.to_string())?;
-    e.reward = match v.get("reward") {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => n.as_f64().filter(|x| x.is_finite()),
-        Some(other) => return Err(format!("reward must be a number or null, got {other}")),
-    };
-    if let Some(m) = v.get("meta").filter(|m| !m.is_null()) {
-        if !m.is_object() {
-            return Err("meta must be an object".into());
-        }
-        e.meta = Some(m.clone());
-    }
-    if let Some(ri) = v.get("reward_info").filter(|m| m.is_object()) {
-        e.reward_info = ri.clone();
-    }
-    if let Some(u) = v.get("usage").filter(|m| m.is_object()) {
-        e.usage = u.clone();
-    }
-    if let Some(a) = v.get("agent").filter(|a| a.is_object()) {
-        let system_prompt = a
-            .get("system_prompt")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let tools = a
-            .get("tools")
-            .and_then(Value::as_array)
-            .map(|ts| {
-                ts.iter()
-                    .filter_map(crate::llm::ToolSpec::from_openai)
-                    .collect()
-            })
-            .unwrap_or_default();
-        e.agent = Some(AgentView {
-            system_prompt,
-            tools,
-        });
-    }
-    e.termination = match v.get("termination").and_then(Value::as_str) {
-        Some("user_stop") => Termination::UserStop,
-        Some("transfer") => Termination::Transfer,
-        Some("out_of_scope") => Termination::OutOfScope,
-        Some("max_turns") => Termination::MaxTurns,
-        Some("error") => {
-            return Err("the simulator ended the episode with termination \"error\"".into())
-        }
-        _ => termination_of(&e.conversation),
-    };
-    e.status = EpisodeStatus::Ok;
-    Ok(())
-}
-
-/// The termination of a v1 answer, read off its last user turn's stop token.
-fn termination_of(conv: &[crate::dialogue::Turn]) -> Termination {
-    let last_user = conv
-        .iter()
-        .rev()
-        .find(|t| t.role == crate::dialogue::Role::User);
-    last_user
-        .and_then(|t| crate::simulate::episode::parse_user_message(&t.content).stop)
-        .unwrap_or(Termination::UserStop)
-}
-
 #[async_trait]
 impl EpisodeRunner for ExternalRunner {
     async fn run(
@@ -858,8 +910,8 @@ impl EpisodeRunner for ExternalRunner {
             self.max_turns,
         );
         match self.pool.request(req, &e.id).await {
-            Ok(v) => {
-                if let Err(why) = apply_answer(&mut e, &v) {
+            Ok(line) => {
+                if let Err(why) = apply_answer(&mut e, &line, self.max_turns) {
                     e.status = EpisodeStatus::Failed;
                     e.termination = Termination::Error;
                     e.error = Some(why);
@@ -891,39 +943,16 @@ mod tests {
     }
 
     #[test]
-    fn answers_fill_the_episode_or_say_why_not() {
-        let pool = Pool::new(PoolOptions {
-            argv: vec!["true".into()],
-            processes: 1,
-            protocol: 1,
-            timeout: Duration::from_secs(1),
-            max_in_flight: 1,
-            env: vec![],
-            label: "external:x".into(),
-        });
-        let r = ExternalRunner {
-            pool,
-            tasks: TaskList::default(),
-            domain: "external".into(),
-            max_turns: 5,
-        };
-        let mut e = r.record("t", None, 0, 1);
-        apply_answer(
-            &mut e,
-            &json!({"type": "dialogue", "id": "t:none:0", "reward": 1.0,
-                    "conversation": [{"role": "user", "content": "bye ###STOP###"}]}),
-        )
-        .unwrap();
-        assert_eq!(e.status, EpisodeStatus::Ok);
-        assert_eq!(e.reward, Some(1.0));
-        let mut e = r.record("t", None, 0, 1);
-        let why = apply_answer(
-            &mut e,
-            &json!({"type": "dialogue", "conversation": [{"role": "robot"}]}),
-        )
-        .unwrap_err();
-        assert!(why.contains("robot"), "{why}");
-        let why = apply_answer(&mut e, &json!({"type": "error", "message": "no"})).unwrap_err();
-        assert!(why.contains("no"), "{why}");
+    fn programs_are_found_before_anything_starts() {
+        assert!(find_program("sh").is_ok());
+        let e = find_program("/nonexistent/sim").unwrap_err();
+        assert!(
+            e.contains("/nonexistent/sim") && e.contains("no such file"),
+            "{e}"
+        );
+        let e = find_program("no-such-simulator-ppol").unwrap_err();
+        assert!(e.contains("PATH"), "{e}");
+        let e = find_program("/").unwrap_err();
+        assert!(e.contains("not an executable file"), "{e}");
     }
 }

