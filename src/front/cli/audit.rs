@@ -40,7 +40,8 @@ pub struct AuditArgs {
           value_parser = super::count(1, limits::MAX_BOOTSTRAP))]
     pub bootstrap: usize,
     /// Seed of the folds, the classifiers, the resamples and the judge's pairs (default 0).
-    #[arg(long, default_value_t = AuditOptions::SEED, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = AuditOptions::SEED, allow_negative_numbers = true,
+          value_parser = super::seed())]
     pub seed: u64,
     /// The LLM judge's model (its `reflection` role): `offline` (no judge, the default),
     /// `openai:MODEL[@BASE_URL]`, a TOML LLM configuration, `scripted[:FILE]`.

@@ -47,12 +47,13 @@ pub struct BenchWorldArgs {
     /// bench starts one on 127.0.0.1 for the measurement.
     #[arg(long, value_name = "ADDRESS")]
     pub ray_address: Option<String>,
-    /// Nodes of the cluster the bench starts.
-    #[arg(long, default_value_t = 2)]
+    /// Nodes of the cluster the bench starts, 1 to 16.
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true,
+          value_parser = super::count(1usize, 16))]
     pub ray_nodes: usize,
     /// Logical CPUs of each node of the cluster the bench starts (default: room for the
-    /// largest K, one CPU per actor).
-    #[arg(long)]
+    /// largest K, one CPU per actor), 1 to 1,024.
+    #[arg(long, allow_negative_numbers = true, value_parser = super::count(1usize, 1024))]
     pub ray_node_cpus: Option<usize>,
     /// Print JSON.
     #[arg(long)]

@@ -46,8 +46,9 @@ pub struct WorldFlags {
     #[arg(long, value_name = "ADDRESS")]
     pub ray_address: Option<String>,
     /// Simulator processes (Ray actors) across the cluster of --executor ray
-    /// (`world.ray.actors`).
-    #[arg(long, value_name = "N")]
+    /// (`world.ray.actors`, 1 to 256).
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = super::count(1, crate::simulate::world::ray::MAX_ACTORS))]
     pub ray_actors: Option<usize>,
 }
 
