@@ -30,9 +30,14 @@ def dialogue(task):
             {"role": "assistant", "content": "Parcel A5 is in transit."}]
 
 
-for line in sys.stdin:
-    req = json.loads(line)
-    if req.get("type") == "shutdown":
-        break
-    out = {"type": "dialogue", "id": req["id"], "task_id": req["task_id"], "conversation": dialogue(req["task_id"]), "reward": 1.0}
-    print(json.dumps(out), flush=True)
+def main():
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("type") == "shutdown":
+            break
+        out = {"type": "dialogue", "id": req["id"], "task_id": req["task_id"], "conversation": dialogue(req["task_id"]), "reward": 1.0}
+        print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -78,30 +78,27 @@ pub fn run(args: EpisodesArgs) -> anyhow::Result<Outcome> {
     o.flag("--domain", "run.domain", args.domain.as_deref())?
         .flag("--tau2-data", "run.tau2_data", args.tau2_data.as_ref())?;
     args.world.apply(&mut o)?;
-    let cfg = ops::load_config(args.config.as_deref(), &o)?;
-    let world = cfg.world();
     let personas = args
         .personas
         .as_deref()
         .map(ops::read_personas)
         .transpose()?;
-    let llm = ops::parse_llm(&args.llm)?.or_else(|| cfg.llm.clone());
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let request = EpisodesRequest {
-        world,
+    let request = ops::EpisodesInput {
+        config: args.config.clone(),
+        overrides: o,
         tasks: args.tasks.clone(),
         personas,
         trials: args.trials,
-        llm,
+        llm: Some(args.llm.clone()),
         max_turns: args.max_turns,
         max_tool_rounds: args.max_tool_rounds,
-        user_temperature: None,
         seed: args.seed,
         concurrency: args.concurrency,
         output: Some(args.output.clone()),
         stop: Some(stop.clone()),
     }
-    .with_settings(&cfg.episodes);
+    .resolve()?;
     let (bar, progress) = super::batch_progress(args.quiet);
     let report = super::with_ctrl_c(
         stop,

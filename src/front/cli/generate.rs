@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::Outcome;
-use crate::front::ops::{self, GenerateRequest, Overrides, TaskSelection};
-use crate::generate::generator::{format_personas, OutputFormat, Program};
+use crate::front::ops::{self, GenerateInput, GenerateRequest, Overrides, TaskSelection};
+use crate::generate::generator::{format_personas, OutputFormat};
 use crate::limits;
 
 /// Arguments of `ppol generate`.
@@ -93,27 +93,6 @@ pub struct GenerateArgs {
 
 /// Run `ppol generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
-    let from_run = args.run.as_deref().map(ops::FromRun::open).transpose()?;
-    let program = match (&from_run, &args.program) {
-        (Some(r), _) => r.program.clone(),
-        (None, Some(p)) => p.clone(),
-        (None, None) => anyhow::bail!("give --program FILE or --run RUN_DIR"),
-    };
-    // before the tasks are resolved: a wrong program is the first thing to hear about
-    Program::Path(program.clone()).check()?;
-    let mut selection = TaskSelection {
-        domain: args.domain.clone(),
-        world: args.world.clone(),
-        tau2_data: args.tau2_data.clone(),
-        tasks: args.task.clone(),
-        split: args.split.clone(),
-        task_file: args.task_file.clone(),
-        seed: args.seed,
-    };
-    if let Some(r) = &from_run {
-        selection = r.tasks(selection)?;
-    }
-    let tasks = ops::resolve_tasks(&selection)?;
     let mut o = Overrides::new();
     o.flag("--timeout", "sandbox.timeout_s", args.timeout)?
         .flag(
@@ -122,23 +101,26 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
             args.max_llm_calls,
         )?
         .flag("--concurrency", "sandbox.concurrency", args.concurrency)?;
-    let config = args
-        .config
-        .clone()
-        .or_else(|| from_run.as_ref().map(|r| r.config_file.clone()));
-    let cfg = ops::load_config(config.as_deref(), &o)?;
-    let llm = match ops::parse_llm(&args.llm)? {
-        Some(l) => Some(l),
-        None => cfg.llm.clone(),
-    };
-    let report = ops::block_on(ops::generate(GenerateRequest {
-        program: Program::Path(program.clone()),
-        tasks,
-        n: args.n.or(Some(cfg.fitness.n_personas)),
-        llm,
-        seed: args.seed,
-        sandbox: cfg.sandbox.clone(),
-    }))??;
+    let request = GenerateInput {
+        program: args.program.clone(),
+        run: args.run.clone(),
+        selection: TaskSelection {
+            domain: args.domain.clone(),
+            world: args.world.clone(),
+            tau2_data: args.tau2_data.clone(),
+            tasks: args.task.clone(),
+            split: args.split.clone(),
+            task_file: args.task_file.clone(),
+            seed: args.seed,
+        },
+        n: args.n,
+        llm: Some(args.llm.clone()),
+        config: args.config.clone(),
+        overrides: o,
+    }
+    .resolve()?;
+    let program = request.program.name();
+    let report = ops::block_on(ops::generate(request))??;
     eprintln!("{}", report.sandbox);
     let mut out = String::new();
     for t in &report.tasks {
@@ -161,7 +143,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
     if failures.len() == n_tasks {
         anyhow::bail!(
             "every task failed ({n_tasks}) for '{}'; nothing was written{}",
-            program.display(),
+            program,
             if args.out.as_os_str() == "-" {
                 String::new()
             } else {
@@ -176,7 +158,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<Outcome> {
         Ok(Outcome::Partial(format!(
             "{} of {n_tasks} task(s) failed for '{}'; the personas of the others were written",
             failures.len(),
-            program.display()
+            program
         )))
     }
 }

@@ -76,6 +76,93 @@ impl EpisodesRequest {
     }
 }
 
+/// What `ppol episodes` was asked, as the CLI's flags or Python's arguments give it: the one
+/// value both front ends build, turned into an [`EpisodesRequest`] by
+/// [`EpisodesInput::resolve`] with the same defaults, checks and messages for both.
+#[derive(Default)]
+pub struct EpisodesInput {
+    /// A run configuration (`--config`, `config=`): its world, `[episodes]` and `[llm]` apply
+    /// where nothing else sets them.
+    pub config: Option<PathBuf>,
+    /// The world, its task file and τ² data given by flags or keyword arguments, with their
+    /// origins.
+    pub overrides: super::Overrides,
+    /// Tasks: `all`, a split name, or comma-separated task ids.
+    pub tasks: String,
+    /// Personas (None: the plain simulator).
+    pub personas: Option<Vec<Persona>>,
+    /// Trials per (task, persona).
+    pub trials: u32,
+    /// The `--llm` / `llm=` grammar (None or `offline`: the configuration's `[llm]`, else the
+    /// offline scripted simulator).
+    pub llm: Option<String>,
+    /// User turns before an episode is cut (default: `episodes.val_max_turns`).
+    pub max_turns: Option<usize>,
+    /// Tool-call rounds per LLM agent turn (default: `episodes.max_tool_rounds`).
+    pub max_tool_rounds: Option<usize>,
+    /// Root seed.
+    pub seed: u64,
+    /// Episodes in flight at once.
+    pub concurrency: usize,
+    /// The output file (None: in memory only).
+    pub output: Option<PathBuf>,
+    /// The stop flag.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+impl EpisodesInput {
+    /// Resolve: the configuration in its layers, the world it names, the LLM, and the
+    /// `[episodes]` settings for what was left unset.
+    pub fn resolve(self) -> Result<EpisodesRequest> {
+        let cfg = super::load_config(self.config.as_deref(), &self.overrides)?;
+        let llm = match self.llm.as_deref() {
+            Some(spec) => super::parse_llm(spec)?,
+            None => None,
+        }
+        .or_else(|| cfg.llm.clone());
+        let request = EpisodesRequest {
+            world: cfg.world(),
+            tasks: self.tasks,
+            personas: self.personas,
+            trials: self.trials,
+            llm,
+            max_turns: self.max_turns,
+            max_tool_rounds: self.max_tool_rounds,
+            user_temperature: None,
+            seed: self.seed,
+            concurrency: self.concurrency,
+            output: self.output,
+            stop: self.stop,
+        }
+        .with_settings(&cfg.episodes);
+        super::stop_if_resolving("episodes", || request.describe())?;
+        Ok(request)
+    }
+}
+
+impl EpisodesRequest {
+    /// The resolved request as plain data (what the front ends' agreement is tested on).
+    pub fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "world": {
+                "spec": self.world.spec.label(),
+                "settings": self.world.settings,
+                "tau2_data": self.world.tau2_data,
+            },
+            "tasks": self.tasks,
+            "personas": self.personas,
+            "trials": self.trials,
+            "llm": self.llm,
+            "max_turns": self.max_turns,
+            "max_tool_rounds": self.max_tool_rounds,
+            "user_temperature": self.user_temperature,
+            "seed": self.seed,
+            "concurrency": self.concurrency,
+            "output": self.output,
+        })
+    }
+}
+
 /// Episodes played, with what was spent.
 #[derive(Debug, Clone, Serialize)]
 pub struct EpisodesReport {

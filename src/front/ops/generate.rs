@@ -91,6 +91,95 @@ impl FromRun {
     }
 }
 
+/// What `ppol generate` was asked, as the CLI's flags or Python's arguments give it: the one
+/// value both front ends build, turned into a [`GenerateRequest`] by [`GenerateInput::resolve`]
+/// with the same defaults, checks and messages for both.
+#[derive(Debug, Clone, Default)]
+pub struct GenerateInput {
+    /// The generator program (`--program`, `program=`).
+    pub program: Option<PathBuf>,
+    /// A run directory whose best program, configuration and world to take (`--run`, `run=`).
+    pub run: Option<PathBuf>,
+    /// Which tasks (its `seed` is the split's seed: the run's seed, `--seed`, `seed=`).
+    pub selection: TaskSelection,
+    /// Personas per task (default: the configuration's `fitness.n_personas`).
+    pub n: Option<usize>,
+    /// The `--llm` / `llm=` grammar (None or `offline`: the configuration's `[llm]`, else none).
+    pub llm: Option<String>,
+    /// A run configuration (default: the run's with `run`).
+    pub config: Option<PathBuf>,
+    /// Sandbox settings given by flags or keyword arguments, with their origins.
+    pub overrides: super::Overrides,
+}
+
+impl GenerateInput {
+    /// Resolve: the program (a file, or the run's best), the configuration in its layers, the
+    /// tasks (the run's world when the selection names none), the LLM and the sandbox.
+    pub fn resolve(self) -> Result<GenerateRequest> {
+        let from_run = self.run.as_deref().map(FromRun::open).transpose()?;
+        let program = match (&from_run, self.program) {
+            (Some(_), Some(_)) => {
+                return Err(Error::config(
+                    "program",
+                    "give a generator program (--program, program=) or a run directory \
+                     (--run, run=: its best program), not both",
+                ))
+            }
+            (Some(r), None) => r.program.clone(),
+            (None, Some(p)) => p,
+            (None, None) => {
+                return Err(Error::config(
+                    "program",
+                    "give a generator program (--program FILE, program=) or a run directory \
+                     (--run RUN_DIR, run=)",
+                ))
+            }
+        };
+        // before the tasks are resolved: a wrong program is the first thing to hear about
+        let program = Program::Path(program);
+        program.check()?;
+        let config = self
+            .config
+            .or_else(|| from_run.as_ref().map(|r| r.config_file.clone()));
+        let cfg = super::load_config(config.as_deref(), &self.overrides)?;
+        let seed = self.selection.seed;
+        let selection = match &from_run {
+            Some(r) => r.tasks(self.selection)?,
+            None => self.selection,
+        };
+        let tasks = super::resolve_tasks(&selection)?;
+        let llm = match self.llm.as_deref() {
+            Some(spec) => super::parse_llm(spec)?,
+            None => None,
+        }
+        .or_else(|| cfg.llm.clone());
+        let request = GenerateRequest {
+            program,
+            tasks,
+            n: self.n.or(Some(cfg.fitness.n_personas)),
+            llm,
+            seed,
+            sandbox: cfg.sandbox.clone(),
+        };
+        super::stop_if_resolving("generate", || request.describe())?;
+        Ok(request)
+    }
+}
+
+impl GenerateRequest {
+    /// The resolved request as plain data (what the front ends' agreement is tested on).
+    pub fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "program": self.program.name(),
+            "tasks": self.tasks,
+            "n": self.n,
+            "llm": self.llm,
+            "seed": self.seed,
+            "sandbox": self.sandbox,
+        })
+    }
+}
+
 /// The outcome of one task's generation.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskGeneration {

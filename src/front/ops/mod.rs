@@ -50,14 +50,16 @@ mod study;
 pub use audit::{audit, AuditRequest};
 pub use config::{load_config, Origin, Overrides};
 pub use episodes::{
-    episode_backend, episodes, read_personas, summary_ks, EpisodesReport, EpisodesRequest,
-    WorldChoice,
+    episode_backend, episodes, read_personas, summary_ks, EpisodesInput, EpisodesReport,
+    EpisodesRequest, WorldChoice,
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
 pub use export::{
     export_sft, BadCalls, ExportReport, ExportRequest, SftFormat, SkipKind, SkippedEpisode,
 };
-pub use generate::{generate, FromRun, GenerateReport, GenerateRequest, TaskGeneration};
+pub use generate::{
+    generate, FromRun, GenerateInput, GenerateReport, GenerateRequest, TaskGeneration,
+};
 pub use study::{study_analyze, study_make, StudyMakeRequest};
 
 // ---------------------------------------------------------------------------------------------
@@ -282,6 +284,35 @@ pub fn score(req: &ScoreRequest<'_>) -> Result<Score> {
 
 // ---------------------------------------------------------------------------------------------
 // Tasks
+
+/// The environment variable of the test support that stops a verb once its request is
+/// resolved ([`stop_if_resolving`]).
+pub const RESOLVED_TO_VAR: &str = "PPOL_RESOLVED_TO";
+
+/// Test support (builds with the `testing` feature): when `$PPOL_RESOLVED_TO` names a file, a
+/// verb writes its resolved request there as JSON and stops before it does any work (an error
+/// saying so), so that a test resolves the same request through the CLI and through Python
+/// and compares them (`python/tests/test_resolve.py`). Without the feature it does nothing.
+pub(crate) fn stop_if_resolving(
+    verb: &str,
+    resolved: impl FnOnce() -> serde_json::Value,
+) -> Result<()> {
+    #[cfg(feature = "testing")]
+    if let Some(path) = std::env::var_os(RESOLVED_TO_VAR) {
+        let path = PathBuf::from(path);
+        let text = serde_json::json!({"verb": verb, "request": resolved()}).to_string();
+        crate::io::write_atomic(&path, text.as_bytes())?;
+        return Err(Error::config(
+            RESOLVED_TO_VAR,
+            format!(
+                "{verb}: resolved only (test support); the request is in {}",
+                path.display()
+            ),
+        ));
+    }
+    let _ = (verb, resolved);
+    Ok(())
+}
 
 /// Which tasks a verb works on.
 #[derive(Debug, Clone, Default)]

@@ -548,17 +548,6 @@ fn shipped(name: &str) -> PyResult<&'static str> {
     crate::shipped::get(name).map_err(to_py_err)
 }
 
-/// The LLM configuration named by `llm` (same grammar as `--llm`), else the configuration's.
-fn llm_of(
-    llm: Option<&str>,
-    config: &crate::evolve::config::RunConfig,
-) -> PyResult<Option<crate::llm::LlmConfig>> {
-    match llm {
-        Some(spec) => ops::parse_llm(spec).map_err(to_py_err),
-        None => Ok(config.llm.clone()),
-    }
-}
-
 /// Run a generator program in the sandbox for tasks (as `ppol generate`); returns the report:
 /// `{"tasks": [{"task_id", "outcome": {"status": "ok", "personas", ...} | {"status": "failed",
 /// "stage", "reason", ...}}], "sandbox", "llm"}`. `run` (as `--run`) takes the program, the
@@ -582,54 +571,29 @@ fn generate<'py>(
     task_file: Option<PathBuf>,
     run: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let from_run = run
-        .as_deref()
-        .map(ops::FromRun::open)
-        .transpose()
+    let mut overrides = Overrides::new();
+    overrides
+        .python("timeout_s=", "sandbox.timeout_s", timeout_s)
         .map_err(to_py_err)?;
-    let program = match (&from_run, program) {
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::new_err(
-                "give program= or run= (run= uses the run's best program), not both",
-            ))
-        }
-        (Some(r), None) => r.program.clone(),
-        (None, Some(p)) => p,
-        (None, None) => {
-            return Err(ConfigError::new_err(
-                "give program= (a generator program) or run= (a run directory)",
-            ))
-        }
-    };
-    crate::generate::generator::Program::Path(program.clone())
-        .check()
-        .map_err(to_py_err)?;
-    let mut o = Overrides::new();
-    o.python("timeout_s=", "sandbox.timeout_s", timeout_s)
-        .map_err(to_py_err)?;
-    let config = config.or_else(|| from_run.as_ref().map(|r| r.config_file.clone()));
-    let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
-    let mut selection = ops::TaskSelection {
-        domain,
-        world,
-        tau2_data,
-        tasks: task,
-        split,
-        task_file,
-        seed,
-    };
-    if let Some(r) = &from_run {
-        selection = r.tasks(selection).map_err(to_py_err)?;
+    let request = ops::GenerateInput {
+        program,
+        run,
+        selection: ops::TaskSelection {
+            domain,
+            world,
+            tau2_data,
+            tasks: task,
+            split,
+            task_file,
+            seed,
+        },
+        n,
+        llm,
+        config,
+        overrides,
     }
-    let tasks = ops::resolve_tasks(&selection).map_err(to_py_err)?;
-    let request = ops::GenerateRequest {
-        program: crate::generate::generator::Program::Path(program),
-        tasks,
-        n: n.or(Some(cfg.fitness.n_personas)),
-        llm: llm_of(llm.as_deref(), &cfg)?,
-        seed,
-        sandbox: cfg.sandbox.clone(),
-    };
+    .resolve()
+    .map_err(to_py_err)?;
     let report = block_on(py, ops::generate(request))?.map_err(to_py_err)?;
     to_py(py, &report)
 }
@@ -690,8 +654,6 @@ fn episodes<'py>(
     }
     let mut o = Overrides::new();
     world_overrides(&mut o, domain, world, task_file, tau2_data).map_err(to_py_err)?;
-    let cfg = ops::load_config(config.as_deref(), &o).map_err(to_py_err)?;
-    let world = cfg.world();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let personas: Option<Vec<crate::persona::Persona>> = match personas {
         // a persona file is read by the same bounded reader as `--personas`
@@ -702,21 +664,22 @@ fn episodes<'py>(
         Some(p) => Some(from_py(p, "personas")?),
         None => None,
     };
-    let request = ops::EpisodesRequest {
-        world,
+    let request = ops::EpisodesInput {
+        config,
+        overrides: o,
         tasks: tasks.to_string(),
         personas,
         trials,
-        llm: llm_of(llm.as_deref(), &cfg)?,
+        llm,
         max_turns,
         max_tool_rounds: None,
-        user_temperature: None,
         seed,
         concurrency,
         output,
         stop: Some(stop.clone()),
     }
-    .with_settings(&cfg.episodes);
+    .resolve()
+    .map_err(to_py_err)?;
     // The first exception of the progress callback or of a signal handler (Ctrl-C) stops the
     // batch, and is raised once it has returned.
     let raised: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
