@@ -168,7 +168,8 @@ def test_early_exit_is_reported(tmp_path, personas):
 
 
 def test_unstartable_command_and_bad_input(tmp_path, personas):
-    with pytest.raises(ExternalSimulatorError, match="failed: cannot start the simulator"):
+    # a command that cannot start is bad input, as `ppol episodes --world external:/nope` (exit 2)
+    with pytest.raises(ppol_rs.ConfigError, match="nope.*cannot start|cannot start.*nope"):
         run_external([str(tmp_path / "nope")], personas, TASKS, tmp_path / "o.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(PERSONAS[0]) + "\n\n{oops\n")

@@ -61,7 +61,7 @@ def test_the_readme_tau2_command_is_taken_as_written(monkeypatch):
 
     def run(personas, domain, out, **kw):
         seen.update(personas=personas, domain=domain, out=out, **kw)
-        return []
+        return tau2_plugin.Tau2Episodes([], {})
 
     monkeypatch.setattr(tau2_plugin, "run_tau2_with_personas", run)
     assert tau2_plugin.main(argv) == 0

@@ -29,7 +29,7 @@ def test_generate_from_a_run_takes_its_best_program_and_world(run_dir, tmp_path)
     assert [p["task_id"] for p in mine] == ["late"] * 3
     with pytest.raises(ppol_rs.ConfigError, match="not both"):
         ppol_rs.generate(ppol_rs.seed_program(), run=run_dir, n=1)
-    with pytest.raises(ppol_rs.ConfigError, match="program= .* or run="):
+    with pytest.raises(ppol_rs.ConfigError, match="program=.* or .*run="):
         ppol_rs.generate(task="x")
     with pytest.raises(ppol_rs.RunError, match="no such run directory"):
         ppol_rs.generate(run=str(tmp_path / "nope"), n=1)
