@@ -128,7 +128,7 @@ pub fn kill_group(pgid: u32) {
 pub fn tie_to_parent(parent: Pid, death: Signal) -> io::Result<()> {
     // First of all: a supervisor never execs, so ppol's private descriptors (the run lock)
     // would otherwise live on in it after ppol is gone.
-    crate::io::close_private_fds();
+    crate::child::close_private_fds();
     step(rustix::process::setsid())?;
     step(rustix::process::set_parent_process_death_signal(Some(
         death,
@@ -419,6 +419,111 @@ fn ppid_of_stat(stat: &[u8]) -> Option<i32> {
         .filter(|f| !f.is_empty());
     let _state = fields.next()?;
     parse_pid(fields.next()?)
+}
+
+// --- process hygiene: descriptors no forked child keeps, and CPU time ---
+
+/// Descriptors no forked child may keep (see [`PrivateFile`]); -1 marks a free slot. Atomics,
+/// so a child can read them between `fork` and `exec` without taking a lock.
+static PRIVATE_FDS: [std::sync::atomic::AtomicI32; MAX_PRIVATE_FDS] =
+    [const { std::sync::atomic::AtomicI32::new(-1) }; MAX_PRIVATE_FDS];
+
+/// How many [`PrivateFile`]s a process may hold at once.
+pub const MAX_PRIVATE_FDS: usize = 64;
+
+/// A file whose descriptor no forked child keeps: every child ppol forks calls
+/// [`close_private_fds`] first. `O_CLOEXEC` covers children that exec at once; this covers the
+/// forks that never exec (the sandbox's supervisor and namespace init) and the moments before
+/// an exec. It is for descriptors whose lifetime means something to other processes — the run
+/// lock's `flock` lasts as long as any copy of its descriptor — so that when the process dies,
+/// what it held dies with it.
+#[derive(Debug)]
+pub struct PrivateFile {
+    file: std::fs::File,
+}
+
+impl PrivateFile {
+    /// Make `file`'s descriptor private. Fails when [`MAX_PRIVATE_FDS`] are in use.
+    pub fn new(file: std::fs::File, path: &std::path::Path) -> crate::Result<PrivateFile> {
+        use std::os::fd::AsRawFd;
+        use std::sync::atomic::Ordering;
+        let fd = file.as_raw_fd();
+        for slot in &PRIVATE_FDS {
+            if slot
+                .compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return Ok(PrivateFile { file });
+            }
+        }
+        Err(crate::Error::io(
+            "opening",
+            path,
+            std::io::Error::other(format!(
+                "this process already holds {MAX_PRIVATE_FDS} run locks"
+            )),
+        ))
+    }
+
+    /// The file.
+    pub fn file(&self) -> &std::fs::File {
+        &self.file
+    }
+}
+
+impl Drop for PrivateFile {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        use std::sync::atomic::Ordering;
+        let fd = self.file.as_raw_fd();
+        for slot in &PRIVATE_FDS {
+            if slot
+                .compare_exchange(fd, -1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                break;
+            }
+        }
+        // the descriptor itself is closed when `file` drops, after this
+    }
+}
+
+/// Close the descriptors of every [`PrivateFile`] of the parent, in a child just forked. Only
+/// atomic loads and `close`: safe between `fork` and `exec` of a multi-threaded process.
+pub fn close_private_fds() {
+    use std::sync::atomic::Ordering;
+    for slot in &PRIVATE_FDS {
+        let fd = slot.load(Ordering::SeqCst);
+        if fd >= 0 {
+            // SAFETY: close(2) of a descriptor this (forked) process never uses again; it is
+            // async-signal-safe.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// CPU time (user + system) this process has used so far; with `children`, also that of its
+/// waited-for children. Zero when the system does not say.
+pub fn cpu_time(children: bool) -> std::time::Duration {
+    use std::time::Duration;
+    fn of(who: libc::c_int) -> Duration {
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage writes a `rusage` into the pointer it is given, which points to
+        // memory of that type owned by this frame; `who` is RUSAGE_SELF or RUSAGE_CHILDREN.
+        let usage = unsafe {
+            if libc::getrusage(who, usage.as_mut_ptr()) != 0 {
+                return Duration::ZERO;
+            }
+            usage.assume_init()
+        };
+        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+        tv(usage.ru_utime) + tv(usage.ru_stime)
+    }
+    let mut t = of(libc::RUSAGE_SELF);
+    if children {
+        t += of(libc::RUSAGE_CHILDREN);
+    }
+    t
 }
 
 #[cfg(test)]

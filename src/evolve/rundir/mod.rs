@@ -62,12 +62,12 @@ impl PartialEq for RunDir {
 impl Eq for RunDir {}
 
 /// The exclusive lock on a run directory's `run.lock`, released when dropped (or when the
-/// process dies). No child keeps it: its descriptor is a [`crate::io::PrivateFile`], which every
+/// process dies). No child keeps it: its descriptor is a [`crate::child::PrivateFile`], which every
 /// fork of ppol closes first (the sandbox's supervisor and init never exec, and an `flock`
 /// lasts as long as any copy of its descriptor), so the lock dies with the writer.
 #[derive(Debug)]
 pub struct RunLock {
-    file: crate::io::PrivateFile,
+    file: crate::child::PrivateFile,
 }
 
 impl Drop for RunLock {
@@ -94,7 +94,7 @@ impl RunLock {
             .open(&path)
             .map_err(|e| Error::io("opening", &path, e))?;
         // private before it is locked: no fork from here on keeps the lock
-        let private = crate::io::PrivateFile::new(file, &path)?;
+        let private = crate::child::PrivateFile::new(file, &path)?;
         let mut file = private.file();
         match rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
@@ -767,7 +767,7 @@ mod tests {
     fn the_run_lock_is_exclusive_within_a_process_and_frees_its_slot() {
         let tmp = tempfile::tempdir().unwrap();
         // more rounds than private-descriptor slots: held and refused locks both give theirs back
-        for _ in 0..2 * crate::io::MAX_PRIVATE_FDS {
+        for _ in 0..2 * crate::child::MAX_PRIVATE_FDS {
             let held = RunLock::acquire(tmp.path()).unwrap();
             let e = RunLock::acquire(tmp.path()).unwrap_err().to_string();
             assert!(e.contains("in use by another ppol process"), "{e}");

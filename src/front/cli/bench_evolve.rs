@@ -175,11 +175,11 @@ fn measure_arm(
         );
         let cfg = config(args, seed, dir.clone(), cascade)?;
         let cascade = cfg.search.cascade;
-        let (cpu0, t0) = (crate::io::cpu_time(true).as_secs_f64(), Instant::now());
+        let (cpu0, t0) = (crate::child::cpu_time(true).as_secs_f64(), Instant::now());
         let summary = ops::block_on(ops::evolve(cfg, RunControl::default()))??;
         let (wall_s, cpu_s) = (
             t0.elapsed().as_secs_f64(),
-            crate::io::cpu_time(true).as_secs_f64() - cpu0,
+            crate::child::cpu_time(true).as_secs_f64() - cpu0,
         );
         anyhow::ensure!(
             !summary.reason.starts_with("infrastructure"),

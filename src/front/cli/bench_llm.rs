@@ -406,7 +406,7 @@ pub fn run(args: BenchLlmArgs) -> anyhow::Result<()> {
     if wants("c") {
         let mock = MockChild::start(&["--latency-ms".to_string(), "0".to_string()])?;
         let all = personas(&task_ids, args.personas);
-        let before = crate::io::cpu_time(false);
+        let before = crate::child::cpu_time(false);
         let (wall, r) = evaluate(
             &domain,
             &task_ids,
@@ -414,7 +414,7 @@ pub fn run(args: BenchLlmArgs) -> anyhow::Result<()> {
             mock_llm(&mock.base_url),
             args.max_turns,
         )?;
-        let cpu = crate::io::cpu_time(false).saturating_sub(before);
+        let cpu = crate::child::cpu_time(false).saturating_sub(before);
         let calls = r.llm.as_ref().map_or(0, |a| a.total.attempts).max(1);
         let per_call_us = cpu.as_secs_f64() * 1e6 / calls as f64;
         say(format!(

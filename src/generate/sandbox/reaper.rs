@@ -24,7 +24,7 @@ pub(crate) fn kill_uid(uid: u32) {
     unsafe {
         let pid = libc::fork();
         if pid == 0 {
-            crate::io::close_private_fds();
+            crate::child::close_private_fds();
             if libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setgid(uid) != 0
                 || libc::setuid(uid) != 0

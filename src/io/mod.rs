@@ -1,14 +1,23 @@
-//! File helpers every stage uses: reading text (a UTF-8 byte-order mark is dropped, so files
-//! saved by Windows editors load everywhere), atomic writes, JSON Lines, and RFC 3339 time; and
-//! the small helpers around them: lowercase hex and SHA-256 digests ([`hex`], [`sha256_hex`]),
-//! and the CPU time of this process ([`cpu_time`]).
+//! File helpers every stage uses, one file per job: reading text in bounded memory (a UTF-8
+//! byte-order mark is dropped, so files saved by Windows editors load everywhere), atomic
+//! writes and RFC 3339 time here; JSON and JSON Lines with bidi controls escaped (`json`);
+//! text safe to show (`text`: [`printable`], bidi controls); digests (`hash`: [`hex`],
+//! [`sha256_hex`]). Process hygiene (descriptors no forked child keeps, CPU time) lives with
+//! the child processes, in [`crate::child`].
 
 use std::path::{Path, PathBuf};
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 use crate::{limits, Error, Result};
+
+mod hash;
+mod json;
+mod text;
+
+pub use hash::{hex, sha256_hex};
+pub use json::{
+    parse_jsonl, read_jsonl, to_json, to_json_pretty, to_jsonl, write_json, write_jsonl,
+};
+pub use text::{is_bidi_control, neutralize_bidi, printable};
 
 /// Read a whole file to a string with an error that names it. A leading UTF-8 byte-order mark
 /// is removed. A file larger than [`limits::MAX_INPUT_BYTES`] is refused (before it is read
@@ -352,276 +361,6 @@ fn named_errno(e: std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{e}, {name}"))
 }
 
-/// Descriptors no forked child may keep (see [`PrivateFile`]); -1 marks a free slot. Atomics,
-/// so a child can read them between `fork` and `exec` without taking a lock.
-static PRIVATE_FDS: [std::sync::atomic::AtomicI32; MAX_PRIVATE_FDS] =
-    [const { std::sync::atomic::AtomicI32::new(-1) }; MAX_PRIVATE_FDS];
-
-/// How many [`PrivateFile`]s a process may hold at once.
-pub const MAX_PRIVATE_FDS: usize = 64;
-
-/// A file whose descriptor no forked child keeps: every child ppol forks calls
-/// [`close_private_fds`] first. `O_CLOEXEC` covers children that exec at once; this covers the
-/// forks that never exec (the sandbox's supervisor and namespace init) and the moments before
-/// an exec. It is for descriptors whose lifetime means something to other processes — the run
-/// lock's `flock` lasts as long as any copy of its descriptor — so that when the process dies,
-/// what it held dies with it.
-#[derive(Debug)]
-pub struct PrivateFile {
-    file: std::fs::File,
-}
-
-impl PrivateFile {
-    /// Make `file`'s descriptor private. Fails when [`MAX_PRIVATE_FDS`] are in use.
-    pub fn new(file: std::fs::File, path: &Path) -> Result<PrivateFile> {
-        use std::os::fd::AsRawFd;
-        use std::sync::atomic::Ordering;
-        let fd = file.as_raw_fd();
-        for slot in &PRIVATE_FDS {
-            if slot
-                .compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-            {
-                return Ok(PrivateFile { file });
-            }
-        }
-        Err(Error::io(
-            "opening",
-            path,
-            std::io::Error::other(format!(
-                "this process already holds {MAX_PRIVATE_FDS} run locks"
-            )),
-        ))
-    }
-
-    /// The file.
-    pub fn file(&self) -> &std::fs::File {
-        &self.file
-    }
-}
-
-impl Drop for PrivateFile {
-    fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        use std::sync::atomic::Ordering;
-        let fd = self.file.as_raw_fd();
-        for slot in &PRIVATE_FDS {
-            if slot
-                .compare_exchange(fd, -1, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-            {
-                break;
-            }
-        }
-        // the descriptor itself is closed when `file` drops, after this
-    }
-}
-
-/// Close the descriptors of every [`PrivateFile`] of the parent, in a child just forked. Only
-/// atomic loads and `close`: safe between `fork` and `exec` of a multi-threaded process.
-pub fn close_private_fds() {
-    use std::sync::atomic::Ordering;
-    for slot in &PRIVATE_FDS {
-        let fd = slot.load(Ordering::SeqCst);
-        if fd >= 0 {
-            // SAFETY: close(2) of a descriptor this (forked) process never uses again; it is
-            // async-signal-safe.
-            unsafe { libc::close(fd) };
-        }
-    }
-}
-
-/// Rows as JSON Lines text (written by [`to_json`]: bidi controls escaped).
-pub fn to_jsonl<T: Serialize>(rows: &[T]) -> String {
-    let mut s = String::new();
-    for r in rows {
-        s.push_str(&to_json(r));
-        s.push('\n');
-    }
-    s
-}
-
-/// A value as compact JSON in which every character [`printable`] would escape (bidi
-/// controls, control characters serde_json leaves as they are) is a `\uXXXX` escape: the
-/// same string once parsed, but a person who opens the file sees no reordered text.
-/// Everything ppol writes for people to read or pass on (JSON Lines outputs, JSON on stdout)
-/// goes through here.
-pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
-    let mut out = Vec::new();
-    write_json(&mut out, value).expect("serialisable");
-    String::from_utf8(out).expect("JSON is UTF-8")
-}
-
-/// [`to_json`], indented.
-pub fn to_json_pretty<T: Serialize + ?Sized>(value: &T) -> String {
-    let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(
-        &mut out,
-        SafeFormatter(serde_json::ser::PrettyFormatter::new()),
-    );
-    value.serialize(&mut ser).expect("serialisable");
-    String::from_utf8(out).expect("JSON is UTF-8")
-}
-
-/// [`to_json`] into a writer.
-pub fn write_json<W: std::io::Write, T: Serialize + ?Sized>(
-    writer: W,
-    value: &T,
-) -> serde_json::Result<()> {
-    let mut ser = serde_json::Serializer::with_formatter(
-        writer,
-        SafeFormatter(serde_json::ser::CompactFormatter),
-    );
-    value.serialize(&mut ser)
-}
-
-/// A JSON formatter that escapes what [`printable`] escapes and otherwise writes as `F`.
-struct SafeFormatter<F>(F);
-
-impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for SafeFormatter<F> {
-    fn write_string_fragment<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        fragment: &str,
-    ) -> std::io::Result<()> {
-        let mut rest = fragment;
-        while let Some((i, c)) = rest.char_indices().find(|&(_, c)| unprintable(c)) {
-            writer.write_all(&rest.as_bytes()[..i])?;
-            // outside the Basic Multilingual Plane no character is unprintable
-            write!(writer, "\\u{:04x}", c as u32)?;
-            rest = &rest[i + c.len_utf8()..];
-        }
-        writer.write_all(rest.as_bytes())
-    }
-
-    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.0.begin_array(w)
-    }
-    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.0.end_array(w)
-    }
-    fn begin_array_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        self.0.begin_array_value(w, first)
-    }
-    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.0.end_array_value(w)
-    }
-    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.0.begin_object(w)
-    }
-    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.0.end_object(w)
-    }
-    fn begin_object_key<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        self.0.begin_object_key(w, first)
-    }
-    fn end_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.0.end_object_key(w)
-    }
-    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.0.begin_object_value(w)
-    }
-    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.0.end_object_value(w)
-    }
-}
-
-/// Write rows as JSON Lines, atomically.
-pub fn write_jsonl<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
-    write_atomic(path, to_jsonl(rows).as_bytes())
-}
-
-/// Parse JSON Lines text (blank lines skipped); an error names the file, the line and `what`
-/// was expected.
-pub fn parse_jsonl<T: DeserializeOwned>(text: &str, path: &Path, what: &str) -> Result<Vec<T>> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row = serde_json::from_str(line).map_err(|e| {
-            Error::parse(path, format!("line {}", i + 1), format!("not {what}: {e}"))
-        })?;
-        out.push(row);
-    }
-    Ok(out)
-}
-
-/// Read a JSON Lines file (see [`parse_jsonl`]); a line longer than
-/// [`limits::MAX_LINE_BYTES`] is refused as it is read.
-pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<Vec<T>> {
-    let bytes = read_file(path, path, LongLines::Refuse)?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        let at = &e.as_bytes()[..e.utf8_error().valid_up_to()];
-        let line = at.iter().filter(|&&b| b == b'\n').count() + 1;
-        Error::parse(path, format!("line {line}"), "not UTF-8 text")
-    })?;
-    parse_jsonl(&text, path, what)
-}
-
-/// Text safe to print on a terminal: control characters (escape sequences included) other
-/// than newline and tab, and the bidi controls that reorder what a reader sees (see
-/// [`is_bidi_control`]), are shown as `\u{..}` escapes. For anything an untrusted program, a
-/// model or an input file wrote (stderr tails, generated text, ids) before it reaches a
-/// terminal. Letters of right-to-left scripts are left as they are.
-pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(unprintable) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if unprintable(c) {
-            out.push_str(&c.escape_unicode().to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
-fn unprintable(c: char) -> bool {
-    (c.is_control() && c != '\n' && c != '\t') || is_bidi_control(c)
-}
-
-/// The bidi embedding, override and isolate controls (U+202A–U+202E, U+2066–U+2069): they
-/// reorder the text that follows them until their end, so that what a reader sees is not what
-/// is there (a file name that reads `exe.png`, a sentence turned around). ppol never shows them
-/// raw: [`printable`] on a terminal, [`neutralize_bidi`] in HTML pages, [`to_json`] in JSON.
-/// They are the characters rustc's `text_direction_codepoint_in_literal` lint names. The
-/// direction marks (U+200E LRM, U+200F RLM, U+061C ALM) are left alone: they are ordinary in
-/// Arabic and Hebrew text and change only where neutral characters such as punctuation go,
-/// not the order of letters.
-pub fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// The text with every [bidi control](is_bidi_control) shown as a visible `\u{202e}` escape
-/// and everything else (right-to-left letters and direction marks included) as it is: for
-/// pages people read (the HTML report, the study page).
-pub fn neutralize_bidi(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(is_bidi_control) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if is_bidi_control(c) {
-            out.push_str(&c.escape_unicode().to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
 /// Now, as RFC 3339 UTC with seconds (`2026-11-24T07:00:00Z`).
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
@@ -639,46 +378,6 @@ pub fn parse_rfc3339(s: &str) -> Option<f64> {
     t.duration_since(std::time::UNIX_EPOCH)
         .ok()
         .map(|d| d.as_secs_f64())
-}
-
-/// Lowercase hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
-
-/// Lowercase hex SHA-256 of some bytes.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex(&sha2::Sha256::digest(bytes))
-}
-
-/// CPU time (user + system) this process has used so far; with `children`, also that of its
-/// waited-for children. Zero when the system does not say.
-pub fn cpu_time(children: bool) -> std::time::Duration {
-    use std::time::Duration;
-    fn of(who: libc::c_int) -> Duration {
-        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-        // SAFETY: getrusage writes a `rusage` into the pointer it is given, which points to
-        // memory of that type owned by this frame; `who` is RUSAGE_SELF or RUSAGE_CHILDREN.
-        let usage = unsafe {
-            if libc::getrusage(who, usage.as_mut_ptr()) != 0 {
-                return Duration::ZERO;
-            }
-            usage.assume_init()
-        };
-        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-        tv(usage.ru_utime) + tv(usage.ru_stime)
-    }
-    let mut t = of(libc::RUSAGE_SELF);
-    if children {
-        t += of(libc::RUSAGE_CHILDREN);
-    }
-    t
 }
 
 #[cfg(test)]
@@ -763,7 +462,7 @@ mod tests {
 
     /// What may not appear raw in JSON ppol writes (`\n` is escaped by serde_json already).
     fn unprintable_in_json(c: char) -> bool {
-        unprintable(c) && c != '\n'
+        super::text::unprintable(c) && c != '\n'
     }
 
     /// A reader of `head` then endless `fill` bytes, counting what it handed out.
