@@ -19,7 +19,7 @@ pub fn to_jsonl<T: Serialize>(rows: &[T]) -> String {
     s
 }
 
-/// A value as compact JSON in which every character [`printable`] would escape (bidi
+/// A value as compact JSON in which every character [`printable`](super::printable) would escape (bidi
 /// controls, control characters serde_json leaves as they are) is a `\uXXXX` escape: the
 /// same string once parsed, but a person who opens the file sees no reordered text.
 /// Everything ppol writes for people to read or pass on (JSON Lines outputs, JSON on stdout)
@@ -135,7 +135,7 @@ pub fn parse_jsonl<T: DeserializeOwned>(text: &str, path: &Path, what: &str) -> 
 }
 
 /// Read a JSON Lines file (see [`parse_jsonl`]); a line longer than
-/// [`limits::MAX_LINE_BYTES`] is refused as it is read.
+/// [`limits::MAX_LINE_BYTES`](crate::limits::MAX_LINE_BYTES) is refused as it is read.
 pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<Vec<T>> {
     let bytes = read_file(path, path, LongLines::Refuse)?;
     let text = String::from_utf8(bytes).map_err(|e| {

@@ -286,7 +286,7 @@ pub fn score(req: &ScoreRequest<'_>) -> Result<Score> {
 // Tasks
 
 /// The environment variable of the test support that stops a verb once its request is
-/// resolved ([`stop_if_resolving`]).
+/// resolved (test support, see `stop_if_resolving`).
 pub const RESOLVED_TO_VAR: &str = "PPOL_RESOLVED_TO";
 
 /// Test support (builds with the `testing` feature): when `$PPOL_RESOLVED_TO` names a file, a
