@@ -51,6 +51,7 @@ pub mod recover;
 pub mod schema;
 pub mod scripted;
 pub mod serve;
+mod tool_bounds;
 
 pub use cache::ResponseCache;
 pub use client::{Accounting, LlmClient, RoleAccounting};
