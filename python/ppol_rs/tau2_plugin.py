@@ -67,7 +67,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from ppol_rs import tau2_world
 from ppol_rs.external import _ppol_personas, _write_config, load_personas
 from ppol_rs.persona import persona_block
-from ppol_rs.tau2_world import AGENT_NAME, LOG_LEVEL_ENV, USER_NAME
+from ppol_rs.tau2_world import AGENT_NAME, LOG_LEVEL_ENV, USER_NAME, _json_object
 
 __all__ = [
     "AGENT_NAME",
@@ -463,17 +463,6 @@ def run_tau2_with_personas(
     for eid, why in failed.items():
         print(f"ppol tau2: episode {eid} failed, skipped: {why}", file=sys.stderr)
     return Tau2Episodes([r for r in records if r["status"] != "failed"], failed)
-
-
-def _json_object(text: str) -> Dict[str, Any]:
-    """An ``--*-llm-args`` value: a JSON object (argparse reports the error with the flag)."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at column {e.colno}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
-    return value
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

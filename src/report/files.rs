@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::evolve::rundir::summary::BestProgram;
+use crate::evolve::rundir::RunBest;
 use crate::evolve::runlog::{self, EvalTable, Record};
 use crate::fitness::reference::HumanReference;
 use crate::persona::Persona;
@@ -32,7 +32,7 @@ pub struct RunFiles {
     /// `best/program.py`.
     pub best_source: Option<String>,
     /// `best/program.json`.
-    pub best_program: Option<BestProgram>,
+    pub best_program: Option<RunBest>,
     /// `best/personas.jsonl`.
     pub best_personas: Option<Vec<Persona>>,
     /// `best/episodes.jsonl`.
@@ -72,7 +72,7 @@ impl RunFiles {
         })?;
         let baseline = optional(&dir.join("baseline/episodes.jsonl"), load_episodes)?;
         let best_source = optional(&dir.join("best/program.py"), crate::io::read_to_string)?;
-        let best_program = optional(&dir.join("best/program.json"), BestProgram::load)?;
+        let best_program = optional(&dir.join("best/program.json"), RunBest::load)?;
         let best_personas = optional(&dir.join("best/personas.jsonl"), crate::persona::read_jsonl)?;
         let best_episodes = optional(&dir.join("best/episodes.jsonl"), load_episodes)?;
         let mut evals = Vec::new();

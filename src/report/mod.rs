@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 
 use crate::Result;
 
-pub use crate::evolve::rundir::summary::BestProgram;
+pub use crate::evolve::rundir::RunBest;
 pub use files::RunFiles;
 pub use page::Page;
 pub use text::{esc, f3};

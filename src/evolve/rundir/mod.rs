@@ -296,6 +296,19 @@ impl RunBest {
         })
     }
 
+    /// Read `best/program.json` (without the code: see [`RunDir::read_best`]); a file that does
+    /// not parse is an error naming it, with the line and column.
+    pub fn load(path: &Path) -> Result<RunBest> {
+        let text = crate::io::read_to_string(path)?;
+        serde_json::from_str(&text).map_err(|e| {
+            Error::parse(
+                path,
+                format!("line {} column {}", e.line(), e.column()),
+                format!("not a best-program record: {e}"),
+            )
+        })
+    }
+
     /// `best/program.json`: everything but the code.
     pub fn program_json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(RunBest {
@@ -578,8 +591,7 @@ impl RunDir {
     /// What `best/` holds: `program.json` with the code of `program.py` (None when either is
     /// missing or unreadable).
     pub fn read_best(&self) -> Option<RunBest> {
-        let text = std::fs::read_to_string(self.join("best/program.json")).ok()?;
-        let mut best: RunBest = serde_json::from_str(&text).ok()?;
+        let mut best = RunBest::load(&self.join("best/program.json")).ok()?;
         best.code = std::fs::read_to_string(self.join("best/program.py")).ok()?;
         Some(best)
     }

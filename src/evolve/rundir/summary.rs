@@ -25,40 +25,7 @@ use serde_json::Value;
 
 use crate::evolve::rundir::runlog::{self, CostSummary, EvalMetrics, Event, ProcessShare, Record};
 use crate::evolve::rundir::{RunBest, RunDir};
-use crate::{Error, Result};
-
-/// `best/program.json`: the run's best program (see [`RunBest`] for what "best" means), its own
-/// numbers and its ancestry — read leniently (files of older runs lack fields).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BestProgram {
-    /// Program id.
-    pub program_id: String,
-    /// Its train metrics.
-    pub metrics: EvalMetrics,
-    /// Its validation metrics.
-    #[serde(default)]
-    pub validation: Option<EvalMetrics>,
-    /// Why its validation could not score it.
-    #[serde(default)]
-    pub validation_failure: Option<String>,
-    /// Program ids from the seed to the best (inclusive).
-    #[serde(default)]
-    pub lineage: Vec<String>,
-}
-
-impl BestProgram {
-    /// Read `path` (`best/program.json`); a file that does not parse is an error naming it.
-    pub fn load(path: &Path) -> Result<BestProgram> {
-        let text = crate::io::read_to_string(path)?;
-        serde_json::from_str(&text).map_err(|e| {
-            Error::parse(
-                path,
-                format!("line {} column {}", e.line(), e.column()),
-                format!("not a best-program record: {e}"),
-            )
-        })
-    }
-}
+use crate::Result;
 
 /// Whether the run stopped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,14 +102,14 @@ impl RunOverview {
     pub fn read(dir: &Path) -> Result<RunOverview> {
         let log = runlog::read(&dir.join("log.jsonl"))?;
         let program = match dir.join("best/program.json") {
-            p if p.exists() => Some(BestProgram::load(&p)?),
+            p if p.exists() => Some(RunBest::load(&p)?),
             _ => None,
         };
         Ok(RunOverview::of(dir, &log, program.as_ref()))
     }
 
     /// The state of the run in `dir` from its log and `best/program.json`, already read.
-    pub fn of(dir: &Path, log: &[Record], program: Option<&BestProgram>) -> RunOverview {
+    pub fn of(dir: &Path, log: &[Record], program: Option<&RunBest>) -> RunOverview {
         let stopped = last_stopped(log);
         let status = match stopped {
             Some((time, Event::RunStopped { reason, .. })) => RunStatus::Stopped {
@@ -216,7 +183,7 @@ pub fn last_iteration(log: &[Record]) -> Option<u64> {
 /// The run's best program: `best/program.json`, else `run_stopped`, else the log's validations
 /// replayed ([`RunBest::displaces`]); a log without any falls back on the last new train best,
 /// else the highest combined train score (first on ties).
-pub fn best_program_id(log: &[Record], program: Option<&BestProgram>) -> Option<String> {
+pub fn best_program_id(log: &[Record], program: Option<&RunBest>) -> Option<String> {
     if let Some(b) = program {
         return Some(b.program_id.clone());
     }
@@ -285,11 +252,11 @@ fn validated_best(log: &[Record]) -> Option<&str> {
 /// `run_stopped`, when they name it, else its last `candidate_evaluated` — with their source.
 pub fn best_train_metrics(
     log: &[Record],
-    program: Option<&BestProgram>,
+    program: Option<&RunBest>,
     id: &str,
 ) -> Option<(EvalMetrics, String)> {
     if let Some(b) = program.filter(|b| b.program_id == id) {
-        return Some((b.metrics.clone(), "best/program.json".into()));
+        return Some((b.train.clone(), "best/program.json".into()));
     }
     if let Some((
         _,
@@ -319,7 +286,7 @@ pub fn best_train_metrics(
 /// `best/program.json` says it failed.
 pub fn best_validation(
     log: &[Record],
-    program: Option<&BestProgram>,
+    program: Option<&RunBest>,
     id: &str,
 ) -> Option<std::result::Result<EvalMetrics, String>> {
     if let Some(b) = program.filter(|b| b.program_id == id) {
@@ -648,12 +615,15 @@ mod tests {
         );
         assert_eq!(best_validation(&log, None, "p2"), Some(Ok(m(0.7))));
         // best/program.json wins over everything
-        let program = BestProgram {
+        let program = RunBest {
             program_id: "p1".into(),
-            metrics: m(0.3),
+            train: m(0.3),
             validation: None,
             validation_failure: Some("sandbox: boom".into()),
             lineage: vec!["p1".into()],
+            mutation: crate::evolve::archive::program::MutationInfo::seed(),
+            iteration_found: 0,
+            code: String::new(),
         };
         let overview = RunOverview::of(Path::new("/nonexistent"), &log, Some(&program));
         let best = overview.best.unwrap();

@@ -17,11 +17,11 @@ use crate::persona::{self, Persona};
 use crate::simulate::episode::llm::{LlmAgent, LlmUser, DEFAULT_USER_GUIDELINES};
 use crate::simulate::episode::record::{run_dialogue, Episode, EpisodeStatus};
 use crate::simulate::episode::runner::{
-    episode_id, push_notes, usage_json, Backend, EpisodeNotes, Metered, UsageCounts,
+    push_notes, usage_json, Backend, EpisodeNotes, Metered, UsageCounts,
 };
 use crate::simulate::episode::scripted::ScriptedUser;
 use crate::simulate::episode::{
-    AgentSimulator, EpisodeRunner, Scenario, Termination, ToolEnv, ToolOutcome, UserSimulator,
+    AgentSimulator, EpisodeRunner, Scenario, ToolEnv, ToolOutcome, UserSimulator,
 };
 use crate::{Error, Result};
 
@@ -166,30 +166,17 @@ impl ChatRunner {
         let axes = persona
             .map(|p| p.axis_placement.clone())
             .unwrap_or_default();
-        let mut e = Episode {
-            id: episode_id(task_id, persona, trial),
-            task_id: task_id.into(),
-            domain: "chat".into(),
-            conversation: vec![],
-            persona_id: persona.map_or("none".into(), |p| p.persona_id.clone()),
-            persona: text.to_string(),
-            axis_placement: axes.clone(),
+        // failed until it is played through; the reason is set where it stops
+        let mut e = Episode::failed(
+            task_id,
+            persona,
             trial,
             seed,
-            termination: Termination::Error,
-            reward: None,
-            reward_info: Value::Null,
-            status: EpisodeStatus::Failed,
-            error: None,
-            backend: self.backend.clone(),
-            usage: Value::Null,
-            persona_play: None,
-            role_confusion: 0,
-            notes: Vec::new(),
-            agent: None,
-            meta: None,
-            tau2_data: None,
-        };
+            "chat",
+            &self.backend,
+            String::new(),
+        );
+        e.error = None;
         let Some(task) = self.tasks.get(task_id) else {
             e.error = Some(format!("no task with id '{task_id}' in the task file"));
             return e;
