@@ -145,6 +145,50 @@ pub fn command() -> clap::Command {
     negative_values(<Cli as clap::CommandFactory>::command())
 }
 
+/// Every subcommand's flags with their defaults, read from clap itself: subcommand path
+/// (`"export sft"`) → long flag in snake case (`max_turns`) → its default (None: it has
+/// none). Python's `_core._cli_defaults()` returns it, so that a test compares the CLI's
+/// defaults with the binding's signatures by introspection (`python/tests/test_defaults.py`).
+pub fn defaults(
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, Option<String>>> {
+    fn walk(
+        cmd: &clap::Command,
+        path: &str,
+        out: &mut std::collections::BTreeMap<
+            String,
+            std::collections::BTreeMap<String, Option<String>>,
+        >,
+    ) {
+        if !path.is_empty() {
+            let flags = cmd
+                .get_arguments()
+                .filter_map(|a| {
+                    let long = a.get_long()?;
+                    let default = a
+                        .get_default_values()
+                        .first()
+                        .map(|v| v.to_string_lossy().into_owned());
+                    Some((long.replace('-', "_"), default))
+                })
+                .collect();
+            out.insert(path.to_string(), flags);
+        }
+        for sub in cmd.get_subcommands().filter(|c| c.get_name() != "help") {
+            let sub_path = if path.is_empty() {
+                sub.get_name().to_string()
+            } else {
+                format!("{path} {}", sub.get_name())
+            };
+            walk(sub, &sub_path, out);
+        }
+    }
+    let mut cmd = command();
+    cmd.build();
+    let mut out = std::collections::BTreeMap::new();
+    walk(&cmd, "", &mut out);
+    out
+}
+
 /// Parse the arguments with [`command`].
 pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
 where

@@ -335,6 +335,14 @@ fn cli(py: Python<'_>, argv: Vec<String>) -> i32 {
     i32::from(py.detach(|| crate::front::cli::run_from(argv)))
 }
 
+/// The CLI's flags and their defaults per subcommand (`crate::front::cli::defaults`), for the
+/// test that keeps them in step with this module's signatures.
+#[pyfunction]
+fn _cli_defaults(
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, Option<String>>> {
+    crate::front::cli::defaults()
+}
+
 /// The persona block ppol appends to a user simulator's system prompt (after a blank line,
 /// only for a non-empty persona): `ppol::persona::persona_block`.
 #[pyfunction]
@@ -789,6 +797,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config_schema, m)?)?;
     m.add_class::<PyEvolveHandle>()?;
     m.add_function(wrap_pyfunction!(persona_block, m)?)?;
+    m.add_function(wrap_pyfunction!(_cli_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(study_make, m)?)?;
     m.add_function(wrap_pyfunction!(study_analyze, m)?)?;
     m.add_class::<PyHumanReference>()?;
