@@ -127,7 +127,7 @@ def test_tau2_orchestrator_with_personas_scores(tmp_path, mock_server):
         assert e["domain"] == "retail" and isinstance(e["reward"], float)
         assert e["meta"]["tau2_termination"] == "user_stop" and e["meta"]["max_steps"] == 20
         assert e["meta"]["tau2_simulation_id"] and e["meta"]["duration"] > 0
-        assert e["meta"]["agent"] == "llm_agent" and e["backend"] == "tau2:retail"
+        assert e["meta"]["agent"] == "llm_agent" and e["backend"].startswith("tau2:retail with ")
         roles = [t["role"] for t in e["conversation"]]
         assert roles[:2] == ["assistant", "user"] and "###STOP###" in e["conversation"][-1]["content"]
         assert all(isinstance(t["content"], str) for t in e["conversation"])

@@ -56,6 +56,13 @@ pub use super::tool_bounds::{
     bounded_tool_schema, is_identifier_like, shaped_tool_schema, IDENTIFIER_WORDS,
 };
 
+/// A request's seed as servers take it: ppol's seeds are 64-bit, servers' are not (vLLM refuses
+/// one above 2^63 - 1, llama.cpp keeps 32 bits), so it is folded (every bit counts) into 31
+/// bits, which every OpenAI-compatible server accepts. The same seed gives the same number.
+pub fn wire_seed(seed: u64) -> u64 {
+    (seed ^ (seed >> 31) ^ (seed >> 62)) & 0x7fff_ffff
+}
+
 /// Longest body excerpt quoted in error messages.
 const EXCERPT: usize = 300;
 
@@ -414,7 +421,7 @@ impl OpenAiProvider {
             body.insert(key.into(), json!(m));
         }
         if let Some(s) = request.seed {
-            body.insert("seed".into(), json!(s));
+            body.insert("seed".into(), json!(wire_seed(s)));
         }
         if !self.stop.is_empty() {
             body.insert("stop".into(), json!(self.stop));
@@ -817,6 +824,23 @@ impl ChatModel for OpenAiProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seeds_reach_servers_in_31_bits() {
+        for s in [
+            0u64,
+            1,
+            7,
+            u64::MAX,
+            1 << 63,
+            (1 << 31) + 5,
+            0x1234_5678_9abc_def0,
+        ] {
+            assert!(wire_seed(s) < (1 << 31), "{s}");
+        }
+        assert_eq!(wire_seed(12345), 12345);
+        assert_ne!(wire_seed(1 << 40), wire_seed(1 << 41));
+    }
     use crate::llm::{CallRole, ToolSpec};
     use std::time::{SystemTime, UNIX_EPOCH};
 

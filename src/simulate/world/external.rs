@@ -65,6 +65,9 @@ pub struct PoolOptions {
     pub env: Vec<(String, String)>,
     /// The world's label (`external:...`, `tau2:telecom`).
     pub label: String,
+    /// The run's model the simulator reaches through ppol's endpoint, as described in
+    /// episodes' `backend` (so that a rerun with another model does not reuse their episodes).
+    pub model: Option<String>,
 }
 
 impl PoolOptions {
@@ -78,6 +81,7 @@ impl PoolOptions {
             timeout: crate::limits::duration(s.episode_timeout_s),
             max_in_flight: s.max_in_flight,
             env: Vec::new(),
+            model: None,
         }
     }
 }
@@ -745,6 +749,7 @@ impl ExternalWorld {
         })?;
         let endpoint = match model {
             Some(m) => {
+                opts.model.get_or_insert_with(|| m.describe());
                 let ep = ModelEndpoint::start(m).await?;
                 opts.env.extend(ep.env());
                 Some(ep)
@@ -812,7 +817,11 @@ impl World for ExternalWorld {
     }
 
     fn backend(&self) -> String {
-        self.pool.options().label.clone()
+        let o = self.pool.options();
+        match &o.model {
+            Some(m) => format!("{} with {m}", o.label),
+            None => o.label.clone(),
+        }
     }
 
     fn runner(&self, max_turns: usize) -> Arc<dyn EpisodeRunner> {
