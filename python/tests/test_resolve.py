@@ -132,3 +132,26 @@ def test_generate_task_file_and_split_give_the_same_personas(tmp_path, tasks_fil
     task_ids = {p["task_id"] for p in py}
     assert "fixed-test" in task_ids and "fixed-train" not in task_ids, task_ids
     assert len(task_ids) >= 2, task_ids
+
+
+EVOLVE = [
+    ("defaults", [], {}),
+    ("iterations, seed, domain", ["--iterations", "3", "--seed", "2", "--domain", "demo"],
+     {"search.iterations": 3, "search.seed": 2, "run.domain": "demo"}),
+    ("config and a flag over it", ["--config", "{run}", "--iterations", "4"], {"search.iterations": 4}),
+    ("world and task file", ["--world", "external:python3 sim.py", "--task-file", "{tasks}"],
+     {"run.world": "external:python3 sim.py", "world.task_file": "{tasks}"}),
+]
+
+
+@pytest.mark.parametrize("name,flags,overrides", EVOLVE, ids=[e[0] for e in EVOLVE])
+def test_evolve_resolves_the_same_configuration_through_both_front_ends(tmp_path, monkeypatch, tasks_file,
+                                                                       run_toml, name, flags, overrides):
+    out = str(tmp_path / "run")
+    config = str(run_toml) if "--config" in flags else None
+    cli = via_cli(tmp_path, ["evolve", "--out", out, "--quiet"] + [fill(f, tasks_file, run_toml) for f in flags])
+    py = via_python(tmp_path, monkeypatch, ppol_rs.evolve_async, config=config,
+                    overrides={"run.out": out, **{k: fill(v, tasks_file, run_toml) for k, v in overrides.items()}})
+    assert cli == py
+    assert cli["verb"] == "evolve" and cli["request"]["run"]["out"] == out
+    assert not (tmp_path / "run").exists(), "resolving created the run directory"

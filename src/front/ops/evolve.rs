@@ -12,6 +12,7 @@ use crate::{Error, Result};
 
 /// Run `ppol evolve` with a resolved configuration.
 pub async fn evolve(cfg: RunConfig, control: RunControl) -> Result<RunSummary> {
+    resolved(&cfg)?;
     crate::evolve::run::evolve(cfg, control).await
 }
 
@@ -22,6 +23,14 @@ pub async fn resume(
     iterations: Option<u64>,
 ) -> Result<RunSummary> {
     crate::evolve::run::resume(dir, control, iterations).await
+}
+
+/// The test support's stop once a new run's configuration is resolved (see
+/// `super::stop_if_resolving`): the CLI and Python give the same configuration.
+fn resolved(cfg: &RunConfig) -> Result<()> {
+    super::stop_if_resolving("evolve", || {
+        serde_json::to_value(cfg).unwrap_or(serde_json::Value::Null)
+    })
 }
 
 /// A new run, or the continuation of one.
@@ -86,6 +95,9 @@ impl EvolutionHandle {
 
 /// Start an evolution on a background thread with its own runtime.
 pub fn spawn_evolution(start: EvolveStart, mut control: RunControl) -> Result<EvolutionHandle> {
+    if let EvolveStart::New(cfg) = &start {
+        resolved(cfg)?;
+    }
     let stop = control.stop.clone();
     control.stop = stop.clone();
     let outcome: Outcome = Arc::new((Mutex::new(None), std::sync::Condvar::new()));
