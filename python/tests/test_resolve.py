@@ -155,3 +155,36 @@ def test_evolve_resolves_the_same_configuration_through_both_front_ends(tmp_path
     assert cli == py
     assert cli["verb"] == "evolve" and cli["request"]["run"]["out"] == out
     assert not (tmp_path / "run").exists(), "resolving created the run directory"
+
+
+DEMO = ROOT / "fitness" / "demo"
+
+
+@pytest.fixture
+def episodes_file(tmp_path):
+    f = tmp_path / "eps.jsonl"
+    ppol_rs.episodes(domain="demo", tasks="0", output=str(f))
+    return f
+
+
+def test_export_audit_study_and_eval_resolve_the_same_through_both_front_ends(tmp_path, monkeypatch, episodes_file):
+    human, base = str(DEMO / "human.jsonl"), str(DEMO / "baseline.jsonl")
+    out = str(tmp_path / "train.jsonl")
+    cases = [
+        (["export", "sft", str(episodes_file), "-o", out, "--format", "hf", "--heldout-fraction", "0.2", "--seed", "3"],
+         ppol_rs.export_sft, dict(episodes=[str(episodes_file)], output=out, format="hf", heldout_fraction=0.2, seed=3)),
+        (["export", "sft", str(episodes_file), "-o", out], ppol_rs.export_sft, dict(episodes=[str(episodes_file)], output=out)),
+        (["audit", "--human", human, base, "--folds", "3", "--seed", "4"],
+         ppol_rs.audit, dict(human=human, candidates=[base], folds=3, seed=4)),
+        (["audit", "--human", human, base], ppol_rs.audit, dict(human=human, candidates=[base])),
+        (["study", "make", "--condition", f"human={human}", "--condition", f"base={base}", "-o", str(tmp_path / "s")],
+         ppol_rs.study_make, dict(conditions={"human": human, "base": base}, out=str(tmp_path / "s"))),
+        (["eval", str(tmp_path / "run"), "--split", "train", "--human", human],
+         ppol_rs.evaluate, dict(run_dir=str(tmp_path / "run"), split="train", human=[human])),
+    ]
+    for flags, fn, kwargs in cases:
+        cli = via_cli(tmp_path, flags)
+        py = via_python(tmp_path, monkeypatch, fn, **kwargs)
+        assert cli == py, flags
+        assert cli["verb"] in " ".join(flags[:2]), cli
+    assert not (tmp_path / "s").exists() and not pathlib.Path(out).exists()

@@ -66,6 +66,18 @@ impl AuditRequest {
 pub fn audit(req: &AuditRequest) -> Result<(AuditReport, Vec<Skipped>)> {
     let opts = req.options()?;
     let pairs = req.judge_pairs.unwrap_or(JudgeOptions::PAIRS);
+    // resolved: every option with its default applied, whichever front end left it unset
+    super::stop_if_resolving("audit", || {
+        let resolved = AuditRequest {
+            feature_set: Some(opts.feature_set),
+            folds: Some(opts.folds),
+            bootstrap: Some(opts.bootstrap),
+            seed: Some(opts.seed),
+            judge_pairs: Some(pairs),
+            ..req.clone()
+        };
+        serde_json::json!(format!("{resolved:#?}"))
+    })?;
     let judge_opts = JudgeOptions::new(pairs, req.judge_prompt.as_deref(), opts.seed)?;
     let humans = load_traces(&req.human, req.human_domain.as_deref())?;
     let mut skipped = humans.skipped;

@@ -131,6 +131,10 @@ pub async fn evaluate(
     n: Option<usize>,
     progress: Option<&(dyn Fn(&crate::simulate::batch::Progress) + Sync)>,
 ) -> Result<EvalReport> {
+    super::stop_if_resolving(
+        "eval",
+        || serde_json::json!({"run_dir": dir, "split": split, "human": human, "n": n}),
+    )?;
     if let Some(n) = n {
         crate::limits::check("n", n, 1, crate::limits::MAX_PERSONAS)?;
     }

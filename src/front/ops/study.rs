@@ -34,6 +34,7 @@ pub struct StudyMakeRequest {
 /// Sample, shuffle and blind the conditions' dialogues and write the page, the Label Studio
 /// files and the key into `req.out`. Nothing is written when an input is bad.
 pub fn study_make(req: &StudyMakeRequest) -> Result<StudyFiles> {
+    super::stop_if_resolving("study make", || serde_json::json!(format!("{req:#?}")))?;
     let conditions = Condition::merge(
         req.conditions
             .iter()

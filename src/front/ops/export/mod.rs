@@ -23,6 +23,7 @@ pub use report::{
 };
 
 /// What `ppol export sft` needs.
+#[derive(Debug)]
 pub struct ExportRequest {
     /// Episode files.
     pub episodes: Vec<PathBuf>,
@@ -391,6 +392,7 @@ fn refuse_duplicate_ids(files: &[PathBuf], loaded: &[Episode], origin: &[usize])
 /// records are written (nothing is, when no record is left for training), and for
 /// `llamafactory` their entries are merged into the `dataset_info.json` next to each file.
 pub fn export_sft(req: &ExportRequest) -> Result<ExportReport> {
+    super::stop_if_resolving("export sft", || serde_json::json!(format!("{req:#?}")))?;
     use crate::simulate::export::{held_out, row_tokens, selected, sft_record_of, Selection};
     if !(req.heldout_fraction.is_finite() && (0.0..1.0).contains(&req.heldout_fraction)) {
         return Err(Error::config(
