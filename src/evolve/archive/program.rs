@@ -113,6 +113,15 @@ pub struct MutationInfo {
 }
 
 impl MutationInfo {
+    /// What a record that does not say how its program was made reads as: the seed's kind,
+    /// with a summary saying it was not recorded.
+    pub fn unrecorded() -> Self {
+        MutationInfo {
+            summary: "not recorded".to_string(),
+            ..MutationInfo::seed()
+        }
+    }
+
     /// Mutation info for a seed program.
     pub fn seed() -> Self {
         MutationInfo {

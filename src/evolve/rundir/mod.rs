@@ -169,7 +169,9 @@ pub struct RunBest {
     /// Program ids from the seed down to it.
     #[serde(default)]
     pub lineage: Vec<String>,
-    /// How it was made.
+    /// How it was made (a `best/program.json` written by hand or by an older tool may lack
+    /// it: read as [`MutationInfo::unrecorded`], the rest of the file still counts).
+    #[serde(default = "MutationInfo::unrecorded")]
     pub mutation: MutationInfo,
     /// The iteration that produced it.
     #[serde(default)]
