@@ -70,7 +70,29 @@ pub struct PoolOptions {
     pub model: Option<String>,
 }
 
+/// The models a simulator reaches through ppol, by name and without their endpoints
+/// (`openai:gpt-4o-mini`, or `user=openai:a, agent=openai:b`): what episodes' `backend` says,
+/// so that a rerun with other models does not reuse episodes, while a server restarted on
+/// another port does not make them stale.
+pub fn model_names(model: &dyn crate::llm::ChatModel) -> String {
+    model
+        .describe()
+        .split(", ")
+        .map(|part| part.split('@').next().unwrap_or(part))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl PoolOptions {
+    /// What episodes played with these options record as their `backend`: the world's label,
+    /// and the run's models by name when the simulator reaches them.
+    pub fn backend(&self) -> String {
+        match &self.model {
+            Some(m) => format!("{} with {m}", self.label),
+            None => self.label.clone(),
+        }
+    }
+
     /// Options from `[world]` for a command.
     pub fn from_settings(s: &WorldSettings, argv: Vec<String>) -> Self {
         PoolOptions {
@@ -749,7 +771,7 @@ impl ExternalWorld {
         })?;
         let endpoint = match model {
             Some(m) => {
-                opts.model.get_or_insert_with(|| m.describe());
+                opts.model.get_or_insert_with(|| model_names(m.as_ref()));
                 let ep = ModelEndpoint::start(m).await?;
                 opts.env.extend(ep.env());
                 Some(ep)
@@ -817,11 +839,7 @@ impl World for ExternalWorld {
     }
 
     fn backend(&self) -> String {
-        let o = self.pool.options();
-        match &o.model {
-            Some(m) => format!("{} with {m}", o.label),
-            None => o.label.clone(),
-        }
+        self.pool.options().backend()
     }
 
     fn runner(&self, max_turns: usize) -> Arc<dyn EpisodeRunner> {
@@ -854,7 +872,7 @@ impl ExternalRunner {
             trial,
             seed,
             &self.domain,
-            &self.pool.options().label,
+            &self.pool.options().backend(),
             String::new(),
         );
         e.error = None;

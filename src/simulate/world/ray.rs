@@ -326,7 +326,10 @@ pub async fn open(
         max_in_flight: super::MAX_IN_FLIGHT,
         env: Vec::new(),
         label: inner.label.clone(),
-        model: deps.model.as_ref().map(|m| m.describe()),
+        model: deps
+            .model
+            .as_ref()
+            .map(|m| super::external::model_names(m.as_ref())),
     };
     let world = ExternalWorld::open(opts, tasks, None, split_seed, settings.test_fraction)
         .await
