@@ -43,9 +43,11 @@ Standard library and Ray only; ppol-rs need not be installed here nor on the wor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -106,12 +108,15 @@ class Simulator:
     answer, or ``{_LOST: reason}`` / ``{_BROKEN: reason}``.
     """
 
-    def __init__(self, sim: Dict[str, Any], workdir: str):
+    def __init__(self, sim: Dict[str, Any]):
         self.protocol = int(sim["protocol"])
         argv = list(sim["argv"])
         shipped = sim.get("ship") or {}
+        # a private directory only for files shipped by text (removed when the simulator is
+        # killed); the simulator's working directory is otherwise ppol's, or the temp root
+        self.workdir: Optional[str] = tempfile.mkdtemp(prefix="ppol-ray-actor-") if shipped else None
         for path, text in shipped.items():
-            local = os.path.join(workdir, os.path.basename(path))
+            local = os.path.join(self.workdir, os.path.basename(path))
             with open(local, "w", encoding="utf-8") as f:
                 f.write(text)
             argv = [local if w == path else w for w in argv]
@@ -121,7 +126,7 @@ class Simulator:
         env.update(sim.get("env") or {})
         cwd = sim.get("cwd")
         if sim.get("use_working_dir") or not (cwd and os.path.isdir(cwd)):
-            cwd = os.getcwd() if sim.get("use_working_dir") else workdir
+            cwd = os.getcwd() if sim.get("use_working_dir") else (self.workdir or tempfile.gettempdir())
         self.argv = argv
         self.lock = threading.Lock()
         self.pending: Dict[str, _Pending] = {}
@@ -165,6 +170,8 @@ class Simulator:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (OSError, AttributeError):
             pass
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _read(self) -> None:
         line_no = 0
@@ -270,8 +277,7 @@ class SimulatorActor:
     def __init__(self, sim: Dict[str, Any], max_in_flight: int, timeout_s: float):
         import ray
 
-        self.workdir = tempfile.mkdtemp(prefix="ppol-ray-actor-")
-        self.sim = Simulator(sim, self.workdir)
+        self.sim = Simulator(sim)
         ctx = ray.get_runtime_context()
         self.where = {"node": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
                       "pid": self.sim.proc.pid}
@@ -707,9 +713,16 @@ def watch_parent(ppid: int) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--spec", required=True, help="JSON file written by ppol")
+    ap.add_argument("--remove-spec", action="store_true",
+                    help="remove the spec file (and its directory, when empty) once read")
     a = ap.parse_args(argv)
     with open(a.spec, encoding="utf-8") as f:
         spec = json.load(f)
+    if a.remove_spec:
+        # nothing of ppol's is left on disk, however ppol or this bridge end
+        with contextlib.suppress(OSError):
+            os.remove(a.spec)
+            os.rmdir(os.path.dirname(os.path.abspath(a.spec)))
     # Stdout carries protocol lines only: Ray (and whatever it forwards) prints to stderr.
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)

@@ -10,6 +10,7 @@ virtualenv with ``ray[default]``; skipped when ``ray`` cannot be imported, unles
 ``PPOL_REQUIRE_RAY=1``.
 """
 
+import glob
 import json
 import os
 import pathlib
@@ -17,6 +18,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -308,6 +310,7 @@ def test_kill_9_leaves_no_actor_and_resume_finishes(cluster, tmp_path):
     marker = f"ppol-ray-test-{os.getpid()}-{random.randrange(1 << 30)}"
     cfg = config(tmp_path, cluster.address)
     world = sim("--sleep-ms", "100", "--marker", marker)
+    tmp_dirs = set(glob.glob(os.path.join(tempfile.gettempdir(), "ppol-ray-*")))
     p = spawn("evolve", "--config", cfg, "--world", world, "--task-file", TASKS, "--iterations", 4,
               "--seed", 2, "--out", run, "--quiet", stderr=subprocess.DEVNULL)
     t0 = time.monotonic()
@@ -318,7 +321,9 @@ def test_kill_9_leaves_no_actor_and_resume_finishes(cluster, tmp_path):
     assert len(simulators(marker)) == 4, "four simulators in four actors"
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
-    assert wait_gone("ray_world.py --spec") == [], "the bridge died with ppol"
+    assert wait_gone("--remove-spec") == [], "the bridge died with ppol"
+    left = set(glob.glob(os.path.join(tempfile.gettempdir(), "ppol-ray-*"))) - tmp_dirs
+    assert not left, f"the bridge's spec directory is left after kill -9: {left}"
     assert wait_gone(marker) == [], "the simulators died with their actors"
     assert wait_gone("ray::SimulatorActor") == [], "no actor of the dead run is left"
     r = ppol("resume", run, "--quiet")

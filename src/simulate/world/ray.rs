@@ -2,9 +2,10 @@
 //! simulator processes run in the actors of a Ray cluster instead of on this machine.
 //!
 //! Ray has no Rust API, so ppol speaks to it through one Python process: the bridge,
-//! `python/ppol_rs/ray_world.py`, shipped in the binary and written to a private temporary
-//! directory with a spec file (the simulator's command, protocol and environment, the
-//! `[world.ray]` settings). To ppol the bridge is one protocol-version-2 simulator process
+//! `python/ppol_rs/ray_world.py`, shipped in the binary and handed to the interpreter in its
+//! environment (`python -c`), with a spec file in a private temporary directory (the
+//! simulator's command, protocol and environment, the `[world.ray]` settings) that the bridge
+//! removes once read, so nothing is left on disk however ppol ends. To ppol the bridge is one protocol-version-2 simulator process
 //! in an ordinary [`Pool`](super::external::Pool) (its `max_in_flight` the room of all its
 //! actors); the bridge connects to the cluster, starts `[world.ray] actors` actors spread over
 //! its nodes, each running the world's own simulator command (protocol 1 or 2; for `tau2:`, τ²'s
@@ -31,6 +32,14 @@ use super::external::{ExternalWorld, PoolOptions};
 use super::{TaskList, World, WorldDeps};
 use crate::llm::serve::ModelEndpoint;
 use crate::{Error, Result};
+
+/// The environment variable that carries the bridge's source to the interpreter (nothing of
+/// the bridge is written to disk; its spec file is removed by the bridge once read).
+const BRIDGE_SOURCE_VAR: &str = "PPOL_RAY_WORLD_SOURCE";
+
+/// What `python -c` runs: the bridge's source from [`BRIDGE_SOURCE_VAR`] (taken out of the
+/// environment, so the simulators it starts do not inherit it), as `__main__`.
+const BRIDGE_BOOTSTRAP: &str = "import os, sys\nif sys.path and sys.path[0] == '':\n    del sys.path[0]\nsys.argv[0] = 'ray_world.py'\nexec(compile(os.environ.pop('PPOL_RAY_WORLD_SOURCE'), 'ray_world.py', 'exec'))\n";
 
 /// The bridge's source, shipped in the binary.
 pub const BRIDGE_SOURCE: &str = include_str!("../../../python/ppol_rs/ray_world.py");
@@ -247,8 +256,6 @@ pub async fn open(
         .prefix("ppol-ray-")
         .tempdir()
         .map_err(|e| Error::io("creating", Path::new("a temporary directory"), e))?;
-    let script = dir.path().join("ray_world.py");
-    crate::io::write_atomic(&script, BRIDGE_SOURCE.as_bytes())?;
     let mut sim_env: Vec<(String, String)> = inner.env.clone();
     let endpoint = match &deps.model {
         Some(m) => {
@@ -316,15 +323,17 @@ pub async fn open(
     let opts = PoolOptions {
         argv: vec![
             py.to_string_lossy().into_owned(),
-            script.to_string_lossy().into_owned(),
+            "-c".into(),
+            BRIDGE_BOOTSTRAP.into(),
             "--spec".into(),
             spec_path.to_string_lossy().into_owned(),
+            "--remove-spec".into(),
         ],
         processes: 1,
         protocol: 2,
         timeout: Duration::from_secs_f64(timeout),
         max_in_flight: super::MAX_IN_FLIGHT,
-        env: Vec::new(),
+        env: vec![(BRIDGE_SOURCE_VAR.into(), BRIDGE_SOURCE.into())],
         label: inner.label.clone(),
         model: deps
             .model
