@@ -188,3 +188,22 @@ def test_export_audit_study_and_eval_resolve_the_same_through_both_front_ends(tm
         assert cli == py, flags
         assert cli["verb"] in " ".join(flags[:2]), cli
     assert not (tmp_path / "s").exists() and not pathlib.Path(out).exists()
+
+
+def test_discriminator_train_and_score_resolve_the_same_through_both_front_ends(tmp_path, monkeypatch):
+    human, base, cands = (str(DEMO / f) for f in ("human.jsonl", "baseline.jsonl", "candidates.jsonl"))
+    ref = ppol_rs.HumanReference.from_traces(human)
+    cli = via_cli(tmp_path, ["discriminator", "train", "--human", human, "--baseline", base, "-o",
+                             str(tmp_path / "d.json"), "--trees", "50", "--seed", "3", "--max-depth", "0"])
+    py = via_python(tmp_path, monkeypatch, ppol_rs.Discriminator.train, human=ref, baseline=base,
+                    trees=50, seed=3, max_depth=0)
+    assert cli == py and "n_trees: 50" in cli["request"]["forest"], cli
+    cli = via_cli(tmp_path, ["discriminator", "train", "--human", human, "--baseline", base, "-o", str(tmp_path / "d.json")])
+    py = via_python(tmp_path, monkeypatch, ppol_rs.Discriminator.train, human=ref, baseline=base)
+    assert cli == py
+    disc = ppol_rs.Discriminator.train(ref, base, trees=20)
+    disc.save(str(tmp_path / "d.json"))
+    for flags, kwargs in [([], {}), (["--lambda-h", "0.7", "--clusters", "3", "--raw"], dict(lambda_h=0.7, clusters=3, raw=True))]:
+        cli = via_cli(tmp_path, ["score", "--human", human, "--discriminator", str(tmp_path / "d.json"), cands] + flags)
+        py = via_python(tmp_path, monkeypatch, ppol_rs.score, human=ref, candidates=cands, discriminator=disc, **kwargs)
+        assert cli == py, flags

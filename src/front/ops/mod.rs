@@ -199,6 +199,13 @@ pub fn train_discriminator(
         check("max_depth", d, 1, MAX_DEPTH)?;
     }
     check("folds", folds, 2, MAX_FOLDS)?;
+    stop_if_resolving("discriminator train", || {
+        serde_json::json!({
+            "forest": format!("{forest:?}"),
+            "folds": folds,
+            "baseline": baseline.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+        })
+    })?;
     crate::fitness::score::train_discriminator(human, baseline, forest, folds)
 }
 
@@ -279,6 +286,12 @@ pub fn score(req: &ScoreRequest<'_>) -> Result<Score> {
         }
     }
     crate::limits::check("clusters", req.clusters, 0, crate::limits::MAX_CLUSTERS)?;
+    stop_if_resolving("score", || {
+        serde_json::json!({
+            "options": format!("{opts:?}"),
+            "candidates": req.candidates.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+        })
+    })?;
     crate::fitness::score::score(req.human, req.discriminator, req.candidates, &opts)
 }
 
