@@ -11,8 +11,8 @@ To ppol it is one simulator process speaking the JSONL protocol, **version 2**
 (``EXTERNAL_PROTOCOL.md`` beside this file): it answers ``hello`` once it has connected to the
 cluster (``ray.init(address=...)``) and started ``actors`` actors, each reserving ``num_cpus``
 CPUs, spread over the nodes (``SPREAD`` scheduling); each actor runs the world's own simulator
-command (protocol 1 or 2, the user's ``external:`` command or τ²'s runner, whose text is shipped
-in the spec) as a subprocess on its node. Episode requests go to the actor with the most free
+command (protocol 1 or 2, the user's ``external:`` command or τ²'s runner, whose text travels
+in the spec's environment) as a subprocess on its node. Episode requests go to the actor with the most free
 room; answers come back as they finish, each with ``meta.ray``: the node and actor that played
 it, and the reason of every earlier attempt.
 
@@ -47,7 +47,6 @@ import contextlib
 import ctypes
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -111,22 +110,15 @@ class Simulator:
     def __init__(self, sim: Dict[str, Any]):
         self.protocol = int(sim["protocol"])
         argv = list(sim["argv"])
-        shipped = sim.get("ship") or {}
-        # a private directory only for files shipped by text (removed when the simulator is
-        # killed); the simulator's working directory is otherwise ppol's, or the temp root
-        self.workdir: Optional[str] = tempfile.mkdtemp(prefix="ppol-ray-actor-") if shipped else None
-        for path, text in shipped.items():
-            local = os.path.join(self.workdir, os.path.basename(path))
-            with open(local, "w", encoding="utf-8") as f:
-                f.write(text)
-            argv = [local if w == path else w for w in argv]
         if sim.get("worker_python"):
             argv[0] = sys.executable
         env = dict(os.environ)
         env.update(sim.get("env") or {})
         cwd = sim.get("cwd")
+        # Ray's working_dir, else ppol's working directory where the node has it, else the
+        # temporary root: the actor writes nothing of its own to disk
         if sim.get("use_working_dir") or not (cwd and os.path.isdir(cwd)):
-            cwd = os.getcwd() if sim.get("use_working_dir") else (self.workdir or tempfile.gettempdir())
+            cwd = os.getcwd() if sim.get("use_working_dir") else tempfile.gettempdir()
         self.argv = argv
         self.lock = threading.Lock()
         self.pending: Dict[str, _Pending] = {}
@@ -170,8 +162,6 @@ class Simulator:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (OSError, AttributeError):
             pass
-        if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _read(self) -> None:
         line_no = 0

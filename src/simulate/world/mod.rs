@@ -611,7 +611,6 @@ pub async fn open(spec: &WorldSpec, deps: WorldDeps) -> Result<Arc<dyn World>> {
             if deps.settings.executor == Executor::Ray {
                 let sim = self::ray::Simulator {
                     opts,
-                    ship: Vec::new(),
                     worker_python: false,
                 };
                 return self::ray::open(sim, &deps, tasks, split_seed).await;

@@ -9,7 +9,8 @@
 //! in an ordinary [`Pool`](super::external::Pool) (its `max_in_flight` the room of all its
 //! actors); the bridge connects to the cluster, starts `[world.ray] actors` actors spread over
 //! its nodes, each running the world's own simulator command (protocol 1 or 2; for `tau2:`, τ²'s
-//! runner, shipped to the actors as text and run by the worker's Python), and routes episodes to
+//! runner, whose text reaches the actors in its environment variable and is run by the
+//! worker's Python), and routes episodes to
 //! free actors, retrying those whose actor, worker or node died (`[world.ray] retries`). The seed
 //! of an episode stays the one its caller derived from (task, persona, trial), so a
 //! deterministic simulator gives the same episodes with either executor. Each episode records
@@ -234,9 +235,6 @@ pub struct Simulator {
     /// The world's pool options as the local executor would use them (command, protocol,
     /// environment, label, timeouts).
     pub opts: PoolOptions,
-    /// Files the command names by path that the workers do not have: their text is shipped
-    /// and the path replaced by the actor's copy.
-    pub ship: Vec<PathBuf>,
     /// Run the command's first word as the worker's own Python (`tau2:`'s runner).
     pub worker_python: bool,
 }
@@ -273,13 +271,6 @@ pub async fn open(
         }
         None => None,
     };
-    let mut ship = serde_json::Map::new();
-    for p in &sim.ship {
-        ship.insert(
-            p.to_string_lossy().into_owned(),
-            json!(crate::io::read_to_string(p)?),
-        );
-    }
     let runtime_env = ray
         .runtime_env
         .as_ref()
@@ -307,7 +298,6 @@ pub async fn open(
                 .iter()
                 .map(|(k, v)| (k.clone(), json!(v)))
                 .collect::<serde_json::Map<_, _>>(),
-            "ship": ship,
             "worker_python": sim.worker_python,
             "cwd": cwd,
             "use_working_dir": use_working_dir,

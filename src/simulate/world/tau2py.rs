@@ -84,7 +84,6 @@ pub async fn open(
         // Python runs it
         let sim = super::ray::Simulator {
             opts,
-            ship: vec![],
             worker_python: true,
         };
         return super::ray::open(sim, deps, tasks, split_seed).await;
