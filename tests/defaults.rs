@@ -16,8 +16,8 @@ use ppol::front::cli::Cli;
 use ppol::front::ops::{AuditRequest, EpisodesRequest, GenerateRequest};
 use ppol::simulate::settings::EpisodesSection;
 
-/// Parameters of one function: name → default (None: required), in a common notation
-/// (`None`, `True`/`False`, numbers and strings as written, strings without quotes).
+/// A subcommand's flags: long name in snake case → default (None: the flag has none), in a
+/// common notation (`True`/`False`, numbers by value, strings without quotes).
 type Params = BTreeMap<String, Option<String>>;
 
 /// A default in the common notation (`True`/`False`, numbers by value, strings unquoted).
