@@ -207,3 +207,31 @@ def test_discriminator_train_and_score_resolve_the_same_through_both_front_ends(
         cli = via_cli(tmp_path, ["score", "--human", human, "--discriminator", str(tmp_path / "d.json"), cands] + flags)
         py = via_python(tmp_path, monkeypatch, ppol_rs.score, human=ref, candidates=cands, discriminator=disc, **kwargs)
         assert cli == py, flags
+
+
+def test_verbs_without_settings_give_the_same_output_through_both_front_ends(tmp_path):
+    """`traces stats`, `reference` and `study analyze` take files and a flag or two, nothing to
+    resolve: both front ends call the same operation, so their outputs are compared instead
+    (`fingerprint`'s are in test_core.py)."""
+    fixtures = ROOT / "tests" / "fixtures"
+    traces = [str(fixtures / "traces" / "dialogues.jsonl"), str(fixtures / "traces" / "tau_usi_small.json")]
+
+    def cli(*args):
+        proc = subprocess.run([sys.executable, "-m", "ppol_rs", *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    for domain in (None, "airline"):
+        flags = ["--domain", domain] if domain else []
+        assert json.loads(cli("traces", "stats", *traces, "--json", *flags)) == ppol_rs.traces_stats(traces, domain=domain)
+
+    cli("reference", *traces, "--feature-set", "v2", "-o", str(tmp_path / "ref.json"))
+    ppol_rs.HumanReference.from_traces(traces, feature_set="v2").save(str(tmp_path / "ref-py.json"))
+    assert json.loads((tmp_path / "ref.json").read_text()) == json.loads((tmp_path / "ref-py.json").read_text())
+
+    study = fixtures / "study"
+    answers = [str(study / f) for f in ("answers-a1.json", "label-studio-export-a2.json", "answers-a3.json", "answers-a4.json")]
+    for keep in (False, True):
+        flags = ["--keep-failed-attention"] if keep else []
+        got = json.loads(cli("study", "analyze", *answers, "--key", str(study / "key.json"), "--json", *flags))
+        assert got == ppol_rs.study_analyze(answers, str(study / "key.json"), keep_failed_attention=keep)
