@@ -335,6 +335,7 @@ class Bridge:
         self.slots: List[Slot] = []
         self.replacing = 0
         self.hello: Dict[str, Any] = {}
+        self.node_ips: Dict[str, str] = {}
         self.retired: List[str] = []
         self.timeout = float(spec["episode_timeout_s"])
         self.start_timeout = float(spec["start_timeout_s"])
@@ -463,9 +464,22 @@ class Bridge:
                            max_concurrency=k + 4, max_restarts=0).remote(
             self.spec["simulator"], k, self.timeout)
 
+    def node_ip(self, node: str, seen: str) -> str:
+        """The node's address as the cluster records it (`ray start --node-ip-address`): what a
+        worker process detects by itself is the machine's network address, which a node started
+        on 127.0.0.1 does not use."""
+        if node not in self.node_ips:
+            try:
+                self.node_ips = {n["NodeID"]: n["NodeManagerAddress"] for n in self.ray.nodes()}
+            except Exception:  # noqa: BLE001 - the worker's own reading is the fallback
+                pass
+        return self.node_ips.get(node) or seen
+
     def place(self, s: Slot, info: Dict[str, Any]) -> None:
+        where = dict(info["where"])
+        where["node_ip"] = self.node_ip(where.get("node", ""), where.get("node_ip", ""))
         with self.cond:
-            s.where = dict(info["where"])
+            s.where = where
             s.capacity = int(s.where.pop("max_in_flight", 1))
             s.generation += 1
             if not self.hello:

