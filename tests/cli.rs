@@ -405,3 +405,50 @@ fn bench_evolve_compares_the_cascade_on_and_off() {
         assert!(stdout.contains(needle), "{needle}: {stdout}");
     }
 }
+
+/// A world the settings cannot play (the Ray executor for a world ppol plays itself, a task
+/// file for a built-in world) is refused when the configuration is read: exit 2 naming the key
+/// and where its value came from, before the run directory exists.
+#[test]
+fn settings_a_world_cannot_take_are_refused_before_the_run_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let out_s = out.display().to_string();
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nworld = \"chat\"\n\n[world]\nexecutor = \"ray\"\n",
+    )
+    .unwrap();
+    let cfg_s = cfg.display().to_string();
+    let tasks = root().join("tests/fixtures/worlds/tasks.jsonl");
+    let tasks_s = tasks.display().to_string();
+    let cases: [(&[&str], &str, &str); 3] = [
+        (
+            &["--world", "demo", "--executor", "ray"],
+            "'world.executor'",
+            "(from the flag --executor)",
+        ),
+        (
+            &["--config", &cfg_s],
+            "'world.executor'",
+            "run.toml, line 5)",
+        ),
+        (
+            &["--domain", "demo", "--task-file", &tasks_s],
+            "'world.task_file'",
+            "(from the flag --task-file)",
+        ),
+    ];
+    for (flags, key, origin) in cases {
+        let mut args = vec!["evolve", "--out", &out_s];
+        args.extend_from_slice(flags);
+        let (code, _, err) = run_ppol(&args);
+        assert_eq!(code, 2, "{flags:?}: {err}");
+        assert!(
+            err.contains(key) && err.contains(origin),
+            "{flags:?}: {err}"
+        );
+        assert!(!out.exists(), "{flags:?}: the run directory was created");
+    }
+}

@@ -457,6 +457,7 @@ impl RunConfig {
         self.run.validate()?;
         let spec = self.world_spec();
         self.world.validate()?;
+        self.world.check_spec(&spec)?;
         if spec.needs_task_file() && self.world.task_file.is_none() && self.world.protocol < 2 {
             return Err(Error::config(
                 "world.task_file",

@@ -166,6 +166,7 @@ pub fn load_config(file: Option<&Path>, overrides: &Overrides) -> Result<RunConf
             None,
         ),
     };
+    let base = value.clone();
     for (key, v, origin) in &overrides.0 {
         set_dotted(&mut value, key, v.clone()).map_err(|e| with_origin(e, origin))?;
     }
@@ -182,14 +183,10 @@ pub fn load_config(file: Option<&Path>, overrides: &Overrides) -> Result<RunConf
         }
     };
     let cfg: RunConfig = value.try_into().map_err(|e: toml::de::Error| {
-        let message = e.message().to_string();
-        // the file alone was read: the wrong value is an override's
-        let keys: Vec<&str> = overrides.0.iter().map(|(k, _, _)| k.as_str()).collect();
-        let origins: Vec<String> = overrides.0.iter().map(|(_, _, o)| o.to_string()).collect();
-        Error::config(
-            keys.join(", "),
-            format!("{message} (from {})", origins.join(", ")),
-        )
+        // the file alone was read: the wrong value is an override's, the first one whose
+        // value the configuration cannot take (applied in order, as above)
+        let (key, origin) = culprit(base, overrides);
+        Error::config(key, format!("{} (from {origin})", e.message()))
     })?;
     cfg.validate().map_err(|e| match e {
         Error::Config { key, message } => {
@@ -202,6 +199,22 @@ pub fn load_config(file: Option<&Path>, overrides: &Overrides) -> Result<RunConf
         other => other,
     })?;
     Ok(cfg)
+}
+
+/// The override that makes `base` (defaults or the file, which deserialise) fail to
+/// deserialise: the overrides are applied one by one, in order, until one does. A failure that
+/// only their combination causes names all of them.
+fn culprit(mut base: toml::Value, overrides: &Overrides) -> (String, String) {
+    for (key, v, origin) in &overrides.0 {
+        if set_dotted(&mut base, key, v.clone()).is_err()
+            || base.clone().try_into::<RunConfig>().is_err()
+        {
+            return (key.clone(), origin.to_string());
+        }
+    }
+    let keys: Vec<&str> = overrides.0.iter().map(|(k, _, _)| k.as_str()).collect();
+    let origins: Vec<String> = overrides.0.iter().map(|(_, _, o)| o.to_string()).collect();
+    (keys.join(", "), origins.join(", "))
 }
 
 /// `e` with where its value came from.
@@ -294,6 +307,19 @@ mod tests {
         o.python("seed=", "search.seed", Some("three")).unwrap();
         let e = load_config(None, &o).unwrap_err().to_string();
         assert!(e.contains("search.seed") && e.contains("seed="), "{e}");
+        // among several overrides, only the one whose value does not deserialise is named
+        let mut o = Overrides::new();
+        o.flag("--out", "run.out", Some("r")).unwrap();
+        o.flag("--world", "run.world", Some("bogus:x")).unwrap();
+        o.flag("--iterations", "search.iterations", Some(2))
+            .unwrap();
+        let e = load_config(None, &o).unwrap_err().to_string();
+        assert!(
+            e.contains("'run.world'")
+                && e.contains("unknown world")
+                && e.contains("(from the flag --world)"),
+            "{e}"
+        );
         std::fs::write(&f, "[search]\nseed = \"three\"\n").unwrap();
         let e = load_config(Some(&f), &Overrides::new())
             .unwrap_err()

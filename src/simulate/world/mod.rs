@@ -432,6 +432,32 @@ impl WorldSettings {
         Ok(())
     }
 
+    /// What these settings cannot do with `spec` (the Ray executor for a world played in ppol
+    /// itself, a task file for a built-in world), checked before anything starts: by the run
+    /// configuration's validation, and by [`open`] for the verbs without one.
+    pub fn check_spec(&self, spec: &WorldSpec) -> Result<()> {
+        match spec {
+            WorldSpec::Builtin(_) | WorldSpec::Chat if self.executor == Executor::Ray => {
+                Err(Error::config(
+                    "world.executor",
+                    format!(
+                        "the Ray executor plays the simulator processes of external: and tau2: \
+                         worlds; {} is played in ppol itself: use executor = \"local\"",
+                        spec.label()
+                    ),
+                ))
+            }
+            WorldSpec::Builtin(name) if self.task_file.is_some() => Err(Error::config(
+                "world.task_file",
+                format!(
+                    "the built-in world '{name}' has its own tasks: a task file is for external: \
+                     and chat worlds"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Check the `tau2_*` keys (names of τ²'s registry are checked by τ² when the world starts).
     fn validate_tau2(&self) -> Result<()> {
         let name_ok =
@@ -558,6 +584,7 @@ pub struct WorldDeps {
 /// the first episode, except a v2 simulator that lists its own tasks).
 pub async fn open(spec: &WorldSpec, deps: WorldDeps) -> Result<Arc<dyn World>> {
     deps.settings.validate()?;
+    deps.settings.check_spec(spec)?;
     let split_seed = split_seed(deps.seed);
     let file_tasks = |required: bool| -> Result<Option<TaskList>> {
         match &deps.settings.task_file {
@@ -578,26 +605,7 @@ pub async fn open(spec: &WorldSpec, deps: WorldDeps) -> Result<Arc<dyn World>> {
         }
     };
     Ok(match spec {
-        WorldSpec::Builtin(_) | WorldSpec::Chat if deps.settings.executor == Executor::Ray => {
-            return Err(Error::config(
-                "world.executor",
-                format!(
-                    "the Ray executor plays the simulator processes of external: and tau2: \
-                     worlds; {} is played in ppol itself: use executor = \"local\"",
-                    spec.label()
-                ),
-            ))
-        }
         WorldSpec::Builtin(name) => {
-            if deps.settings.task_file.is_some() {
-                return Err(Error::config(
-                    "world.task_file",
-                    format!(
-                        "the built-in world '{name}' has its own tasks: a task file is for \
-                         external: and chat worlds"
-                    ),
-                ));
-            }
             let domain = Arc::new(Domain::load(name, deps.tau2_data.as_deref())?);
             Arc::new(builtin::BuiltinWorld::new(
                 domain,
