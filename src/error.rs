@@ -189,6 +189,20 @@ impl Error {
         }
     }
 
+    /// [`Error::Run`] for a path that is not a run directory at all (missing, or not a
+    /// directory): one message for every verb that takes a run directory.
+    pub fn no_run_dir(path: &std::path::Path) -> Self {
+        let what = if path.exists() {
+            "not a directory"
+        } else {
+            "no such run directory"
+        };
+        Error::Run {
+            path: path.to_path_buf(),
+            message: format!("{what} (expected a run directory made by `ppol evolve --out DIR`)"),
+        }
+    }
+
     /// A stable short name of the variant, used for the Python exception class and logs.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -452,3 +452,33 @@ fn settings_a_world_cannot_take_are_refused_before_the_run_starts() {
         assert!(!out.exists(), "{flags:?}: the run directory was created");
     }
 }
+
+/// Every verb that takes a run directory says the same of a path that is none: missing, or a
+/// file.
+#[test]
+fn verbs_taking_a_run_directory_agree_on_a_path_that_is_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let missing = tmp.path().join("missing").display().to_string();
+    let file = file.display().to_string();
+    for (path, what) in [
+        (&missing, "no such run directory"),
+        (&file, "not a directory"),
+    ] {
+        let verbs: [Vec<&str>; 4] = [
+            vec!["eval", path],
+            vec!["resume", path],
+            vec!["report", path],
+            vec!["generate", "--run", path, "-n", "1"],
+        ];
+        for args in verbs {
+            let (code, _, err) = run_ppol(&args);
+            assert_eq!(code, 2, "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("run directory '{path}': {what} (expected a run directory made by `ppol evolve --out DIR`)")),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}

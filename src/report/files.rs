@@ -45,10 +45,7 @@ impl RunFiles {
     /// Load a run directory. Only `log.jsonl` must exist.
     pub fn load(dir: &Path) -> Result<RunFiles> {
         if !dir.is_dir() {
-            return Err(Error::Run {
-                path: dir.to_path_buf(),
-                message: "not a directory".into(),
-            });
+            return Err(Error::no_run_dir(dir));
         }
         let log_path = dir.join("log.jsonl");
         if !log_path.is_file() {

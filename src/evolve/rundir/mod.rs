@@ -340,10 +340,7 @@ impl RunDir {
     /// are removed.
     pub fn open_for_writing(path: &Path) -> Result<RunDir> {
         if !path.is_dir() {
-            return Err(Error::Run {
-                path: path.to_path_buf(),
-                message: "not a directory (expected a run directory made by `ppol evolve`)".into(),
-            });
+            return Err(Error::no_run_dir(path));
         }
         let dir = RunDir {
             path: path.to_path_buf(),
@@ -451,12 +448,7 @@ impl RunDir {
     pub fn load_config(&self) -> Result<RunConfig> {
         let path = self.config_path();
         if !self.path.is_dir() {
-            return Err(Error::Run {
-                path: self.path.clone(),
-                message: "no such run directory (expected a run directory made by `ppol \
-                          evolve --out DIR`)"
-                    .into(),
-            });
+            return Err(Error::no_run_dir(&self.path));
         }
         if !path.is_file() {
             return Err(Error::Run {
