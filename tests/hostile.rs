@@ -242,6 +242,38 @@ fn issue34_item6_simulator_stderr_reaches_the_terminal_escaped() {
     assert!(!err.contains('\u{1b}') && !err.contains('\u{202e}') && !err.contains('\u{7}'));
 }
 
+/// A simulator flooding its stderr (50 MB per episode here) does not flood the terminal: at most
+/// 1 MiB of each process's stderr is shown, then one line says the rest is not, and the
+/// episodes are played (the pipe is drained, so the simulator never blocks on it).
+#[test]
+fn a_simulator_flooding_its_stderr_shows_one_mib_per_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eps.jsonl");
+    let world = format!(
+        "external:python3 {} --stderr-flood 50",
+        fixture("hostile_sim.py")
+    );
+    let o = episodes_in(&world, &out, 1)
+        .args(["--tasks", "task_0,task_1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        &err[err.len().saturating_sub(2000)..]
+    );
+    let notice = "wrote more than 1 MiB on stderr; the rest of its stderr is not shown";
+    assert_eq!(err.matches(notice).count(), 1, "one process, one notice");
+    assert!(
+        err.len() < (1 << 20) + 64 * 1024,
+        "{} bytes shown",
+        err.len()
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 2);
+}
+
 #[test]
 fn issue34_item6_a_missing_simulator_is_bad_input() {
     let tmp = tempfile::tempdir().unwrap();

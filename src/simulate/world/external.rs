@@ -47,6 +47,10 @@ use crate::{Error, Result};
 pub const MAX_LINE_BYTES: usize = 64 << 20;
 /// Bytes of one line of a simulator's stderr shown; the rest of the line is cut.
 const MAX_STDERR_LINE: usize = 8 << 10;
+/// Bytes of a simulator process's stderr shown in all (about ten thousand lines of logs); the
+/// rest is read and dropped, with one line saying so, so that a simulator flooding its stderr
+/// neither floods the terminal nor blocks on a full pipe.
+const MAX_STDERR_SHOWN: usize = 1 << 20;
 
 /// How a pool of simulator processes is run.
 #[derive(Debug, Clone)]
@@ -549,11 +553,14 @@ async fn read_line_bounded<R: AsyncBufRead + Unpin>(
 }
 
 /// A simulator's stderr to ppol's, line by line, control characters escaped (as sandbox
-/// stderr is) and each line cut at [`MAX_STDERR_LINE`] bytes.
+/// stderr is), each line cut at [`MAX_STDERR_LINE`] bytes, at most [`MAX_STDERR_SHOWN`] bytes
+/// shown per process (the rest read and dropped).
 async fn forward_stderr(stderr: ChildStderr) {
     let mut r = BufReader::new(stderr);
     let mut line: Vec<u8> = Vec::new();
     let mut cut = 0usize;
+    let mut shown = 0usize;
+    let mut dropped = false;
     loop {
         let chunk = match r.fill_buf().await {
             Ok(c) if !c.is_empty() => c,
@@ -563,17 +570,30 @@ async fn forward_stderr(stderr: ChildStderr) {
             Some(i) => (i + 1, true),
             None => (chunk.len(), false),
         };
+        if dropped {
+            r.consume(take);
+            continue;
+        }
         let room = MAX_STDERR_LINE.saturating_sub(line.len()).min(take);
         line.extend_from_slice(&chunk[..room]);
         cut += take - room;
         r.consume(take);
         if done {
+            shown += line.len();
             show_stderr_line(&line, cut);
             line.clear();
             cut = 0;
+            if shown >= MAX_STDERR_SHOWN {
+                dropped = true;
+                eprintln!(
+                    "ppol: a simulator process wrote more than {} MiB on stderr; the rest of \
+                     its stderr is not shown (run its command by hand to read it)",
+                    MAX_STDERR_SHOWN >> 20
+                );
+            }
         }
     }
-    if !line.is_empty() {
+    if !line.is_empty() && !dropped {
         show_stderr_line(&line, cut);
     }
 }
