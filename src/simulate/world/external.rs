@@ -50,7 +50,7 @@ const MAX_STDERR_LINE: usize = 8 << 10;
 /// Bytes of a simulator process's stderr shown in all (about ten thousand lines of logs); the
 /// rest is read and dropped, with one line saying so, so that a simulator flooding its stderr
 /// neither floods the terminal nor blocks on a full pipe.
-const MAX_STDERR_SHOWN: usize = 1 << 20;
+pub const MAX_STDERR_SHOWN: usize = 1 << 20;
 
 /// How a pool of simulator processes is run.
 #[derive(Debug, Clone)]
@@ -72,6 +72,9 @@ pub struct PoolOptions {
     /// The run's model the simulator reaches through ppol's endpoint, as described in
     /// episodes' `backend` (so that a rerun with another model does not reuse their episodes).
     pub model: Option<String>,
+    /// Bytes of each process's stderr shown ([`MAX_STDERR_SHOWN`]; more for a process that
+    /// gathers the stderr of several simulators, as the Ray bridge does).
+    pub stderr_shown: usize,
 }
 
 /// The models a simulator reaches through ppol, by name and without their endpoints
@@ -108,6 +111,7 @@ impl PoolOptions {
             max_in_flight: s.max_in_flight,
             env: Vec::new(),
             model: None,
+            stderr_shown: MAX_STDERR_SHOWN,
         }
     }
 }
@@ -277,7 +281,7 @@ impl Pool {
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(forward_stderr(stderr));
+            tokio::spawn(forward_stderr(stderr, self.opts.stderr_shown));
         }
         self.started.fetch_add(1, Ordering::SeqCst);
         let alive = self.alive.fetch_add(1, Ordering::SeqCst) + 1;
@@ -553,9 +557,9 @@ async fn read_line_bounded<R: AsyncBufRead + Unpin>(
 }
 
 /// A simulator's stderr to ppol's, line by line, control characters escaped (as sandbox
-/// stderr is), each line cut at [`MAX_STDERR_LINE`] bytes, at most [`MAX_STDERR_SHOWN`] bytes
-/// shown per process (the rest read and dropped).
-async fn forward_stderr(stderr: ChildStderr) {
+/// stderr is), each line cut at [`MAX_STDERR_LINE`] bytes, at most `limit` bytes shown (the
+/// rest read and dropped).
+async fn forward_stderr(stderr: ChildStderr, limit: usize) {
     let mut r = BufReader::new(stderr);
     let mut line: Vec<u8> = Vec::new();
     let mut cut = 0usize;
@@ -583,12 +587,12 @@ async fn forward_stderr(stderr: ChildStderr) {
             show_stderr_line(&line, cut);
             line.clear();
             cut = 0;
-            if shown >= MAX_STDERR_SHOWN {
+            if shown >= limit {
                 dropped = true;
                 eprintln!(
                     "ppol: a simulator process wrote more than {} MiB on stderr; the rest of \
                      its stderr is not shown (run its command by hand to read it)",
-                    MAX_STDERR_SHOWN >> 20
+                    limit >> 20
                 );
             }
         }

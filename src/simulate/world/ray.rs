@@ -329,6 +329,8 @@ pub async fn open(
             .model
             .as_ref()
             .map(|m| super::external::model_names(m.as_ref())),
+        // the bridge's stderr gathers the actors' simulators' (Ray forwards it to the driver)
+        stderr_shown: super::external::MAX_STDERR_SHOWN.saturating_mul(ray.actors.max(1)),
     };
     let world = ExternalWorld::open(opts, tasks, None, split_seed, settings.test_fraction)
         .await
