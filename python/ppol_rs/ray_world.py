@@ -339,6 +339,7 @@ class Bridge:
         self.retired: List[str] = []
         self.timeout = float(spec["episode_timeout_s"])
         self.start_timeout = float(spec["start_timeout_s"])
+        self.placement_note = ""
         self.stopping = False
 
     # ---- start-up
@@ -426,7 +427,7 @@ class Bridge:
                              f"CPU(s); the cluster has {self.ray.available_resources().get('CPU', 0)} "
                              "available ([world.ray] actors, num_cpus)")
         if len(live) < n:
-            why = errors[0] if errors else f"not placed within {self.start_timeout:g} s"
+            why = errors[0] if errors else self.placement_note
             log(f"{len(live)} of {n} actors started ({why}); playing on those")
             self.slots = live
         nodes = sorted({s.where["node"] for s in live})
@@ -440,6 +441,8 @@ class Bridge:
         ready: List[Any] = []
         pending = list(refs)
         stalled_since = None
+        said = t0
+        self.placement_note = f"not placed within {self.start_timeout:g} s ([world.ray] start_timeout_s)"
         while pending:
             left = self.start_timeout - (time.monotonic() - t0)
             if left <= 0:
@@ -449,9 +452,19 @@ class Bridge:
             free = self.ray.available_resources().get("CPU", 0.0)
             if self.stopping:
                 break
+            now = time.monotonic()
+            if pending and now - said >= 5:
+                # never silent while the cluster makes room
+                said = now
+                log(f"placing actors: {len(ready)} of {len(refs)} started after {now - t0:.0f} s; "
+                    f"each asks for {self.spec['num_cpus']} CPU(s), {free:g} free "
+                    f"(waiting at most {self.start_timeout:g} s)")
             if (ready or replacing) and pending and free < float(self.spec["num_cpus"]):
-                stalled_since = stalled_since or time.monotonic()
-                if time.monotonic() - stalled_since > 10:
+                stalled_since = stalled_since or now
+                if now - stalled_since > 10:
+                    self.placement_note = (
+                        f"no free CPU for the rest for 10 s: each asks for "
+                        f"{self.spec['num_cpus']} CPU(s) ([world.ray] actors, num_cpus)")
                     break
             else:
                 stalled_since = None

@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -394,6 +395,24 @@ def ledger_calls(entry, role):
             if n is not None:
                 return n
     return None
+
+
+def test_more_actors_than_the_cluster_places_play_on_those_that_started(cluster, tmp_path):
+    """10 actors of 1 CPU on the 4 CPUs of the cluster: while it waits, a line every 5 s says
+    how many started (never silent); with no free CPU for the rest for 10 s it plays on those,
+    saying why, and every episode is played."""
+    cfg = config(tmp_path, cluster.address, actors=10, extra="num_cpus = 1.0\n")
+    out = tmp_path / "eps.jsonl"
+    t0 = time.monotonic()
+    r = ppol("episodes", "--config", cfg, "--world", sim(), "--task-file", TASKS, "-o", out)
+    assert r.returncode == 0, r.stderr
+    # 4 CPUs: at most 4 start (fewer while a previous test's actors are still being removed)
+    assert re.search(r"placing actors: [0-4] of 10 started after 5 s", r.stderr), r.stderr
+    assert re.search(r"[1-4] of 10 actors started \(no free CPU for the rest for 10 s", r.stderr), r.stderr
+    assert time.monotonic() - t0 < 40, "it did not wait for start_timeout_s"
+    eps = read_jsonl(out)
+    assert eps and all(e["status"] == "ok" for e in eps)
+    assert {e["meta"]["ray"]["actor"] for e in eps} <= set(range(10))
 
 
 def tau2_data():
