@@ -369,8 +369,14 @@ class Bridge:
 
         def watchdog() -> None:
             # ray.init retries for minutes against a head that accepts connections but does
-            # not answer: give up after start_timeout_s.
-            if not connected.wait(self.start_timeout):
+            # not answer: give up after start_timeout_s, saying every 5 s that it waits.
+            t0 = time.monotonic()
+            while not connected.wait(min(5.0, max(0.0, self.start_timeout - (time.monotonic() - t0)))):
+                waited = time.monotonic() - t0
+                if waited < self.start_timeout:
+                    log(f"connecting to the Ray cluster at {address!r}: {waited:.0f} s "
+                        f"(waiting at most {self.start_timeout:g} s)")
+                    continue
                 self.write({"type": "hello", "protocol": PROTOCOL, "error": str(StartError(
                     "world.ray.address", f"no answer from the Ray cluster at {address!r} "
                     f"({resolved}) within {self.start_timeout:g} s ([world.ray] "

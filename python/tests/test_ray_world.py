@@ -479,6 +479,21 @@ def test_start_errors_exit_2_naming_the_key(tmp_path):
     r = ppol("episodes", "--config", bad, "--world", world, "--task-file", TASKS, "--quiet",
              "-o", tmp_path / "eps.jsonl")
     assert r.returncode == 2 and "world.ray.address" in r.stderr, r.stderr
+    # a port that accepts connections and never answers: a line every 5 s, then exit 2 at
+    # start_timeout_s
+    import socket
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        bad.write_text(f'[world]\nexecutor = "ray"\npython = "{sys.executable}"\n\n'
+                       f'[world.ray]\naddress = "127.0.0.1:{silent.getsockname()[1]}"\n'
+                       'start_timeout_s = 7\n')
+        r = ppol("episodes", "--config", bad, "--world", world, "--task-file", TASKS, "--quiet",
+                 "-o", tmp_path / "eps.jsonl")
+    assert r.returncode == 2 and "no answer from the Ray cluster" in r.stderr, r.stderr
+    assert "world.ray.address" in r.stderr and "within 7 s" in r.stderr, r.stderr
+    assert "connecting to the Ray cluster at" in r.stderr and ": 5 s (waiting at most 7 s)" in r.stderr, r.stderr
+    assert not (tmp_path / "eps.jsonl").exists()
     no_ray = tmp_path / "venv-without-ray"
     subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", no_ray],
                    check=True)
