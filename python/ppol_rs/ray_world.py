@@ -12,9 +12,9 @@ To ppol it is one simulator process speaking the JSONL protocol, **version 2**
 cluster (``ray.init(address=...)``) and started ``actors`` actors, each reserving ``num_cpus``
 CPUs, spread over the nodes (``SPREAD`` scheduling); each actor runs the world's own simulator
 command (protocol 1 or 2, the user's ``external:`` command or τ²'s runner, whose text travels
-in the spec's environment) as a subprocess on its node. Episode requests go to the actor with the most free
-room; answers come back as they finish, each with ``meta.ray``: the node and actor that played
-it, and the reason of every earlier attempt.
+in the spec's environment) as a subprocess on its node. Episode requests go to the actor with
+the most free room; answers come back as they finish, each with ``meta.ray``: the node and
+actor that played it, and the reason of every earlier attempt.
 
 Faults. An actor, its worker process, its simulator process or its node that dies while an
 episode is in flight: the episode is played again on another actor, at most ``retries`` times
@@ -54,7 +54,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 PROTOCOL = 2
 INSTALL = "pip install 'ray[default]'"
@@ -339,7 +339,6 @@ class Bridge:
         self.retired: List[str] = []
         self.timeout = float(spec["episode_timeout_s"])
         self.start_timeout = float(spec["start_timeout_s"])
-        self.placement_note = ""
         self.stopping = False
 
     # ---- start-up
@@ -371,7 +370,7 @@ class Bridge:
             # ray.init retries for minutes against a head that accepts connections but does
             # not answer: give up after start_timeout_s, saying every 5 s that it waits.
             t0 = time.monotonic()
-            while not connected.wait(min(5.0, max(0.0, self.start_timeout - (time.monotonic() - t0)))):
+            while not connected.wait(min(5.0, max(0.0, t0 + self.start_timeout - time.monotonic()))):
                 waited = time.monotonic() - t0
                 if waited < self.start_timeout:
                     log(f"connecting to the Ray cluster at {address!r}: {waited:.0f} s "
@@ -408,7 +407,8 @@ class Bridge:
         for s in self.slots:
             s.actor = self.new_actor()
             refs[s.index] = s.actor.info.remote()
-        ready = set(self.wait_placed(list(refs.values())))
+        placed, unplaced_why = self.wait_placed(list(refs.values()))
+        ready = set(placed)
         errors = []
         for s in self.slots:
             ref = refs[s.index]
@@ -433,22 +433,22 @@ class Bridge:
                              f"CPU(s); the cluster has {self.ray.available_resources().get('CPU', 0)} "
                              "available ([world.ray] actors, num_cpus)")
         if len(live) < n:
-            why = errors[0] if errors else self.placement_note
+            why = errors[0] if errors else unplaced_why
             log(f"{len(live)} of {n} actors started ({why}); playing on those")
             self.slots = live
         nodes = sorted({s.where["node"] for s in live})
         log(f"{len(live)} actors on {len(nodes)} node(s) of the cluster")
 
-    def wait_placed(self, refs: List[Any], replacing: bool = False) -> List[Any]:
-        """The refs of actors that started within ``start_timeout_s``; once one has (or, for a
-        replacement, at once), waiting stops early when the rest cannot be placed (no free CPU
-        for them for 10 s)."""
+    def wait_placed(self, refs: List[Any], replacing: bool = False) -> Tuple[List[Any], str]:
+        """The refs of actors that started within ``start_timeout_s``, and why the others did
+        not; once one has (or, for a replacement, at once), waiting stops early when the rest
+        cannot be placed (no free CPU for them for 10 s)."""
         t0 = time.monotonic()
         ready: List[Any] = []
         pending = list(refs)
         stalled_since = None
         said = t0
-        self.placement_note = f"not placed within {self.start_timeout:g} s ([world.ray] start_timeout_s)"
+        why = f"not placed within {self.start_timeout:g} s ([world.ray] start_timeout_s)"
         while pending:
             left = self.start_timeout - (time.monotonic() - t0)
             if left <= 0:
@@ -468,13 +468,13 @@ class Bridge:
             if (ready or replacing) and pending and free < float(self.spec["num_cpus"]):
                 stalled_since = stalled_since or now
                 if now - stalled_since > 10:
-                    self.placement_note = (
+                    why = (
                         f"no free CPU for the rest for 10 s: each asks for "
                         f"{self.spec['num_cpus']} CPU(s) ([world.ray] actors, num_cpus)")
                     break
             else:
                 stalled_since = None
-        return ready
+        return ready, why
 
     def new_actor(self) -> Any:
         cls = actor_class(self.ray)
@@ -560,7 +560,7 @@ class Bridge:
                 raise RuntimeError("the executor is stopping")
             actor = self.new_actor()
             ref = actor.info.remote()
-            if not self.wait_placed([ref], replacing=True):
+            if not self.wait_placed([ref], replacing=True)[0]:
                 self.ray.kill(actor, no_restart=True)
                 raise RuntimeError("not placed: no node has a free CPU for it")
             info = self.ray.get(ref)

@@ -643,7 +643,8 @@ def _protocol_stdout() -> Any:
 
 
 def _json_object(text: str) -> Dict[str, Any]:
-    """A JSON-object flag value (``--llm-args-*`` here, ``--*-llm-args`` of the plug-in): a JSON object (argparse reports the error with the flag)."""
+    """A flag's JSON-object value (``--llm-args-*`` here, ``--*-llm-args`` of the plug-in);
+    argparse reports the error with the flag."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:

@@ -19,9 +19,9 @@ pub fn to_jsonl<T: Serialize>(rows: &[T]) -> String {
     s
 }
 
-/// A value as compact JSON in which every character [`printable`](super::printable) would escape (bidi
-/// controls, control characters serde_json leaves as they are) is a `\uXXXX` escape: the
-/// same string once parsed, but a person who opens the file sees no reordered text.
+/// A value as compact JSON in which every character [`printable`](super::printable) would
+/// escape (bidi controls, control characters serde_json leaves as they are) is a `\uXXXX`
+/// escape: the same string once parsed, but a person who opens the file sees no reordered text.
 /// Everything ppol writes for people to read or pass on (JSON Lines outputs, JSON on stdout)
 /// goes through here.
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {

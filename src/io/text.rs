@@ -28,8 +28,8 @@ pub(super) fn unprintable(c: char) -> bool {
 /// The bidi embedding, override and isolate controls (U+202A–U+202E, U+2066–U+2069): they
 /// reorder the text that follows them until their end, so that what a reader sees is not what
 /// is there (a file name that reads `exe.png`, a sentence turned around). ppol never shows them
-/// raw: [`printable`] on a terminal, [`neutralize_bidi`] in HTML pages, [`to_json`](super::to_json) in JSON.
-/// They are the characters rustc's `text_direction_codepoint_in_literal` lint names. The
+/// raw: [`printable`] on a terminal, [`neutralize_bidi`] in HTML pages,
+/// [`to_json`](super::to_json) in JSON. They are the characters rustc's `text_direction_codepoint_in_literal` lint names. The
 /// direction marks (U+200E LRM, U+200F RLM, U+061C ALM) are left alone: they are ordinary in
 /// Arabic and Hebrew text and change only where neutral characters such as punctuation go,
 /// not the order of letters.

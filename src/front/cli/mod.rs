@@ -145,20 +145,16 @@ pub fn command() -> clap::Command {
     negative_values(<Cli as clap::CommandFactory>::command())
 }
 
-/// Every subcommand's flags with their defaults, read from clap itself: subcommand path
-/// (`"export sft"`) → long flag in snake case (`max_turns`) → its default (None: it has
-/// none). Python's `_core._cli_defaults()` returns it, so that a test compares the CLI's
-/// defaults with the binding's signatures by introspection (`python/tests/test_defaults.py`).
-pub fn defaults(
-) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, Option<String>>> {
-    fn walk(
-        cmd: &clap::Command,
-        path: &str,
-        out: &mut std::collections::BTreeMap<
-            String,
-            std::collections::BTreeMap<String, Option<String>>,
-        >,
-    ) {
+/// Subcommand path (`"export sft"`) → long flag in snake case (`max_turns`) → its default
+/// (None: it has none).
+pub type FlagDefaults =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, Option<String>>>;
+
+/// Every subcommand's flags with their defaults, read from clap itself. Python's
+/// `_core._cli_defaults()` returns it, so that a test compares the CLI's defaults with the
+/// binding's signatures by introspection (`python/tests/test_defaults.py`).
+pub fn defaults() -> FlagDefaults {
+    fn walk(cmd: &clap::Command, path: &str, out: &mut FlagDefaults) {
         if !path.is_empty() {
             let flags = cmd
                 .get_arguments()
@@ -184,7 +180,7 @@ pub fn defaults(
     }
     let mut cmd = command();
     cmd.build();
-    let mut out = std::collections::BTreeMap::new();
+    let mut out = FlagDefaults::new();
     walk(&cmd, "", &mut out);
     out
 }

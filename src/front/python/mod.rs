@@ -338,8 +338,7 @@ fn cli(py: Python<'_>, argv: Vec<String>) -> i32 {
 /// The CLI's flags and their defaults per subcommand (`crate::front::cli::defaults`), for the
 /// test that keeps them in step with this module's signatures.
 #[pyfunction]
-fn _cli_defaults(
-) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, Option<String>>> {
+fn _cli_defaults() -> crate::front::cli::FlagDefaults {
     crate::front::cli::defaults()
 }
 

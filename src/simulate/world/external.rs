@@ -564,20 +564,21 @@ async fn forward_stderr(stderr: ChildStderr, limit: usize) {
     let mut line: Vec<u8> = Vec::new();
     let mut cut = 0usize;
     let mut shown = 0usize;
-    let mut dropped = false;
     loop {
         let chunk = match r.fill_buf().await {
             Ok(c) if !c.is_empty() => c,
             _ => break,
         };
+        if shown >= limit {
+            // past the limit: read and dropped
+            let n = chunk.len();
+            r.consume(n);
+            continue;
+        }
         let (take, done) = match memchr::memchr(b'\n', chunk) {
             Some(i) => (i + 1, true),
             None => (chunk.len(), false),
         };
-        if dropped {
-            r.consume(take);
-            continue;
-        }
         let room = MAX_STDERR_LINE.saturating_sub(line.len()).min(take);
         line.extend_from_slice(&chunk[..room]);
         cut += take - room;
@@ -588,7 +589,6 @@ async fn forward_stderr(stderr: ChildStderr, limit: usize) {
             line.clear();
             cut = 0;
             if shown >= limit {
-                dropped = true;
                 eprintln!(
                     "ppol: a simulator process wrote more than {} MiB on stderr; the rest of \
                      its stderr is not shown (run its command by hand to read it)",
@@ -597,7 +597,7 @@ async fn forward_stderr(stderr: ChildStderr, limit: usize) {
             }
         }
     }
-    if !line.is_empty() && !dropped {
+    if !line.is_empty() && shown < limit {
         show_stderr_line(&line, cut);
     }
 }

@@ -580,6 +580,18 @@ pub struct WorldDeps {
     pub seed: u64,
 }
 
+/// The `python -c` program that runs a Python file shipped in the binary (τ²'s runner, the Ray
+/// bridge) from the environment variable `var`, as `__main__` named `file`: the variable is
+/// taken out of the environment, so the processes the program starts do not inherit it, and
+/// the current directory is left off `sys.path` (a script's own directory would be there, not
+/// the working directory). Nothing of the program is written to disk.
+fn python_from_env(var: &str, file: &str) -> String {
+    format!(
+        "import os, sys\nif sys.path and sys.path[0] == '':\n    del sys.path[0]\n\
+         sys.argv[0] = '{file}'\nexec(compile(os.environ.pop('{var}'), '{file}', 'exec'))\n"
+    )
+}
+
 /// Open a world: load its data, start what it needs (simulator processes start lazily, on
 /// the first episode, except a v2 simulator that lists its own tasks).
 pub async fn open(spec: &WorldSpec, deps: WorldDeps) -> Result<Arc<dyn World>> {

@@ -5,8 +5,8 @@
 //! `python/ppol_rs/ray_world.py`, shipped in the binary and handed to the interpreter in its
 //! environment (`python -c`), with a spec file in a private temporary directory (the
 //! simulator's command, protocol and environment, the `[world.ray]` settings) that the bridge
-//! removes once read, so nothing is left on disk however ppol ends. To ppol the bridge is one protocol-version-2 simulator process
-//! in an ordinary [`Pool`](super::external::Pool) (its `max_in_flight` the room of all its
+//! removes once read, so nothing is left on disk however ppol ends. To ppol the bridge is one
+//! protocol-version-2 simulator process in an ordinary [`Pool`](super::external::Pool) (its `max_in_flight` the room of all its
 //! actors); the bridge connects to the cluster, starts `[world.ray] actors` actors spread over
 //! its nodes, each running the world's own simulator command (protocol 1 or 2; for `tau2:`, τ²'s
 //! runner, whose text reaches the actors in its environment variable and is run by the
@@ -34,13 +34,9 @@ use super::{TaskList, World, WorldDeps};
 use crate::llm::serve::ModelEndpoint;
 use crate::{Error, Result};
 
-/// The environment variable that carries the bridge's source to the interpreter (nothing of
-/// the bridge is written to disk; its spec file is removed by the bridge once read).
+/// The environment variable that carries the bridge's source to the interpreter
+/// ([`super::python_from_env`]; its spec file is removed by the bridge once read).
 const BRIDGE_SOURCE_VAR: &str = "PPOL_RAY_WORLD_SOURCE";
-
-/// What `python -c` runs: the bridge's source from [`BRIDGE_SOURCE_VAR`] (taken out of the
-/// environment, so the simulators it starts do not inherit it), as `__main__`.
-const BRIDGE_BOOTSTRAP: &str = "import os, sys\nif sys.path and sys.path[0] == '':\n    del sys.path[0]\nsys.argv[0] = 'ray_world.py'\nexec(compile(os.environ.pop('PPOL_RAY_WORLD_SOURCE'), 'ray_world.py', 'exec'))\n";
 
 /// The bridge's source, shipped in the binary.
 pub const BRIDGE_SOURCE: &str = include_str!("../../../python/ppol_rs/ray_world.py");
@@ -314,7 +310,7 @@ pub async fn open(
         argv: vec![
             py.to_string_lossy().into_owned(),
             "-c".into(),
-            BRIDGE_BOOTSTRAP.into(),
+            super::python_from_env(BRIDGE_SOURCE_VAR, "ray_world.py"),
             "--spec".into(),
             spec_path.to_string_lossy().into_owned(),
             "--remove-spec".into(),

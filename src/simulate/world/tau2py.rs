@@ -38,13 +38,9 @@ pub fn python(configured: Option<&PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("python3"))
 }
 
-/// The environment variable that carries the runner's source to the interpreter.
+/// The environment variable that carries the runner's source to the interpreter
+/// ([`super::python_from_env`]: τ²'s own subprocesses do not inherit it).
 const SOURCE_VAR: &str = "PPOL_TAU2_WORLD_SOURCE";
-
-/// What `python -c` runs: the runner's source from [`SOURCE_VAR`] (taken out of the
-/// environment, so τ²'s own subprocesses do not inherit it), as `__main__`, without the current
-/// directory on `sys.path` (a script's directory would be there, not the working directory).
-const BOOTSTRAP: &str = "import os, sys\nif sys.path and sys.path[0] == '':\n    del sys.path[0]\nsys.argv[0] = 'tau2_world.py'\nexec(compile(os.environ.pop('PPOL_TAU2_WORLD_SOURCE'), 'tau2_world.py', 'exec'))\n";
 
 /// Open `tau2:<domain>`: start its first process (hello and task list).
 pub async fn open(
@@ -58,7 +54,7 @@ pub async fn open(
     let mut argv = vec![
         py.to_string_lossy().into_owned(),
         "-c".into(),
-        BOOTSTRAP.into(),
+        super::python_from_env(SOURCE_VAR, "tau2_world.py"),
         "--domain".into(),
         domain.into(),
         "--max-in-flight".into(),
@@ -119,8 +115,9 @@ mod tests {
             RUNNER_SOURCE.len() < 120 * 1024,
             "an environment string holds at most 128 KiB"
         );
+        let program = crate::simulate::world::python_from_env(SOURCE_VAR, "tau2_world.py");
         let out = std::process::Command::new("python3")
-            .args(["-c", BOOTSTRAP, "--help"])
+            .args(["-c", &program, "--help"])
             .env(SOURCE_VAR, RUNNER_SOURCE)
             .output()
             .unwrap();
