@@ -129,4 +129,25 @@ impl Dialogue {
     pub fn group_key(&self) -> &str {
         self.task_id.as_deref().unwrap_or(&self.id)
     }
+
+    /// A SHA-256 of what was said: every turn's role and text, in order (ids, task, domain,
+    /// tool calls and metadata left out), so the same conversation read from another file or
+    /// format has the same key. Whitespace runs count as one space.
+    pub fn content_sha256(&self) -> String {
+        let mut text = String::new();
+        for t in &self.turns {
+            text.push_str(t.role.as_str());
+            text.push('\u{1f}');
+            text.extend(
+                t.content
+                    .split_whitespace()
+                    .flat_map(|w| [w, " "])
+                    .collect::<String>()
+                    .trim_end()
+                    .chars(),
+            );
+            text.push('\u{1e}');
+        }
+        crate::io::sha256_hex(text.as_bytes())
+    }
 }

@@ -11,6 +11,8 @@ macro_rules! shipped_file {
 
 /// The offline seed program (no LLM).
 pub const OFFLINE_SEED: &str = shipped_file!("seeds/offline_templates.py");
+/// The offline seed of the population objective: kinds of users in proportions (no LLM).
+pub const OFFLINE_POPULATION_SEED: &str = shipped_file!("seeds/offline_population.py");
 /// The two-stage LLM seed program (the reference's generator, in our words).
 pub const LLM_SEED: &str = shipped_file!("seeds/two_stage_llm.py");
 /// The direct-prompt baseline (DP personas).
@@ -27,6 +29,7 @@ pub const JUDGE_PROMPT: &str = shipped_file!("fitness/judge_prompt.md");
 /// Every shipped file by its path relative to the repository.
 pub const FILES: &[(&str, &str)] = &[
     ("seeds/offline_templates.py", OFFLINE_SEED),
+    ("seeds/offline_population.py", OFFLINE_POPULATION_SEED),
     ("seeds/two_stage_llm.py", LLM_SEED),
     ("seeds/direct_prompt.py", DIRECT_SEED),
     ("demo/human.jsonl", DEMO_HUMANS),

@@ -15,12 +15,13 @@ use crate::evolve::rundir::ledger::{Ledger, Metered};
 use crate::evolve::rundir::RunDir;
 use crate::fitness::discriminator::Discriminator;
 use crate::fitness::reference::HumanReference;
+use crate::fitness::settings::Objective;
 use crate::fitness::traces::{self, LoadOptions};
 use crate::generate::sandbox::Sandbox;
 use crate::llm::client::LlmClient;
 use crate::llm::ChatModel;
 use crate::rng::{derive_seed, mix};
-use crate::shipped::{DEMO_HUMANS, LLM_SEED, OFFLINE_SEED};
+use crate::shipped::{DEMO_HUMANS, LLM_SEED, OFFLINE_POPULATION_SEED, OFFLINE_SEED};
 use crate::simulate::batch::{self, Batch, Job, Player, SinkPaths, Stopped};
 use crate::simulate::episode::record::{Episode, EpisodeStatus};
 use crate::simulate::episode::runner::Backend;
@@ -163,7 +164,12 @@ impl RunContext {
         };
         let seed_code = match &cfg.search.seed_program {
             Some(p) => crate::io::read_to_string(p)?,
-            None if client.is_none() => OFFLINE_SEED.to_string(),
+            // offline, the population objective starts from a population of user kinds in
+            // proportions: the search space where its proportions can be edited
+            None if client.is_none() => match cfg.fitness.objective {
+                Objective::Population => OFFLINE_POPULATION_SEED.to_string(),
+                Objective::Paper => OFFLINE_SEED.to_string(),
+            },
             None => LLM_SEED.to_string(),
         };
         Ok(RunContext {

@@ -14,6 +14,7 @@ pub mod discriminator;
 pub mod features;
 pub mod geometry;
 pub mod kmeans;
+pub mod population;
 pub mod reference;
 pub mod score;
 pub mod settings;

@@ -19,7 +19,9 @@ use crate::fitness::discriminator::{Discriminator, ForestParams};
 use crate::fitness::features::{
     fingerprint, fingerprint_many, FeatureSet, Fingerprint, FEATURE_NAMES,
 };
+use crate::fitness::population::PopulationTest;
 use crate::fitness::reference::HumanReference;
+use crate::fitness::settings::Objective;
 use crate::fitness::traces::{self, LoadOptions};
 use crate::{Error, Result};
 
@@ -140,7 +142,7 @@ pub fn score_fingerprints(
             "the human reference has no dialogue with two or more messages (the coverage cloud is empty)".into(),
         ));
     }
-    let m = measure(reference, &cloud, discriminator, points);
+    let m = measure(reference, &cloud, discriminator, None, points);
     let weights = opts.weights();
     Ok(Score {
         human_likeness: m.human_likeness,
@@ -165,7 +167,8 @@ pub fn score_fingerprints(
 
 /// What the discriminator and the human cloud say about a set of fingerprints.
 struct Measured {
-    /// P(human) per fingerprint.
+    /// P(human) per fingerprint (the run's discriminator's, or with the population objective
+    /// the out-of-fold P(human) of its test).
     p_human: Vec<f64>,
     /// Mean P(human) (0 for no fingerprints).
     human_likeness: f64,
@@ -179,20 +182,36 @@ fn measure(
     reference: &HumanReference,
     cloud: &HumanCloud,
     discriminator: &Discriminator,
+    population: Option<&PopulationTest>,
     points: &[(String, Fingerprint)],
 ) -> Measured {
-    let rows: Vec<Vec<f64>> = points.iter().map(|(_, f)| f.0.to_vec()).collect();
-    let p_human = if rows.is_empty() {
-        Vec::new()
-    } else {
-        discriminator.p_human(&rows)
-    };
-    let human_likeness = if p_human.is_empty() {
-        0.0
-    } else {
-        p_human.iter().sum::<f64>() / p_human.len() as f64
-    };
     let fps: Vec<Fingerprint> = points.iter().map(|(_, f)| *f).collect();
+    let (p_human, human_likeness) = match population {
+        // the population test's out-of-fold P(human): which dialogues give the set away
+        Some(test) => {
+            let m = test.measure_each(points);
+            let p = if m.p_human.len() == points.len() {
+                m.p_human
+            } else {
+                vec![0.0; points.len()]
+            };
+            (p, m.population.human_likeness)
+        }
+        None => {
+            let rows: Vec<Vec<f64>> = fps.iter().map(|f| f.0.to_vec()).collect();
+            let p = if rows.is_empty() {
+                Vec::new()
+            } else {
+                discriminator.p_human(&rows)
+            };
+            let mean = if p.is_empty() {
+                0.0
+            } else {
+                p.iter().sum::<f64>() / p.len() as f64
+            };
+            (p, mean)
+        }
+    };
     Measured {
         human_likeness,
         coverage: cloud.chamfer_by_group(points),
@@ -217,7 +236,10 @@ pub struct Rollout {
 /// The score of a batch of rollouts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchScore {
-    /// Mean P(human) over the rollouts that ran (pooled, not per task; 0 when none ran).
+    /// The objective's human-likeness of the rollouts that ran (0 when none ran): with
+    /// [`Objective::Paper`] the mean P(human), pooled, not per task; with
+    /// [`Objective::Population`] how hard the set is to tell from the humans (see
+    /// [`crate::fitness::population`]).
     pub human_likeness: f64,
     /// Mean over tasks of the two-sided Chamfer coverage.
     pub coverage: f64,
@@ -241,8 +263,8 @@ pub struct BatchScore {
     pub fingerprints: Vec<Option<Fingerprint>>,
 }
 
-/// The fixed scoring context of a run: the human reference, its prepared cloud and the
-/// discriminator.
+/// The fixed scoring context of a run: the human reference, its prepared cloud, the
+/// discriminator and, with the population objective, the humans' side of its test.
 pub struct Scorer {
     /// The human reference.
     pub reference: HumanReference,
@@ -250,6 +272,8 @@ pub struct Scorer {
     pub cloud: HumanCloud,
     /// The run's discriminator.
     pub discriminator: Discriminator,
+    /// The population test of [`Objective::Population`] (None: the paper's mean P(human)).
+    pub population: Option<PopulationTest>,
 }
 
 impl Scorer {
@@ -267,7 +291,27 @@ impl Scorer {
             reference,
             cloud,
             discriminator,
+            population: None,
         })
+    }
+
+    /// The scorer with `objective`'s human-likeness (the population objective prepares its
+    /// test from the reference, and refuses too few humans with the counts).
+    pub fn with_objective(mut self, objective: Objective) -> Result<Self> {
+        self.population = match objective {
+            Objective::Paper => None,
+            Objective::Population => Some(PopulationTest::new(&self.reference)?),
+        };
+        Ok(self)
+    }
+
+    /// The objective this scorer measures human-likeness by.
+    pub fn objective(&self) -> Objective {
+        if self.population.is_some() {
+            Objective::Population
+        } else {
+            Objective::Paper
+        }
     }
 
     /// Score rollouts: P(human) pooled over the rollouts that ran, coverage per task, the
@@ -285,7 +329,13 @@ impl Scorer {
             .zip(&fps)
             .map(|((i, _), f)| (rollouts[*i].task_id.clone(), *f))
             .collect();
-        let m = measure(&self.reference, &self.cloud, &self.discriminator, &points);
+        let m = measure(
+            &self.reference,
+            &self.cloud,
+            &self.discriminator,
+            self.population.as_ref(),
+            &points,
+        );
         let mut p_human = vec![None; rollouts.len()];
         let mut fingerprints = vec![None; rollouts.len()];
         for (j, (i, _)) in ran.iter().enumerate() {

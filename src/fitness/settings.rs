@@ -20,6 +20,13 @@ pub struct FitnessSection {
     pub curriculum: bool,
     /// (epoch threshold, N) pairs.
     pub n_personas_schedule: Vec<(u64, usize)>,
+    /// What human-likeness (HL) the search climbs: `paper` (the mean P(human) of the run's
+    /// discriminator, the reference's objective) or `population` (how hard the candidate's set of
+    /// dialogues is to tell from the search humans as a whole: fresh classifiers are
+    /// cross-validated per candidate, humans against its dialogues, and HL = 2·(1 − AUC),
+    /// clamped to [0, 1]; it sees the proportions of a mixture of behaviours; needs at least
+    /// 10 search humans in 2 task groups).
+    pub objective: Objective,
     /// Weight of human-likeness (validation and eval; training uses 1 − λb·ramp).
     pub lambda_h: f64,
     /// Weight of coverage.
@@ -67,6 +74,7 @@ impl Default for FitnessSection {
             batch_size: 5,
             curriculum: true,
             n_personas_schedule: vec![(1, 5), (2, 8), (3, 10)],
+            objective: Objective::Paper,
             lambda_h: 0.5,
             lambda_b: 0.5,
             standardize: false,
@@ -194,4 +202,27 @@ pub enum SelectBy {
     Fixed,
     /// The reference's ramped weights.
     Ramp,
+}
+
+/// The human-likeness a search climbs (`[fitness] objective`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Objective {
+    /// The paper's: the mean P(human) of the run's discriminator.
+    #[default]
+    Paper,
+    /// A classifier two-sample test per candidate: 2·(1 − cross-validated AUC), clamped.
+    Population,
+}
+
+impl Objective {
+    /// The name in a configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::Paper => "paper",
+            Objective::Population => "population",
+        }
+    }
 }

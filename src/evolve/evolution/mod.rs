@@ -166,6 +166,16 @@ impl Evolution {
         let reference =
             HumanReference::build(&ctx.humans, cfg.run.feature_set, ctx.human_source.clone())?;
         reference.save(&ctx.dir.join("human_ref.json"))?;
+        // what the search saw, by content: `ppol eval --human FILE` leaves these out
+        let seen: String = ctx
+            .humans
+            .iter()
+            .map(|d| d.content_sha256() + "\n")
+            .collect();
+        crate::io::write_atomic(
+            &ctx.dir.join(crate::evolve::rundir::SEEN_HUMANS),
+            seen.as_bytes(),
+        )?;
         ctx.dir
             .write_jsonl("human_heldout.jsonl", &ctx.humans_heldout)?;
         let mut log = RunLog::open(&ctx.dir.log_path())?;
@@ -184,7 +194,8 @@ impl Evolution {
                 &control.batch_reporter(0, cfg.search.iterations, true),
             )
             .await?;
-        let scorer = Scorer::new(reference, discriminator, cfg.fitness.coverage())?;
+        let scorer = Scorer::new(reference, discriminator, cfg.fitness.coverage())?
+            .with_objective(cfg.fitness.objective)?;
         let schedule = cfg.fitness.schedule();
         let records = runlog::read(&ctx.dir.log_path())?;
         if checkpoint.is_none()

@@ -341,6 +341,7 @@ impl Evolution {
             reference: old.reference.clone(),
             cloud: old.cloud.clone(),
             discriminator: disc,
+            population: old.population.clone(),
         });
         self.say(format!(
             "discriminator retrained ({count}): {} elites' dialogues added; archive rescored",

@@ -13,6 +13,7 @@ pub mod text;
 
 use std::path::{Path, PathBuf};
 
+use crate::dialogue::Dialogue;
 use crate::evolve::context::RunContext;
 use crate::evolve::rundir::RunDir;
 use crate::fitness::audit::{AuditOptions, JudgeOptions};
@@ -47,7 +48,8 @@ pub async fn evaluate_run(
     let ctx = RunContext::new(eval_cfg, run.clone()).await?;
     let reference = HumanReference::load(&run.join("human_ref.json"))?;
     let discriminator = Discriminator::load(&run.join("discriminator.json"))?;
-    let scorer = Scorer::new(reference, discriminator, cfg.fitness.coverage())?;
+    let scorer = Scorer::new(reference, discriminator, cfg.fitness.coverage())?
+        .with_objective(cfg.fitness.objective)?;
     let (humans, human_source) = if human.is_empty() {
         let held = run.join("human_heldout.jsonl");
         let ds = if std::fs::metadata(&held).is_ok_and(|m| m.len() > 0) {
@@ -60,15 +62,16 @@ pub async fn evaluate_run(
             vec![format!("{} (held out by the run)", held.display())],
         )
     } else {
-        (
-            traces::load_many(
-                human,
-                &LoadOptions {
-                    domain: cfg.run.human_domain.clone(),
-                },
-            )?,
-            human.iter().map(|p| p.display().to_string()).collect(),
-        )
+        let loaded = traces::load_many(
+            human,
+            &LoadOptions {
+                domain: cfg.run.human_domain.clone(),
+            },
+        )?;
+        let (kept, note) = unseen_humans(&run, loaded)?;
+        let mut source: Vec<String> = human.iter().map(|p| p.display().to_string()).collect();
+        source.extend(note);
+        (kept, source)
     };
     let ids: Vec<String> = ctx.world.select(&split)?;
     let tasks = ctx.contexts(&ids);
@@ -150,6 +153,55 @@ pub async fn evaluate_run(
             .as_bytes(),
     )?;
     Ok(report)
+}
+
+/// The given humans without those the run searched on, recognised by content
+/// ([`Dialogue::content_sha256`] against `human_seen.sha256`; a run made before that file
+/// existed is matched by task and fingerprint against `human_ref.json`), and a note saying how
+/// many were left out (None when none were).
+fn unseen_humans(run: &RunDir, given: Vec<Dialogue>) -> Result<(Vec<Dialogue>, Option<String>)> {
+    let seen_path = run.join(crate::evolve::rundir::SEEN_HUMANS);
+    let n = given.len();
+    let kept: Vec<Dialogue> = if seen_path.exists() {
+        let text = crate::io::read_to_string(&seen_path)?;
+        let seen: std::collections::HashSet<&str> = text.lines().map(str::trim).collect();
+        given
+            .into_iter()
+            .filter(|d| !seen.contains(d.content_sha256().as_str()))
+            .collect()
+    } else {
+        let reference = HumanReference::load(&run.join("human_ref.json"))?;
+        let seen: std::collections::HashSet<(Option<&str>, Vec<u64>)> = reference
+            .fingerprints
+            .iter()
+            .map(|r| {
+                (
+                    r.task_id.as_deref(),
+                    r.features.iter().map(|x| x.to_bits()).collect(),
+                )
+            })
+            .collect();
+        given
+            .into_iter()
+            .filter(|d| {
+                let f = crate::fitness::features::fingerprint(d, reference.feature_set);
+                !seen.contains(&(
+                    d.task_id.as_deref(),
+                    f.0.iter().map(|x| x.to_bits()).collect(),
+                ))
+            })
+            .collect()
+    };
+    let left_out = n - kept.len();
+    Ok((
+        kept,
+        (left_out > 0).then(|| {
+            format!(
+                "{left_out} of the {n} given dialogues left out: the run searched on them \
+                 (recognised by content), so they are neither the human row nor the audit's humans"
+            )
+        }),
+    ))
 }
 
 /// A split's name as part of a file name: characters other than letters, digits, `.`, `_`

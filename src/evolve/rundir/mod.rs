@@ -7,6 +7,7 @@
 //! <run>/checkpoint.json          the evolution state at the last commit point
 //! <run>/human_ref.json           the human reference of the run's train humans
 //! <run>/human_heldout.jsonl      human dialogues held out for `ppol eval`
+//! <run>/human_seen.sha256        one content hash per search human (`ppol eval --human` leaves them out)
 //! <run>/discriminator.json       the run's discriminator
 //! <run>/baseline/episodes.jsonl  persona-free episodes the discriminator was trained against
 //! <run>/baseline/partial.jsonl   the same, appended as they finish, until all are played
@@ -34,6 +35,10 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::json;
+
+/// The file of the search humans' content hashes, one per line
+/// ([`crate::dialogue::Dialogue::content_sha256`]).
+pub const SEEN_HUMANS: &str = "human_seen.sha256";
 
 pub mod checkpoint;
 pub mod ledger;

@@ -481,7 +481,7 @@ impl Sample {
     }
 
     fn cross_validate(&self, rows: &[usize], k: usize, seed: u64) -> Option<Fit> {
-        cross_validate(&self.x, &self.y, &self.keys, rows, k, seed)
+        cross_validate(&self.x, &self.y, &self.keys, rows, k, TREES, seed)
     }
 }
 
@@ -572,6 +572,8 @@ struct Fit {
     forest: f64,
     logistic: f64,
     folds: usize,
+    /// Out-of-fold P(human) of each row of the sample (mean of the two classifiers).
+    p_human: Vec<f64>,
 }
 
 /// Grouped, stratified cross-validation of the rows `rows` of `x` (an index may repeat: a
@@ -585,6 +587,7 @@ fn cross_validate(
     keys: &[String],
     rows: &[usize],
     k: usize,
+    trees: usize,
     seed: u64,
 ) -> Option<Fit> {
     let ys: Vec<bool> = rows.iter().map(|&i| y[i]).collect();
@@ -613,8 +616,10 @@ fn cross_validate(
             fold[i] = *f;
         }
     }
-    // (concordant pairs, pairs) of each classifier in each fold
-    let per_fold: Vec<Option<[(f64, f64); 2]>> = (0..k)
+    // (concordant pairs, pairs) of each classifier in each fold, and the test rows' mean
+    // P(human) of the two
+    type FoldFit = ([(f64, f64); 2], Vec<(usize, f64)>);
+    let per_fold: Vec<Option<FoldFit>> = (0..k)
         .into_par_iter()
         .map(|f| {
             let (train, test): (Vec<usize>, Vec<usize>) =
@@ -624,7 +629,7 @@ fn cross_validate(
             let xte: Vec<Vec<f64>> = test.iter().map(|&j| x[rows[j]].clone()).collect();
             let yte: Vec<bool> = test.iter().map(|&j| ys[j]).collect();
             let params = ForestParams {
-                n_trees: TREES,
+                n_trees: trees,
                 seed: mix(seed, f as u64),
                 ..ForestParams::default()
             };
@@ -634,24 +639,78 @@ fn cross_validate(
             let lr = logistic::Logistic::fit(&xtr, &ytr).predict_proba(&xte);
             let pos = yte.iter().filter(|&&l| l).count() as f64;
             let pairs = pos * (yte.len() as f64 - pos);
-            Some([
-                (roc_auc(&rf, &yte)? * pairs, pairs),
-                (roc_auc(&lr, &yte)? * pairs, pairs),
-            ])
+            let p: Vec<(usize, f64)> = test
+                .iter()
+                .zip(rf.iter().zip(&lr))
+                .map(|(&j, (a, b))| (j, (a + b) / 2.0))
+                .collect();
+            Some((
+                [
+                    (roc_auc(&rf, &yte)? * pairs, pairs),
+                    (roc_auc(&lr, &yte)? * pairs, pairs),
+                ],
+                p,
+            ))
         })
         .collect();
     let mut sums = [(0.0, 0.0); 2];
+    let mut p_human = vec![f64::NAN; rows.len()];
     for f in per_fold {
-        for (s, (u, n)) in sums.iter_mut().zip(f?) {
+        let (aucs, p) = f?;
+        for (s, (u, n)) in sums.iter_mut().zip(aucs) {
             s.0 += u;
             s.1 += n;
+        }
+        for (j, v) in p {
+            p_human[j] = v;
         }
     }
     Some(Fit {
         forest: sums[0].0 / sums[0].1,
         logistic: sums[1].0 / sums[1].1,
         folds: k,
+        p_human,
     })
+}
+
+/// A classifier two-sample test made cheap enough to run per candidate (the population
+/// objective): the same test as the audit's estimate — rows labelled `true` (humans) against the
+/// others, folds grouped by `keys` and stratified by class — with `trees` trees per forest,
+/// averaged over `repeats` cross-validations. None when two folds that each hold both classes
+/// cannot be made.
+pub fn two_sample(
+    x: &[Vec<f64>],
+    y: &[bool],
+    keys: &[String],
+    folds: usize,
+    trees: usize,
+    repeats: usize,
+    seed: u64,
+) -> Option<TwoSample> {
+    let all: Vec<usize> = (0..x.len()).collect();
+    let fits: Vec<Fit> = (0..repeats.max(1))
+        .map(|r| cross_validate(x, y, keys, &all, folds, trees, mix(seed, r as u64)))
+        .collect::<Option<_>>()?;
+    let n = fits.len() as f64;
+    let p_human = (0..x.len())
+        .map(|i| fits.iter().map(|f| f.p_human[i]).sum::<f64>() / n)
+        .collect();
+    Some(TwoSample {
+        forest_auc: fits.iter().map(|f| f.forest).sum::<f64>() / n,
+        logistic_auc: fits.iter().map(|f| f.logistic).sum::<f64>() / n,
+        p_human,
+    })
+}
+
+/// What [`two_sample`] measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TwoSample {
+    /// Cross-validated AUC of the random forests.
+    pub forest_auc: f64,
+    /// Cross-validated AUC of the logistic regressions.
+    pub logistic_auc: f64,
+    /// Each row's out-of-fold P(human), the mean of the two classifiers.
+    pub p_human: Vec<f64>,
 }
 
 /// Every feature's separation, largest |AUC − 0.5| first, the first [`TOP_FEATURES`].

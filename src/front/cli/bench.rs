@@ -62,6 +62,10 @@ pub enum BenchCommand {
     /// Offline evolutions over several run seeds, scored on the human dialogues each run held
     /// out: evolved − seed, evolved − base, Dice D1–D4, seconds per iteration.
     Evolve(super::bench_evolve::BenchEvolveArgs),
+    /// A planted population: a world's own user plays a hidden persona mixture to make humans
+    /// (train tasks for the search, test tasks for the audit); offline runs per objective and
+    /// seed, and the audit's AUC of base, seed and evolved against the test humans.
+    Recover(super::bench_recover::BenchRecoverArgs),
     /// Episodes per second of an external world: N episodes of a fixed length in P simulator
     /// processes against the ideal ceil(N / P) x one episode.
     World(super::bench_world::BenchWorldArgs),
@@ -122,6 +126,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     ) = match args.command {
         BenchCommand::Llm(a) => return super::bench_llm::run(a),
         BenchCommand::Evolve(a) => return super::bench_evolve::run(a),
+        BenchCommand::Recover(a) => return super::bench_recover::run(a),
         BenchCommand::World(a) => return super::bench_world::run(a),
         BenchCommand::Fingerprint {
             traces,

@@ -306,6 +306,30 @@ pub async fn episodes(
     result
 }
 
+/// The task ids the request's `tasks` selects in its world (opened, asked and shut down; no
+/// episode is played).
+pub async fn selected_tasks(req: &EpisodesRequest) -> Result<Vec<String>> {
+    let defaults = EpisodesSection::default();
+    let client = llm_client(req.llm.as_ref())?;
+    let backend = episode_backend(
+        client.as_ref(),
+        req.user_temperature.unwrap_or(defaults.user_temperature),
+    );
+    let model = client.map(|c| Arc::new(c) as Arc<dyn ChatModel>);
+    let world = req
+        .world
+        .open(
+            backend,
+            model,
+            req.max_tool_rounds.unwrap_or(defaults.max_tool_rounds),
+            req.seed,
+        )
+        .await?;
+    let ids = world.select(&req.tasks);
+    world.shutdown().await;
+    ids
+}
+
 async fn play(
     req: &EpisodesRequest,
     world: &dyn World,

@@ -50,8 +50,8 @@ mod study;
 pub use audit::{audit, AuditRequest};
 pub use config::{load_config, Origin, Overrides};
 pub use episodes::{
-    episode_backend, episodes, read_personas, summary_ks, EpisodesInput, EpisodesReport,
-    EpisodesRequest, WorldChoice,
+    episode_backend, episodes, read_personas, selected_tasks, summary_ks, EpisodesInput,
+    EpisodesReport, EpisodesRequest, WorldChoice,
 };
 pub use evolve::{evaluate, evolve, report, resume, spawn_evolution, EvolutionHandle, EvolveStart};
 pub use export::{
