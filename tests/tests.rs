@@ -22,6 +22,7 @@ mod mutation;
 mod outputs;
 mod parity;
 mod persona_json;
+mod population;
 mod regression;
 mod report;
 mod restart;

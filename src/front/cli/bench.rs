@@ -66,6 +66,9 @@ pub enum BenchCommand {
     /// (train tasks for the search, test tasks for the audit); offline runs per objective and
     /// seed, and the audit's AUC of base, seed and evolved against the test humans.
     Recover(super::bench_recover::BenchRecoverArgs),
+    /// Can the world's user produce what the humans do: per feature of both sets, the range it
+    /// reaches across personas against the humans' range.
+    Reach(super::bench_reach::BenchReachArgs),
     /// Episodes per second of an external world: N episodes of a fixed length in P simulator
     /// processes against the ideal ceil(N / P) x one episode.
     World(super::bench_world::BenchWorldArgs),
@@ -127,6 +130,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Llm(a) => return super::bench_llm::run(a),
         BenchCommand::Evolve(a) => return super::bench_evolve::run(a),
         BenchCommand::Recover(a) => return super::bench_recover::run(a),
+        BenchCommand::Reach(a) => return super::bench_reach::run(a),
         BenchCommand::World(a) => return super::bench_world::run(a),
         BenchCommand::Fingerprint {
             traces,

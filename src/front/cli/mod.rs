@@ -17,6 +17,7 @@ mod audit;
 mod bench;
 mod bench_evolve;
 mod bench_llm;
+mod bench_reach;
 mod bench_recover;
 mod bench_world;
 mod config;
