@@ -69,12 +69,12 @@ fn eval_with_the_runs_own_humans_leaves_them_out_and_says_how_many() {
     ]);
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
-    let sources = v["table"]["human_source"].to_string();
+    let sources = v["human_source"].to_string();
     assert!(
         sources.contains(&format!("{n_seen} of the {total} given dialogues left out")),
         "{sources}"
     );
-    let human_row = v["table"]["rows"]
+    let human_row = v["rows"]
         .as_array()
         .unwrap()
         .iter()

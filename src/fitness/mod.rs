@@ -2,7 +2,8 @@
 //! ([`traces`]), fingerprinted ([`features`]), summarised as the human reference
 //! ([`reference`](mod@reference)), covered by a persona set ([`coverage`], with [`kmeans`] centroids),
 //! separated from simulator dialogues by a [`discriminator`], and scored in one place
-//! ([`score::Scorer`]); the `[fitness]` settings of a run ([`settings`]). The [`audit`] checks
+//! ([`score::Scorer`]; with the [`population`] objective, by a classifier two-sample test per
+//! candidate); the `[fitness]` settings of a run ([`settings`]). The [`audit`] checks
 //! human-likeness independently of the run's discriminator: fresh classifiers, cross-validated
 //! by task, with intervals (and an optional LLM judge).
 //!

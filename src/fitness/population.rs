@@ -148,14 +148,14 @@ mod tests {
 
     /// Rows of a two-mode mixture (`share_a` of mode A) over `tasks` tasks, with noise.
     fn mixture(n: usize, share_a: f64, seed: u64) -> Vec<(String, Fingerprint)> {
-        use rand::{Rng, SeedableRng};
+        use rand::{RngExt, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         (0..n)
             .map(|i| {
                 let a = (i as f64 + 0.5) / n as f64 <= share_a;
                 let row: [f64; N_FEATURES] = std::array::from_fn(|j| {
                     let m = if a { 0.2 } else { 0.7 } + 0.01 * j as f64;
-                    m + rng.gen_range(-0.15..0.15)
+                    m + rng.random_range(-0.15..0.15)
                 });
                 (format!("{}", i % 6), Fingerprint(row))
             })

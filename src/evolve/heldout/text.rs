@@ -250,8 +250,10 @@ fn seed_line(c: &SeedComparison) -> String {
 /// What the columns and rows of the evaluation table mean (printed under it, in `ppol eval
 /// --help` and the README).
 pub const TABLE_LEGEND: &str = "\
-HL     human-likeness: the run's own discriminator's mean P(human) of the dialogues (1 = like
-       humans); the search optimised it, so a program can climb it by the forest's quirks
+HL     human-likeness by the run's objective, against the run's search humans (1 = like
+       humans): `paper`, its discriminator's mean P(human); `population`, 2 x (1 - AUC) of
+       classifiers refitted to tell the row's dialogues from those humans; the search
+       optimised it, so it favours the run's best
 audit  independent of HL: a fresh random forest trained to tell the held-out humans from the
        row's dialogues, cross-validated by task; AUC with its 95% bootstrap interval (0.5 =
        indistinguishable, 1 = always told apart; lower is more human; the human row is the

@@ -24,7 +24,6 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -161,15 +160,8 @@ impl RaySettings {
                 format!("must be in 0..={MAX_RETRIES}, got {}", self.retries),
             ));
         }
-        if !(self.start_timeout_s.is_finite() && self.start_timeout_s > 0.0) {
-            return Err(Error::config(
-                "world.ray.start_timeout_s",
-                format!(
-                    "must be a positive number of seconds, got {}",
-                    self.start_timeout_s
-                ),
-            ));
-        }
+        // bounded like every other duration: 1e300 is a finite number no `Duration` holds
+        crate::limits::check_seconds("world.ray.start_timeout_s", self.start_timeout_s)?;
         if let Some(env) = &self.runtime_env {
             serde_json::to_value(env).map_err(|e| {
                 Error::config("world.ray.runtime_env", format!("not representable: {e}"))
@@ -317,7 +309,7 @@ pub async fn open(
         ],
         processes: 1,
         protocol: 2,
-        timeout: Duration::from_secs_f64(timeout),
+        timeout: crate::limits::duration(timeout),
         max_in_flight: super::MAX_IN_FLIGHT,
         env: vec![(BRIDGE_SOURCE_VAR.into(), BRIDGE_SOURCE.into())],
         label: inner.label.clone(),
