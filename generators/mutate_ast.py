@@ -677,6 +677,60 @@ class Mutator:
             return None
         return f"added mechanic '{mid}' to {path}"
 
+    def mechanics_dict(self):
+        """MECHANICS-like literal: a dict of axis name -> {"true": [sentences], ...}."""
+        for var, node in sorted(self.literals.items()):
+            if "MECHANIC" not in var.upper() or not isinstance(node, ast.Dict) or not node.keys:
+                continue
+            # kinds of users: every entry has a "true" playbook and none a "false" one
+            if all(isinstance(v, ast.Dict) and set(dict_fields(v)) == {"true"} for v in node.values):
+                return var, node
+        return None
+
+    def op_add_kind(self):
+        """A new axis made of two to four mechanics of the vocabulary (one canonical sentence
+        each, from different mechanics), with its playbook in the MECHANICS dict and an entry in
+        every dict of axis weights: a new kind of user the search can then weigh."""
+        found = self.mechanics_dict()
+        if self.axes is None or not self.mechanics or found is None:
+            return None
+        var, mdict = found
+        have = {norm(a.name) for a in self.axis_objs if a.name} | self.added
+        name = None
+        for _ in range(8):
+            cand = "kind_%04x" % self.rng.getrandbits(16)
+            if cand not in have:
+                name = cand
+                break
+        if name is None:
+            return None
+        picks = self.rng.sample(self.mechanics, min(len(self.mechanics), self.rng.randint(2, 4)))
+        phrases = [self.rng.choice(ps) for _, ps in picks]
+        entry = {
+            "name": name,
+            "definition": "A kind of user who plays: %s." % ", ".join(i for i, _ in picks),
+            "on": phrases[0],
+            "off": "Not this kind of user.",
+        }
+        if self.axes.elts:
+            indent = self.src.indent_before(self.src.span(self.axes.elts[-1])[0])
+            strings = [n for n in ast.walk(self.axes.elts[-1]) if is_str(n)]
+            quote = quote_style(self.src, strings[0]) if strings else '"'
+        else:
+            indent, quote = None, '"'
+        text = render_axis(entry, indent if indent is not None else "", quote, self.src.nl)
+        end = self.src.span(mdict.values[-1])[1]
+        body = ", ".join(py_str(p, quote) for p in phrases)
+        if not self.patch.free(end, end):
+            return None
+        if not insert_after_last(self.patch, self.src, self.axes, text):
+            return None
+        self.patch.add(end, end, ", %s: {%s: [%s]}" % (py_str(name, quote), py_str("true", quote), body))
+        self.added.add(name)
+        self.n_axes += 1
+        extra = self.extend_axis_dicts(name)
+        return f"added kind '{name}' ({', '.join(i for i, _ in picks)})" + extra
+
     def op_tune_mechanic(self):
         options = []
         for path, node in self.tunable_lists:
@@ -705,6 +759,10 @@ class Mutator:
             ("tune-mechanic", self.op_tune_mechanic, 2),
             ("steer-axis", self.op_steer_axis, 2),
         ]
+        # programs made of kinds of users (seeds/offline_population.py) can also get new kinds;
+        # other programs draw from the same operators as before
+        if self.mechanics_dict() is not None:
+            ops.append(("add-kind", self.op_add_kind, 2))
         n_edits = 1 + (self.rng.random() < 0.35) + (self.rng.random() < 0.1)
         done = []
         for _ in range(n_edits):

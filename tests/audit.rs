@@ -316,7 +316,28 @@ fn eval_json_carries_hl_and_the_audit_of_every_row() {
     // a light run and audit (each resample refits: 1,000 of them are minutes in a debug build)
     let cfg = tmp.path().join("run.toml");
     std::fs::write(&cfg, LIGHT).unwrap();
-    evolve(&cfg, &out, &["--iterations", "3", "--seed", "1"]);
+    // the run searches on the first three tasks' humans; eval audits against all of them, and
+    // leaves out (and counts) the ones the run searched on
+    let searched = tmp.path().join("searched.jsonl");
+    let lines: String = std::fs::read_to_string(demo("human.jsonl"))
+        .unwrap()
+        .lines()
+        .take(13)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&searched, lines).unwrap();
+    evolve(
+        &cfg,
+        &out,
+        &[
+            "--iterations",
+            "3",
+            "--seed",
+            "1",
+            "--human",
+            searched.to_str().unwrap(),
+        ],
+    );
     let (code, text, err) = run_ppol(&[
         "eval",
         out.to_str().unwrap(),
@@ -325,6 +346,10 @@ fn eval_json_carries_hl_and_the_audit_of_every_row() {
         "--n",
         "2",
     ]);
+    assert!(
+        text.contains("given dialogues left out: the run searched on them"),
+        "{text}"
+    );
     assert_eq!(code, 0, "{err}");
     // the text table shows the audit next to HL and says what each is
     assert!(

@@ -482,3 +482,38 @@ fn verbs_taking_a_run_directory_agree_on_a_path_that_is_none() {
         }
     }
 }
+
+/// A standard output that cannot be written (`/dev/full`) is an error with its reason and exit
+/// 2 in every verb that prints, never a panic (exit 101).
+#[test]
+fn a_full_stdout_is_an_error_not_a_panic() {
+    let human = root().join("fitness/demo/human.jsonl");
+    let base = root().join("fitness/demo/baseline.jsonl");
+    let cand = root().join("fitness/demo/candidates.jsonl");
+    let (h, b, c) = (
+        human.to_str().unwrap(),
+        base.to_str().unwrap(),
+        cand.to_str().unwrap(),
+    );
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["traces", "stats", h],
+        vec!["audit", "--human", h, b, "--bootstrap", "5"],
+        vec!["score", "--human", h, "--baseline", b, c],
+        vec!["fingerprint", h],
+    ];
+    for args in cases {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = crate::util::ppol()
+            .args(&args)
+            .stdout(full)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(err.contains("No space left on device"), "{args:?}: {err}");
+    }
+}

@@ -85,6 +85,21 @@ pub struct RunSummary {
     /// Tasks of the run's test split: what `ppol eval` compares evolved and seed on.
     #[serde(default)]
     pub test_tasks: Option<usize>,
+    /// Which humans the scores were computed on: the objective, the search humans' count and
+    /// the count held out for `ppol eval`'s audit (None for a run halted by the test hook).
+    #[serde(default)]
+    pub humans: Option<HumansUsed>,
+}
+
+/// The humans behind a run's scores.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HumansUsed {
+    /// `paper` or `population`.
+    pub objective: String,
+    /// Human dialogues the objective, the best selection and early stopping saw.
+    pub search: usize,
+    /// Human dialogues held out (`run.human_holdout`), seen only by `ppol eval`.
+    pub held_out: usize,
 }
 
 /// Options of a run beyond its configuration.

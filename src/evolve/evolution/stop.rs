@@ -83,6 +83,7 @@ impl Evolution {
             seed_still_best: None,
             rewards: None,
             test_tasks: None,
+            humans: None,
         }
     }
 
@@ -125,6 +126,11 @@ impl Evolution {
                 .and_then(|id| summary::seed_still_best(&records, id)),
             rewards: summary::world_rewards(&records),
             test_tasks: summary::split_tasks(&records, &self.ctx.cfg.run.test_split),
+            humans: Some(super::control::HumansUsed {
+                objective: self.ctx.cfg.fitness.objective.name().into(),
+                search: self.ctx.humans.len(),
+                held_out: self.ctx.humans_heldout.len(),
+            }),
             run_dir: self.ctx.dir.path().to_path_buf(),
             reason,
             iterations: self.state.iteration,

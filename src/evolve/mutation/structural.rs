@@ -18,6 +18,7 @@
 //! | fragments | any list of strings | duplicate, drop (≥ 1 kept), swap two, or recombine the leading sentences of one with the trailing sentences of another (cut only between whole sentences, so persona text stays grammatical; one-sentence fragments are not cut) |
 //! | add mechanic | a list of instruction sentences (`MECHANICS…` first) | append a canonical sentence of a mechanic of the offline user's vocabulary ([`StructuralOptions::mechanics`], from `fitness/mechanics.toml`) that the list does not hold yet |
 //! | steer axis | a dict of axis probabilities (`PLACEMENT_WEIGHTS`) | move one axis's probability toward the state whose personas were more human in the parent's own evaluation ([`StructuralOptions::axis_evidence`], [`axis_evidence`]), all the way (half of the time) or by 40–100 % of the distance; an axis is chosen with probability ∝ its effect² |
+//! | add kind | a program made of kinds of users (a `MECHANICS…` dict whose entries hold only a `"true"` playbook, as `seeds/offline_population.py`) | a new axis of two to four mechanics of the vocabulary (one canonical sentence each), its playbook in that dict and an entry in every dict of axis weights; other programs never draw it |
 //! | tune mechanic | an instruction sentence | move one intensity one or two steps along its scale: rarely < sometimes < often < usually < always, once < twice < repeatedly, slightly < plain < very, or scale a word limit ("under twelve words") by `exp(N(0, 0.35))` |
 //!
 //! Every edited text is checked as text: a recombined fragment is made only of whole sentences
@@ -75,7 +76,7 @@ pub struct StructuralOptions {
     /// Wall-clock limit per call. Default 20 s.
     pub timeout: Duration,
     /// Relative weights of the mutation operators by name (`add-axis`, `drop-axis`,
-    /// `edit-axis`, `perturb`, `fragment`, `add-mechanic`, `tune-mechanic`); absent names keep
+    /// `edit-axis`, `perturb`, `fragment`, `add-mechanic`, `tune-mechanic`, `steer-axis`, `add-kind`); absent names keep
     /// their defaults, 0 disables one.
     pub op_weights: std::collections::BTreeMap<String, f64>,
     /// The mechanics `add-mechanic` draws from (id and canonical sentences); empty disables it.

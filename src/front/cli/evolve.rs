@@ -206,6 +206,12 @@ fn print_summary(s: &RunSummary) {
         }
         _ => println!("best program: none validated yet"),
     }
+    if let Some(h) = &s.humans {
+        println!(
+            "humans: scores by the {} objective against {} search human dialogue(s); {} held out, seen only by ppol eval's audit",
+            h.objective, h.search, h.held_out
+        );
+    }
     if let Some(why) = &s.seed_still_best {
         println!("evolved = seed: the run's best is still its seed program: {why}");
     }

@@ -116,7 +116,14 @@ where
         }
     };
     init_logging(cli.verbose);
-    match run(cli.command) {
+    let ran = match stdout_guarded(|| run(cli.command)) {
+        Ok(r) => r,
+        Err(why) => {
+            eprintln!("error: could not write to standard output: {why}");
+            return 2;
+        }
+    };
+    match ran {
         Ok(Outcome::Done) => 0,
         Ok(Outcome::Partial(why)) => {
             eprintln!("ppol: {}", crate::io::printable(&why));
@@ -127,6 +134,41 @@ where
             eprintln!("error: {}", crate::io::printable(&format!("{e:#}")));
             2
         }
+    }
+}
+
+/// Run `f`, turning the panic of `print!`/`println!` on a standard output that cannot be
+/// written (a full disk, `/dev/full`, a closed pipe) into an error with its reason: what was
+/// computed and saved stays saved, and the exit code is 2, not a panic's 101. Any other panic
+/// is a bug and goes on unwinding with its own message.
+fn stdout_guarded<R>(f: impl FnOnce() -> R) -> std::result::Result<R, String> {
+    const STDOUT: &str = "failed printing to stdout";
+    let message = |p: &(dyn std::any::Any + Send)| -> Option<String> {
+        p.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+    };
+    let default = std::sync::Arc::new(std::panic::take_hook());
+    let inner = default.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        let quiet = message(info.payload()).is_some_and(|m| m.starts_with(STDOUT));
+        if !quiet {
+            inner(info);
+        }
+    }));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let _ = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| default(info)));
+    match out {
+        Ok(r) => Ok(r),
+        Err(p) => match message(&*p) {
+            Some(m) if m.starts_with(STDOUT) => Err(m
+                .trim_start_matches(STDOUT)
+                .trim_start_matches(':')
+                .trim()
+                .to_string()),
+            _ => std::panic::resume_unwind(p),
+        },
     }
 }
 
