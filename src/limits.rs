@@ -203,16 +203,31 @@ pub fn check_seconds_or_zero(key: &str, value: f64) -> Result<()> {
             Error::config(
                 key,
                 format!(
-                    "must be 0 or a number of seconds up to {MAX_SECONDS} (a year), got {value}"
+                    "must be 0 or a number of seconds up to {MAX_SECONDS} (a year), got {}",
+                    shown(value)
                 ),
             )
         })
     }
 }
 
+/// A number as an error shows it: as written for everyday magnitudes, in scientific notation
+/// for huge or tiny ones (`1e300` is not printed as 301 digits).
+pub fn shown(value: f64) -> String {
+    let a = value.abs();
+    if value.is_finite() && a != 0.0 && !(1e-6..1e15).contains(&a) {
+        format!("{value:e}")
+    } else {
+        format!("{value}")
+    }
+}
+
 /// Why `value` is not a duration [`check_seconds`] accepts.
 pub fn seconds_message(value: f64) -> String {
-    format!("must be a number of seconds above 0 and at most {MAX_SECONDS} (a year), got {value}")
+    format!(
+        "must be a number of seconds above 0 and at most {MAX_SECONDS} (a year), got {}",
+        shown(value)
+    )
 }
 
 /// Seconds as a `Duration`, for values already checked: clamped to 0 ..= [`MAX_SECONDS`] (NaN
@@ -233,7 +248,7 @@ pub fn positive(key: &str, value: f64) -> Result<()> {
     } else {
         Err(Error::config(
             key,
-            format!("must be a positive number, got {value}"),
+            format!("must be a positive number, got {}", shown(value)),
         ))
     }
 }
@@ -247,7 +262,7 @@ pub fn fraction(key: &str, value: f64, closed: bool) -> Result<()> {
         let range = if closed { "[0, 1]" } else { "[0, 1)" };
         Err(Error::config(
             key,
-            format!("must be in {range}, got {value}"),
+            format!("must be in {range}, got {}", shown(value)),
         ))
     }
 }
@@ -271,7 +286,7 @@ pub fn temperature(key: &str, value: f32) -> Result<()> {
     } else {
         Err(Error::config(
             key,
-            format!("must be in [0, 2], got {value}"),
+            format!("must be in [0, 2], got {}", shown(f64::from(value))),
         ))
     }
 }
@@ -279,6 +294,17 @@ pub fn temperature(key: &str, value: f32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_numbers_are_shown_in_scientific_notation() {
+        assert_eq!(shown(1e300), "1e300");
+        assert_eq!(shown(0.5), "0.5");
+        assert_eq!(shown(-3.0), "-3");
+        let e = fraction("archive.migration_rate", 1e300, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("got 1e300") && e.len() < 200, "{e}");
+    }
 
     #[test]
     fn checks_name_the_key_and_the_bound() {

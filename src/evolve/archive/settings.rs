@@ -71,7 +71,7 @@ impl ArchiveConfig {
             } else {
                 Err(Error::config(
                     format!("archive.{key}"),
-                    format!("must be in [0, 1], got {v}"),
+                    format!("must be in [0, 1], got {}", crate::limits::shown(v)),
                 ))
             }
         };

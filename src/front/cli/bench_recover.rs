@@ -192,6 +192,9 @@ pub struct RecoverRun {
     pub control: Option<(Option<AucInterval>, Option<AucInterval>)>,
     /// The run directory.
     pub dir: PathBuf,
+    /// What the population objective costs per candidate: (milliseconds to score the best
+    /// program's episodes, milliseconds of wall time per candidate evaluation of the run).
+    pub objective_ms: Option<(f64, f64)>,
 }
 
 impl RecoverRun {
@@ -377,7 +380,15 @@ fn run_one(
         .find(|r| r.name == "human")
         .and_then(|r| r.audit.as_ref())
         .map(|c| (c.random_forest.clone(), c.logistic.clone()));
+    let evaluations = summary
+        .episodes
+        .as_ref()
+        .map_or(0, |e| e.n_candidates + e.n_stopped)
+        .max(1);
+    let objective_ms =
+        objective_cost(&summary.run_dir).map(|ms| (ms, 1000.0 * wall_s / evaluations as f64));
     Ok(RecoverRun {
+        objective_ms,
         mixture: m.name.clone(),
         objective: obj.name().into(),
         seed,
@@ -387,6 +398,34 @@ fn run_one(
         control,
         dir,
     })
+}
+
+/// Milliseconds the population objective takes to score the run's best program's episodes
+/// against the run's search humans (the median of 5), or None when they cannot be read.
+fn objective_cost(dir: &Path) -> Option<f64> {
+    let reference =
+        crate::fitness::reference::HumanReference::load(&dir.join("human_ref.json")).ok()?;
+    let episodes =
+        crate::simulate::episode::record::load_episodes(&dir.join("best/episodes.jsonl")).ok()?;
+    let test = crate::fitness::population::PopulationTest::new(&reference).ok()?;
+    let points: Vec<(String, crate::fitness::features::Fingerprint)> = episodes
+        .iter()
+        .map(|e| {
+            (
+                e.task_id.clone(),
+                crate::fitness::features::fingerprint(&e.to_dialogue(), reference.feature_set),
+            )
+        })
+        .collect();
+    let mut times: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            std::hint::black_box(test.measure(&points));
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    Some(times[2])
 }
 
 /// The benchmark's result.
@@ -564,6 +603,25 @@ pub fn render(b: &BenchRecover) -> String {
             s,
             "  {}: {} ({} train humans, {} test humans)",
             m.name, m.summary, n_train, n_test
+        );
+    }
+    let costs: Vec<(f64, f64)> = b
+        .runs
+        .iter()
+        .filter(|r| r.objective == "population")
+        .filter_map(|r| r.objective_ms)
+        .collect();
+    if !costs.is_empty() {
+        let n = costs.len() as f64;
+        let (obj, eval) = (
+            costs.iter().map(|c| c.0).sum::<f64>() / n,
+            costs.iter().map(|c| c.1).sum::<f64>() / n,
+        );
+        let _ = writeln!(
+            s,
+            "population objective: {obj:.1} ms to score a program's episodes, against {eval:.0} ms of the run's wall time per candidate evaluated ({:.1}%; mean over {} runs)",
+            100.0 * obj / eval,
+            costs.len()
         );
     }
     s

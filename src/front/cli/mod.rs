@@ -378,7 +378,10 @@ pub(crate) fn seconds(text: &str) -> Result<f64, String> {
 pub(crate) fn share(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
-        Ok(v) => Err(format!("must be in [0, 1], got {v}")),
+        Ok(v) => Err(format!(
+            "must be in [0, 1], got {}",
+            crate::limits::shown(v)
+        )),
         Err(_) => Err("expected a number in [0, 1]".into()),
     }
 }

@@ -282,7 +282,10 @@ pub fn score(req: &ScoreRequest<'_>) -> Result<Score> {
     };
     for (key, v) in [("lambda_h", opts.lambda_h), ("lambda_b", opts.lambda_b)] {
         if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
-            return Err(Error::config(key, format!("must be in [0, 1], got {v}")));
+            return Err(Error::config(
+                key,
+                format!("must be in [0, 1], got {}", crate::limits::shown(v)),
+            ));
         }
     }
     crate::limits::check("clusters", req.clusters, 0, crate::limits::MAX_CLUSTERS)?;
