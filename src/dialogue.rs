@@ -138,14 +138,7 @@ impl Dialogue {
         for t in &self.turns {
             text.push_str(t.role.as_str());
             text.push('\u{1f}');
-            text.extend(
-                t.content
-                    .split_whitespace()
-                    .flat_map(|w| [w, " "])
-                    .collect::<String>()
-                    .trim_end()
-                    .chars(),
-            );
+            text.push_str(&t.content.split_whitespace().collect::<Vec<_>>().join(" "));
             text.push('\u{1e}');
         }
         crate::io::sha256_hex(text.as_bytes())

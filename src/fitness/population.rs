@@ -4,7 +4,7 @@
 //! Per candidate, fresh classifiers — a small random forest and the audit's logistic
 //! regression — are cross-validated on the search humans (label 1) against the candidate's
 //! dialogues (label 0), folds grouped by task and stratified by class, exactly the audit's test
-//! ([`crate::fitness::audit::two_sample_auc`]) at a per-candidate price. With `a` the mean of
+//! ([`crate::fitness::audit::two_sample`]) at a per-candidate price. With `a` the mean of
 //! the two AUCs, the human-likeness is `clamp(2·(1 − a), 0, 1)`: 1 when the classifiers do no
 //! better than chance, 0 when they always tell the two apart.
 //!

@@ -17,7 +17,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::dialogue::Dialogue;
-use crate::fitness::features::{fingerprint_many, FeatureSet, FEATURE_NAMES, N_FEATURES};
+use crate::fitness::features::{fingerprint_many, FeatureSet, FEATURE_NAMES};
 use crate::fitness::traces::{self, LoadOptions};
 use crate::front::ops::{self, EpisodesInput, Overrides};
 use crate::persona::Persona;
@@ -168,7 +168,7 @@ pub fn measure(args: &BenchReachArgs) -> anyhow::Result<BenchReach> {
         let h = fingerprint_many(&humans, set);
         let w = fingerprint_many(&world, set);
         let p = fingerprint_many(&plain, set);
-        for j in 0..N_FEATURES {
+        for (j, name) in FEATURE_NAMES.iter().enumerate() {
             let mut hv: Vec<f64> = h.iter().map(|f| f.0[j]).collect();
             hv.sort_by(f64::total_cmp);
             let wv: Vec<f64> = w.iter().map(|f| f.0[j]).collect();
@@ -177,7 +177,7 @@ pub fn measure(args: &BenchReachArgs) -> anyhow::Result<BenchReach> {
             let inside = hv.iter().filter(|&&x| x >= lo && x <= hi).count();
             features.push(FeatureReach {
                 feature_set: set.name().into(),
-                feature: FEATURE_NAMES[j].into(),
+                feature: (*name).into(),
                 human: [quantile(&hv, 0.05), quantile(&hv, 0.5), quantile(&hv, 0.95)],
                 plain: p.iter().map(|f| f.0[j]).sum::<f64>() / p.len() as f64,
                 reach: [lo, hi],

@@ -368,8 +368,8 @@ fn run_one(
             let a = r.audit.as_ref();
             (
                 r.name.clone(),
-                a.and_then(|a| a.random_forest.clone()),
-                a.and_then(|a| a.logistic.clone()),
+                a.and_then(|a| a.random_forest),
+                a.and_then(|a| a.logistic),
             )
         })
         .collect();
@@ -379,7 +379,7 @@ fn run_one(
         .iter()
         .find(|r| r.name == "human")
         .and_then(|r| r.audit.as_ref())
-        .map(|c| (c.random_forest.clone(), c.logistic.clone()));
+        .map(|c| (c.random_forest, c.logistic));
     let evaluations = summary
         .episodes
         .as_ref()
