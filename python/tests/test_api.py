@@ -125,3 +125,18 @@ def test_a_generator_program_that_is_not_a_program_says_what_is_wrong(tmp_path):
         ppol_rs.generate(tmp_path / "empty.py", "x")
     with pytest.raises(ppol_rs.IoError, match="does not exist"):
         ppol_rs.generate(tmp_path / "missing.py", "x")
+
+
+def test_population_objective_from_python(tmp_path):
+    """[fitness] objective = "population" through overrides=: the run starts from the population
+    seed, its summary names the objective and the humans, and too few humans is InsufficientData."""
+    out = tmp_path / "pop"
+    s = ppol_rs.evolve(overrides={"search.iterations": 1, "run.out": str(out), "fitness.objective": "population",
+                                  "fitness.curriculum": False, "fitness.n_personas": 3, "fitness.batch_size": 2})
+    assert s["humans"]["objective"] == "population" and s["humans"]["search"] > 0
+    assert "PLACEMENT_WEIGHTS" in (out / "best" / "program.py").read_text()
+    few = tmp_path / "few.jsonl"
+    few.write_text("".join((ROOT / "fitness" / "demo" / "human.jsonl").read_text().splitlines(True)[:5]))
+    with pytest.raises(ppol_rs.InsufficientData, match="population objective"):
+        ppol_rs.evolve(overrides={"search.iterations": 1, "run.out": str(tmp_path / "few"), "run.human": [str(few)],
+                                  "run.human_holdout": 0.0, "fitness.objective": "population"})
