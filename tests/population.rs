@@ -131,9 +131,18 @@ fn the_population_objective_runs_from_its_own_seed_and_refuses_too_few_humans() 
 fn bench_recover_plants_humans_and_audits_every_row() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("b");
+    // a light audit: every resample refits, and a debug build is slow
+    let cfg = tmp.path().join("light.toml");
+    std::fs::write(
+        &cfg,
+        LIGHT.replace("audit_bootstrap = 20", "audit_bootstrap = 5"),
+    )
+    .unwrap();
     let (code, stdout, err) = run_ppol(&[
         "bench",
         "recover",
+        "--config",
+        cfg.to_str().unwrap(),
         "--only",
         "curt-crowd",
         "--seeds",

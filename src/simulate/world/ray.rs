@@ -92,8 +92,10 @@ pub struct RaySettings {
     /// CPUs each actor reserves on its node (Ray's num_cpus; fractions allowed).
     pub num_cpus: f64,
     /// Host name or address (optionally HOST:PORT) the workers reach ppol's model endpoint by;
-    /// it listens there (an address), or on every interface (a host name), behind the run's
-    /// token. The default, loopback, serves a cluster on this machine only.
+    /// it listens there: on the address, or on the address a host name resolves to (a name
+    /// that does not resolve, or dotted numbers that are no address, are refused — never all
+    /// interfaces by a typo), behind the run's token. The default, loopback, serves a cluster
+    /// on this machine only.
     pub advertise: String,
     /// Ray runtime_env of the actors: how the simulator reaches the workers (working_dir,
     /// py_modules, pip, env_vars, ...); with a working_dir the command runs there, else in
@@ -205,9 +207,30 @@ fn advertised(advertise: &str) -> Result<(SocketAddr, String)> {
     let bind_ip = match host.parse::<IpAddr>() {
         Ok(ip) => ip,
         Err(_) if host == "localhost" => IpAddr::from([127, 0, 0, 1]),
-        Err(_) => IpAddr::from([0, 0, 0, 0]),
+        // dotted numbers that are no IPv4 address (256.1.1.1): a typo, not a host name
+        Err(_) if host.chars().all(|c| c.is_ascii_digit() || c == '.') => {
+            return Err(bad("not an IPv4 address"));
+        }
+        // a name is resolved, and the endpoint listens on what it names — never on every
+        // interface because of a name (a typo would expose the run's model to the network)
+        Err(_) => resolve(&host).map_err(|why| bad(&why))?,
     };
     Ok((SocketAddr::new(bind_ip, port), host))
+}
+
+/// The first address `host` resolves to (IPv4 first).
+fn resolve(host: &str) -> std::result::Result<IpAddr, String> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<SocketAddr> = (host, 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("'{host}' does not resolve ({e})"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .map(|a| a.ip())
+        .ok_or_else(|| format!("'{host}' resolves to no address"))
 }
 
 /// The bridge's interpreter.
@@ -432,11 +455,20 @@ mod tests {
             (bind.to_string(), host.as_str()),
             ("10.1.2.3:8123".into(), "10.1.2.3")
         );
-        let (bind, host) = advertised("head.cluster.local").unwrap();
+        // a name listens where it resolves, never on every interface
+        let (bind, host) = advertised("localhost").unwrap();
         assert_eq!(
             (bind.to_string(), host.as_str()),
-            ("0.0.0.0:0".into(), "head.cluster.local")
+            ("127.0.0.1:0".into(), "localhost")
         );
+        // Issue "Reliability 4", item 3: a non-address is refused, not bound to 0.0.0.0
+        let e = advertised("256.1.1.1").unwrap_err().to_string();
+        assert!(
+            e.contains("world.ray.advertise") && e.contains("not an IPv4"),
+            "{e}"
+        );
+        let e = advertised("no-such-host.invalid").unwrap_err().to_string();
+        assert!(e.contains("does not resolve"), "{e}");
         let (bind, _) = advertised("localhost:9000").unwrap();
         assert_eq!(bind.to_string(), "127.0.0.1:9000");
         let (bind, host) = advertised("[::1]:9000").unwrap();
