@@ -255,11 +255,14 @@ async fn llm_budget_stops_cleanly_and_cache_hits_skip_the_server() {
         .await
         .unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    // the mock reports 10+10 tokens per call: 100 tokens is 5 calls
+    // The mock reports 10+10 tokens per call, but each call reserves its worst case first
+    // (its prompt at a token per byte, plus the role's max_tokens, ~1-3k tokens here): a cap
+    // of 6000 lets a few episodes finish and refuses the rest once what was spent plus the
+    // next call's worst case would pass it.
     let cfg = llm_toml(
         tmp.path(),
         &server.base_url(),
-        "[budget]\nmax_tokens = 100\n",
+        "[budget]\nmax_tokens = 6000\n",
     );
     let out = tmp.path().join("eps.jsonl");
     let (cfg_s, out_s) = (cfg.display().to_string(), out.display().to_string());

@@ -227,7 +227,11 @@ async fn token_budget_stops_new_calls() {
     .await
     .unwrap();
     let mut cfg = mock_config(&server.base_url());
-    cfg.budget.max_tokens = Some(300);
+    // Each call reserves its worst case first (its prompt at a token per byte plus 16 per
+    // message, and its role's max_tokens: ~374 for the user simulator, ~674 for the agent) and
+    // settles on the 150 it reports: two user-simulator calls fit in 700, then the agent's
+    // worst case no longer fits beside the 300 spent.
+    cfg.budget.max_tokens = Some(700);
     let client = LlmClient::from_config(&cfg).unwrap();
     for i in 0..2 {
         let r = client
@@ -238,7 +242,7 @@ async fn token_budget_stops_new_calls() {
     }
     let err = client.chat(&user(CallRole::Agent, "q3")).await.unwrap_err();
     match &err {
-        Error::BudgetExhausted(why) => assert!(why.contains("token budget of 300"), "{why}"),
+        Error::BudgetExhausted(why) => assert!(why.contains("token budget of 700"), "{why}"),
         other => panic!("expected BudgetExhausted, got {other:?}"),
     }
     assert_eq!(server.requests(), 2);
@@ -249,7 +253,7 @@ async fn token_budget_stops_new_calls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn usd_budget_lets_calls_in_flight_complete() {
+async fn usd_budget_is_never_passed_by_calls_in_flight() {
     let server = serve(MockScript::always(
         MockReply::text("ok").with_usage(1000, 1000).with_delay(50),
     ))
@@ -257,7 +261,8 @@ async fn usd_budget_lets_calls_in_flight_complete() {
     .unwrap();
     let mut cfg = mock_config(&server.base_url());
     cfg.max_concurrency = 5;
-    // 1000 × $2/M + 1000 × $8/M = $0.01 per call; the cap is reached by the first call.
+    // 1000 × $2/M + 1000 × $8/M = $0.01 per call, reported; each call reserves its worst
+    // case first (its prompt and the generator's max_tokens at these prices, ~$0.0165).
     cfg.prices.insert(
         "mock-model".into(),
         Price {
@@ -265,18 +270,25 @@ async fn usd_budget_lets_calls_in_flight_complete() {
             completion: 8.0,
         },
     );
-    cfg.budget.max_usd = Some(0.005);
+    cfg.budget.max_usd = Some(0.035);
     let client = LlmClient::from_config(&cfg).unwrap();
 
-    // join_all polls every call once before any answer can arrive, so all five are admitted
-    // (in flight) before the first one spends the budget.
+    // Five at once: two worst cases fit in $0.035 and are sent; the other three wait for
+    // them to settle ($0.02 spent), and then one more worst case would pass the cap with
+    // nothing left in flight, so they are refused. What was paid never passes the cap.
     let requests: Vec<ChatRequest> = (0..5)
         .map(|i| user(CallRole::Generator, &format!("p{i}")))
         .collect();
     let answers = futures::future::join_all(requests.iter().map(|r| client.chat(r))).await;
-    for a in answers {
-        assert_eq!(a.unwrap().message.content, "ok");
+    let ok = answers.iter().filter(|a| a.is_ok()).count();
+    for a in &answers {
+        match a {
+            Ok(r) => assert_eq!(r.message.content, "ok"),
+            Err(Error::BudgetExhausted(why)) => assert!(why.contains("USD budget"), "{why}"),
+            Err(e) => panic!("expected an answer or BudgetExhausted, got {e:?}"),
+        }
     }
+    assert_eq!(ok, 2);
     let err = client
         .chat(&user(CallRole::Generator, "one more"))
         .await
@@ -285,10 +297,16 @@ async fn usd_budget_lets_calls_in_flight_complete() {
         matches!(&err, Error::BudgetExhausted(why) if why.contains("USD budget")),
         "{err:?}"
     );
-    assert_eq!(server.requests(), 5);
+    assert_eq!(server.requests(), 2);
     let acc = client.accounting();
-    assert!((acc.total.usd - 0.05).abs() < 1e-9, "{}", acc.total.usd);
-    assert_eq!(acc.roles[&CallRole::Generator].budget_refusals, 1);
+    assert!((acc.total.usd - 0.02).abs() < 1e-9, "{}", acc.total.usd);
+    assert!(acc.total.usd <= 0.035);
+    assert_eq!(acc.roles[&CallRole::Generator].budget_refusals, 4);
+    assert_eq!(
+        client.budget_held(),
+        (0.0, 0, 0),
+        "every reservation settled"
+    );
     let json = serde_json::to_value(&acc).unwrap();
     assert_eq!(json["roles"]["generator"]["calls"], 6);
 }

@@ -24,6 +24,7 @@ mod parity;
 mod persona_json;
 mod population;
 mod regression;
+mod reliability4;
 mod report;
 mod restart;
 mod sandbox;

@@ -60,6 +60,7 @@ use super::{
 use crate::{Error, Result};
 
 mod attempts;
+pub mod budget;
 
 /// Longest wait honoured from a `Retry-After` header.
 const RETRY_AFTER_CAP: Duration = Duration::from_secs(120);
@@ -230,6 +231,13 @@ struct Inner {
     cache: Option<ResponseCache>,
     config: LlmConfig,
     stats: Mutex<BTreeMap<CallRole, RoleAccounting>>,
+    /// What the calls in flight have reserved of the budget ([`budget`]).
+    held: Mutex<budget::Held>,
+    /// Woken when a reservation is given back (calls waiting for room).
+    settled: tokio::sync::Notify,
+    /// Set when a call's worst case did not fit with nothing in flight: the budget is spent
+    /// for calls of that size, and new calls stop (the reason).
+    spent_for: Mutex<Option<String>>,
     windows: Mutex<BTreeMap<String, Window>>,
 }
 
@@ -368,6 +376,9 @@ impl LlmClientBuilder {
                 endpoint_wait: crate::limits::duration(config.endpoint_wait_s),
                 cache,
                 stats: Mutex::new(stats),
+                held: Mutex::new(budget::Held::default()),
+                settled: tokio::sync::Notify::new(),
+                spent_for: Mutex::new(None),
                 windows: Mutex::new(BTreeMap::new()),
                 config,
             }),
@@ -508,6 +519,9 @@ impl LlmClient {
     }
 
     fn exhausted_by(&self, total: &RoleAccounting) -> Option<String> {
+        if let Some(why) = self.spent_for() {
+            return Some(why);
+        }
         let budget = &self.inner.config.budget;
         if let Some(max) = budget.max_usd {
             if total.usd >= max {
@@ -537,20 +551,23 @@ impl LlmClient {
             Outcome::Refused => s.budget_refusals += 1,
             Outcome::Failed => s.failures += 1,
             Outcome::Answered(r, latency) => {
-                let price = self
-                    .inner
-                    .config
-                    .prices
-                    .get(self.inner.routes[&role].provider().model())
-                    .or_else(|| self.inner.config.prices.get(&r.model))
-                    .copied()
-                    .unwrap_or_default();
+                let price = self.price_of(role, Some(&r.model));
                 s.prompt_tokens += r.usage.prompt_tokens;
                 s.completion_tokens += r.usage.completion_tokens;
                 s.usd += price.cost(r.usage.prompt_tokens, r.usage.completion_tokens);
                 s.latency_s += latency;
             }
         }
+    }
+
+    /// The price of `role`'s model (else of the model an answer names).
+    fn price_of(&self, role: CallRole, answered_by: Option<&str>) -> super::config::Price {
+        let prices = &self.inner.config.prices;
+        prices
+            .get(self.inner.routes[&role].provider().model())
+            .or_else(|| answered_by.and_then(|m| prices.get(m)))
+            .copied()
+            .unwrap_or_default()
     }
 
     fn count_attempt(&self, role: CallRole, retry: bool) {
@@ -583,19 +600,22 @@ impl LlmClient {
     }
 
     /// The request as sent: the role's spec fills temperature and max_tokens when unset, and
-    /// the role's default caps the completion when neither does.
+    /// the role's default caps the completion when neither does; an
+    /// [`external`](ChatRequest::external) caller's max_tokens is clamped to that cap.
     pub fn effective(&self, request: &ChatRequest) -> ChatRequest {
         let spec = &self.inner.routes[&request.role].spec;
         let mut r = request.clone();
         if r.temperature.is_none() {
             r.temperature = spec.temperature;
         }
-        if r.max_tokens.is_none() {
-            r.max_tokens = Some(
-                spec.max_tokens
-                    .unwrap_or_else(|| request.role.default_max_tokens()),
-            );
-        }
+        let cap = spec
+            .max_tokens
+            .unwrap_or_else(|| request.role.default_max_tokens());
+        r.max_tokens = match r.max_tokens {
+            None => Some(cap),
+            Some(asked) if r.external => Some(asked.min(cap)),
+            asked => asked,
+        };
         r
     }
 
@@ -734,6 +754,10 @@ impl LlmClient {
 
 #[async_trait]
 impl ChatModel for LlmClient {
+    fn serve_limits(&self) -> super::ServeLimits {
+        self.config().serve
+    }
+
     fn describe_for(&self, role: CallRole) -> String {
         self.describe_role(role)
     }

@@ -55,7 +55,9 @@ mod tool_bounds;
 
 pub use cache::ResponseCache;
 pub use client::{Accounting, LlmClient, RoleAccounting};
-pub use config::{BaseUrl, Budget, LlmConfig, ModelPatch, ModelSpec, Price, ProviderKind};
+pub use config::{
+    BaseUrl, Budget, LlmConfig, ModelPatch, ModelSpec, Price, ProviderKind, ServeLimits,
+};
 pub use endpoint::EndpointStats;
 pub use openai::OpenAiProvider;
 pub use schema::{ResponseSchema, SchemaMode, StructuredOutput};
@@ -207,6 +209,12 @@ pub struct ChatRequest {
     /// it did. The caller still parses and checks the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_schema: Option<ResponseSchema>,
+    /// Asked by a caller outside ppol (a simulator through the model endpoint, a generator
+    /// program in the sandbox): its `max_tokens` is clamped to the role's cap (the role's
+    /// `max_tokens`, else [`CallRole::default_max_tokens`]), so it cannot raise what one call
+    /// may cost.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub external: bool,
 }
 
 impl ChatRequest {
@@ -221,6 +229,7 @@ impl ChatRequest {
             seed: None,
             accept_empty: false,
             response_schema: None,
+            external: false,
         }
     }
 }
@@ -297,6 +306,11 @@ pub trait ChatModel: Send + Sync {
     fn schema_support(&self, role: CallRole) -> Option<bool> {
         let _ = role;
         None
+    }
+    /// The limits of the endpoint that serves this model to simulators
+    /// ([`serve::ModelEndpoint`]): `[llm.serve]` for an [`LlmClient`], the defaults otherwise.
+    fn serve_limits(&self) -> ServeLimits {
+        ServeLimits::default()
     }
     /// Answer one request.
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse>;

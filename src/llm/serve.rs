@@ -33,12 +33,11 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Map, Value};
 
-use super::{CallRole, ChatModel, ChatRequest, ToolSpec};
+use super::{CallRole, ChatModel, ChatRequest, ServeLimits, ToolSpec};
+
+mod conns;
 use crate::dialogue::{Role, ToolCall, Turn};
 use crate::{Error, Result};
-
-/// Largest request body the endpoint reads.
-pub const MAX_REQUEST_BYTES: usize = 32 << 20;
 
 /// Environment variable holding the endpoint's base URL for the simulators ppol starts.
 pub const BASE_URL_ENV_VAR: &str = "PPOL_LLM_BASE_URL";
@@ -52,12 +51,96 @@ pub struct ModelEndpoint {
     api_key: String,
     task: tokio::task::JoinHandle<()>,
     counters: Arc<Counters>,
+    conns: Arc<conns::Conns>,
 }
 
 #[derive(Default)]
 struct Counters {
     calls: AtomicU64,
     refused: AtomicU64,
+    accept_errors: AtomicU64,
+    timed_out: AtomicU64,
+}
+
+/// What every connection's requests share.
+struct Shared {
+    model: Arc<dyn ChatModel>,
+    counters: Arc<Counters>,
+    key: String,
+    /// Request bytes in flight, in KiB (`[llm.serve] bodies_in_flight_bytes`).
+    bodies: Arc<tokio::sync::Semaphore>,
+    limits: ServeLimits,
+}
+
+/// Bytes in whole KiB, rounded up (the unit of the body semaphore).
+fn kib(bytes: u64) -> usize {
+    bytes.div_ceil(1024) as usize
+}
+
+/// Accept connections while there is room for them ([`conns::Conns::room`]); accept errors
+/// (out of file descriptors, a connection reset before it was taken) back off from 10 ms to
+/// 1 s instead of spinning, logged once per streak.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    conns: Arc<conns::Conns>,
+    shared: Arc<Shared>,
+) {
+    let mut backoff = std::time::Duration::from_millis(10);
+    loop {
+        conns.room().await;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff = std::time::Duration::from_millis(10);
+                stream
+            }
+            Err(e) => {
+                let n = shared.counters.accept_errors.fetch_add(1, Ordering::SeqCst);
+                if backoff == std::time::Duration::from_millis(10) {
+                    tracing::warn!(
+                        "ppol's model endpoint cannot accept a connection ({e}, {} so far): \
+                         backing off",
+                        n + 1
+                    );
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+                continue;
+            }
+        };
+        let (conn, close) = conns.open();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let conn = Arc::new(conn);
+            let header_timeout = crate::limits::duration(shared.limits.header_timeout_s);
+            let service = {
+                let (shared, conn) = (shared.clone(), conn.clone());
+                hyper::service::service_fn(move |req| {
+                    let busy = conn.busy();
+                    let shared = shared.clone();
+                    async move {
+                        let r = handle(req, &shared).await;
+                        drop(busy);
+                        r
+                    }
+                })
+            };
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let serving = http.serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                r = serving => {
+                    if let Err(e) = r {
+                        if e.is_timeout() {
+                            shared.counters.timed_out.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+                _ = close => {}
+            }
+            drop(conn);
+        });
+    }
 }
 
 impl ModelEndpoint {
@@ -82,24 +165,21 @@ impl ModelEndpoint {
             .local_addr()
             .map_err(|e| Error::io("binding", &where_, e))?;
         let api_key = format!("ppol-{}", crate::io::hex(&rand::random::<[u8; 24]>()));
+        let limits = model.serve_limits();
+        limits.validate("llm.serve")?;
+        conns::make_room_for(limits.max_connections);
         let counters = Arc::new(Counters::default());
-        let (key, counts) = (Arc::new(api_key.clone()), counters.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (model, counts, key) = (model.clone(), counts.clone(), key.clone());
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        handle(req, model.clone(), counts.clone(), key.clone())
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+        let conns = conns::Conns::new(limits.max_connections);
+        let shared = Arc::new(Shared {
+            model,
+            counters: counters.clone(),
+            key: api_key.clone(),
+            bodies: Arc::new(tokio::sync::Semaphore::new(kib(
+                limits.bodies_in_flight_bytes
+            ))),
+            limits,
         });
+        let task = tokio::spawn(accept_loop(listener, conns.clone(), shared));
         let host = match advertise {
             Some(h) if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{}", addr.port()),
             Some(h) => format!("{h}:{}", addr.port()),
@@ -111,6 +191,7 @@ impl ModelEndpoint {
             api_key,
             task,
             counters,
+            conns,
         })
     }
 
@@ -145,6 +226,26 @@ impl ModelEndpoint {
     /// Requests refused with 401 (no token, or a wrong one).
     pub fn refused(&self) -> u64 {
         self.counters.refused.load(Ordering::SeqCst)
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Idle connections closed to make room for new ones (`[llm.serve] max_connections`).
+    pub fn evicted(&self) -> u64 {
+        self.conns.evicted()
+    }
+
+    /// Connections closed because their headers or body came too slowly.
+    pub fn timed_out(&self) -> u64 {
+        self.counters.timed_out.load(Ordering::SeqCst)
+    }
+
+    /// Failed `accept` calls (each followed by a backoff).
+    pub fn accept_errors(&self) -> u64 {
+        self.counters.accept_errors.load(Ordering::SeqCst)
     }
 }
 
@@ -185,6 +286,22 @@ fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
         .expect("valid response")
 }
 
+fn too_large(max: u64) -> Response<Full<Bytes>> {
+    let mut r = error_reply(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_request_error",
+        &format!(
+            "request body: larger than {} (`[llm.serve] max_body_bytes`)",
+            crate::limits::bytes(max)
+        ),
+    );
+    r.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    r
+}
+
 fn error_reply(status: StatusCode, kind: &str, message: &str) -> Response<Full<Bytes>> {
     reply(
         status,
@@ -194,11 +311,10 @@ fn error_reply(status: StatusCode, kind: &str, message: &str) -> Response<Full<B
 
 async fn handle(
     req: Request<Incoming>,
-    model: Arc<dyn ChatModel>,
-    counters: Arc<Counters>,
-    key: Arc<String>,
+    shared: &Shared,
 ) -> std::result::Result<Response<Full<Bytes>>, Infallible> {
-    if !authorized(&req, &key) {
+    let (model, counters) = (&shared.model, &shared.counters);
+    if !authorized(&req, &shared.key) {
         counters.refused.fetch_add(1, Ordering::SeqCst);
         let mut r = error_reply(
             StatusCode::UNAUTHORIZED,
@@ -235,23 +351,69 @@ async fn handle(
             &format!("ppol's model endpoint serves POST /v1/chat/completions, not {path}"),
         ));
     }
-    let body = match Limited::new(req.into_body(), MAX_REQUEST_BYTES)
-        .collect()
+    let limits = &shared.limits;
+    let max = limits.max_body_bytes;
+    let announced = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > max) {
+        return Ok(too_large(max));
+    }
+    // Room for the body among the bytes in flight, before a byte of it is read: a body of
+    // unknown length takes room for the largest.
+    let need = announced.unwrap_or(max).max(1);
+    let Ok(_room) = shared
+        .bodies
+        .clone()
+        .acquire_many_owned(kib(need).min(u32::MAX as usize) as u32)
         .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            return Ok(error_reply(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "invalid_request_error",
-                &format!("request body: {e} (at most {MAX_REQUEST_BYTES} bytes)"),
-            ))
-        }
+    else {
+        return Ok(error_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "ppol's model endpoint is shutting down",
+        ));
     };
-    let request = match serde_json::from_slice::<Value>(&body)
-        .map_err(|e| format!("not JSON: {e}"))
-        .and_then(|v| chat_request(&v))
-    {
+    let read = Limited::new(req.into_body(), need as usize).collect();
+    let body =
+        match tokio::time::timeout(crate::limits::duration(limits.body_timeout_s), read).await {
+            Ok(Ok(b)) => b.to_bytes(),
+            Ok(Err(e))
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some() =>
+            {
+                return Ok(too_large(max))
+            }
+            Ok(Err(e)) => {
+                return Ok(error_reply(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    &format!("request body: {e}"),
+                ))
+            }
+            Err(_) => {
+                counters.timed_out.fetch_add(1, Ordering::SeqCst);
+                let mut r = error_reply(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "invalid_request_error",
+                    &format!(
+                        "request body: not received within {} s (`[llm.serve] body_timeout_s`)",
+                        crate::limits::shown(limits.body_timeout_s)
+                    ),
+                );
+                r.headers_mut().insert(
+                    hyper::header::CONNECTION,
+                    hyper::header::HeaderValue::from_static("close"),
+                );
+                return Ok(r);
+            }
+        };
+    // each form is dropped once the next is made: one request holds about one copy at a time
+    let value = serde_json::from_slice::<Value>(&body).map_err(|e| format!("not JSON: {e}"));
+    drop(body);
+    let request = match value.and_then(|v| chat_request(&v)) {
         Ok(r) => r,
         Err(m) => {
             return Ok(error_reply(
@@ -416,6 +578,8 @@ pub fn chat_request(v: &Value) -> std::result::Result<ChatRequest, String> {
     r.tools = tools;
     r.temperature = num("temperature").map(|t| t as f32);
     r.max_tokens = max_tokens;
+    // a simulator cannot raise the role's cap (nor what a call may cost)
+    r.external = true;
     r.seed = obj.get("seed").and_then(Value::as_u64);
     // a caller with a fallback of its own (τ²'s ppol_llm_agent) takes an empty answer as is
     r.accept_empty = obj.get("ppol_accept_empty").and_then(Value::as_bool) == Some(true);

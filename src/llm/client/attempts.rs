@@ -60,14 +60,15 @@ impl LlmClient {
             let queued_at = Instant::now();
             let (index, slot) = acquire(route, s.avoid).await;
             s.deadline += queued_at.elapsed();
-            // A call that waited for an endpoint slot was not in flight yet: the budget may
-            // have run out meanwhile (a first attempt only: a retry finishes what was paid for).
-            if s.attempts == 0 {
-                if let Some(why) = self.budget_exhausted() {
+            // Every attempt (a retry too) reserves its worst case before it is sent, and holds
+            // it until its usage is counted: the calls in flight cannot overspend the cap.
+            let reservation = match self.reserve(role, &sent).await {
+                Ok(r) => r,
+                Err(why) => {
                     drop(slot);
                     return Err(self.refuse(role, &s.endpoint, why));
                 }
-            }
+            };
             let replica = &route.replicas[index];
             s.endpoint = replica.endpoint.url().to_string();
             let left = s.deadline.saturating_duration_since(Instant::now());
@@ -85,6 +86,17 @@ impl LlmClient {
                         .endpoint
                         .answered(ticket, latency, route.spec.timeout());
                     response.cached = false;
+                    let used = response.usage.prompt_tokens + response.usage.completion_tokens;
+                    if used > reservation.worst().tokens {
+                        tracing::warn!(
+                            role = role.as_str(),
+                            endpoint = %s.endpoint,
+                            "the answer reports {used} tokens, more than the request's worst \
+                             case of {} (does the server ignore max_tokens?): counted as \
+                             reported, so the budget cap may be passed by this call",
+                            reservation.worst().tokens
+                        );
+                    }
                     if response.usage.prompt_tokens > 0 {
                         let p = response.usage.prompt_tokens;
                         self.update_window(&route.window_key, |w| w.calibration.observe(&sent, p));
@@ -101,6 +113,8 @@ impl LlmClient {
                 }
                 Err(e) => e,
             };
+            // a failed attempt's usage is unknown and not counted: its reservation goes back
+            drop(reservation);
             s.avoid = (route.replicas.len() > 1).then_some(index);
             let failed = Failed {
                 index,

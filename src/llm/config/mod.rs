@@ -166,6 +166,83 @@ impl Price {
     }
 }
 
+/// Limits of the model endpoint ppol offers the simulators it starts (`[llm.serve]`): what any
+/// client of it — a slow, broken or hostile one — can hold of ppol's connections, memory and
+/// time. Every simulator's call is one request; these bound everything else.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeLimits {
+    /// Seconds a client has to send a request's headers, from its connection or the end of its
+    /// last answer; a connection that sends none in time (idle or slow) is closed. Default 10.
+    #[schemars(range(min = 0.001, max = 3600.0))]
+    pub header_timeout_s: f64,
+    /// Seconds a client has to send a request's body once its headers are in; a slower body is
+    /// answered 408 and its connection closed. Default 30.
+    #[schemars(range(min = 0.001, max = 3600.0))]
+    pub body_timeout_s: f64,
+    /// Connections open at once. A new connection past it closes the one idle the longest;
+    /// when every connection has a request in progress, new ones wait to be accepted.
+    /// Default 1024 (ppol raises its open-file limit to fit).
+    #[schemars(range(min = 1, max = 65536))]
+    pub max_connections: usize,
+    /// Largest request body, in bytes (larger: 413, not read). Default 32 MiB.
+    #[schemars(range(min = 1024, max = 1073741824))]
+    pub max_body_bytes: u64,
+    /// Request bytes held at once over every request being read or answered (what bounds the
+    /// endpoint's memory); a request waits for room before its body is read. At least
+    /// `max_body_bytes`. Default 64 MiB.
+    #[schemars(range(min = 1024, max = 17179869184u64))]
+    pub bodies_in_flight_bytes: u64,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            header_timeout_s: 10.0,
+            body_timeout_s: 30.0,
+            max_connections: 1024,
+            max_body_bytes: 32 << 20,
+            bodies_in_flight_bytes: 64 << 20,
+        }
+    }
+}
+
+impl ServeLimits {
+    /// Check the ranges (the error names the key under `prefix`, e.g. `serve`).
+    pub fn validate(&self, prefix: &str) -> Result<()> {
+        let key = |k: &str| dotted(prefix, k);
+        let seconds = |k: &str, v: f64| {
+            if v.is_finite() && (0.001..=3600.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(Error::config(
+                    key(k),
+                    format!(
+                        "must be between 0.001 and 3600 seconds, got {}",
+                        crate::limits::shown(v)
+                    ),
+                ))
+            }
+        };
+        seconds("header_timeout_s", self.header_timeout_s)?;
+        seconds("body_timeout_s", self.body_timeout_s)?;
+        crate::limits::check(&key("max_connections"), self.max_connections, 1, 65_536)?;
+        crate::limits::check(
+            &key("max_body_bytes"),
+            self.max_body_bytes,
+            1024,
+            crate::limits::MAX_INPUT_BYTES,
+        )?;
+        crate::limits::check(
+            &key("bodies_in_flight_bytes"),
+            self.bodies_in_flight_bytes,
+            self.max_body_bytes,
+            16 * crate::limits::MAX_INPUT_BYTES,
+        )?;
+        Ok(())
+    }
+}
+
 fn default_max_concurrency() -> usize {
     256
 }
@@ -235,6 +312,13 @@ pub struct LlmConfig {
     /// Prices by model name; models not listed cost 0.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, Price>,
+    /// Limits of the model endpoint simulators reach through `$PPOL_LLM_BASE_URL`.
+    #[serde(default, skip_serializing_if = "is_default_serve")]
+    pub serve: ServeLimits,
+}
+
+fn is_default_serve(s: &ServeLimits) -> bool {
+    *s == ServeLimits::default()
 }
 
 impl Default for LlmConfig {
@@ -257,6 +341,7 @@ const TOP_KEYS: &[&str] = &[
     "default",
     "roles",
     "prices",
+    "serve",
 ];
 const SPEC_KEYS: &[&str] = &[
     "provider",
@@ -277,6 +362,13 @@ const SPEC_KEYS: &[&str] = &[
 ];
 const BUDGET_KEYS: &[&str] = &["max_usd", "max_tokens"];
 const PRICE_KEYS: &[&str] = &["prompt", "completion"];
+const SERVE_KEYS: &[&str] = &[
+    "header_timeout_s",
+    "body_timeout_s",
+    "max_connections",
+    "max_body_bytes",
+    "bodies_in_flight_bytes",
+];
 
 /// `prefix.key`, or `key` without a prefix.
 fn dotted(prefix: &str, key: &str) -> String {
@@ -321,6 +413,9 @@ fn check_unknown_keys(root: &toml::Table, prefix: &str, file: &Path) -> Result<(
     }
     if let Some(t) = sub_table(root, "default") {
         check_keys(t, &dotted(prefix, "default"), SPEC_KEYS, file)?;
+    }
+    if let Some(t) = sub_table(root, "serve") {
+        check_keys(t, &dotted(prefix, "serve"), SERVE_KEYS, file)?;
     }
     if let Some(roles) = sub_table(root, "roles") {
         let names: Vec<&str> = CallRole::ALL.iter().map(|r| r.as_str()).collect();
@@ -394,6 +489,7 @@ impl LlmConfig {
             default: spec,
             roles: BTreeMap::new(),
             prices: BTreeMap::new(),
+            serve: ServeLimits::default(),
         }
     }
 
@@ -476,6 +572,7 @@ impl LlmConfig {
                 ));
             }
         }
+        self.serve.validate("serve")?;
         self.default.validate("default")?;
         for role in self.roles.keys() {
             self.spec(*role)

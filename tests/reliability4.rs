@@ -1,0 +1,274 @@
+//! Issue "Reliability 4: a budget that holds, an endpoint that cannot be starved, a cluster
+//! that fails cleanly": one regression test per numbered item that is fixed.
+
+use std::sync::Arc;
+
+use ppol::llm::config::Price;
+use ppol::llm::serve::ModelEndpoint;
+use ppol::llm::{ChatModel, LlmClient, LlmConfig, ModelSpec};
+use ppol::testing::mock_server::{serve_with, MockOptions, MockReply, MockScript, MockUsage};
+use serde_json::json;
+
+/// USD per 1M completion tokens that make one 300-token answer cost 0.6 USD.
+const USD_PER_M: f64 = 2000.0;
+
+fn priced_config(base_url: &str, max_usd: f64) -> LlmConfig {
+    let mut spec = ModelSpec::openai("mock-model", Some(base_url.to_string()));
+    spec.api_key_env = "PPOL_TEST_KEY_THAT_IS_NEVER_SET".to_string();
+    spec.timeout_s = 20.0;
+    let mut cfg = LlmConfig::with_default(spec);
+    cfg.max_retries = 0;
+    cfg.prices.insert(
+        "mock-model".into(),
+        Price {
+            prompt: 0.0,
+            completion: USD_PER_M,
+        },
+    );
+    cfg.budget.max_usd = Some(max_usd);
+    cfg
+}
+
+// Item 1: `max_usd = 10` with 80 simulator calls in flight at 0.6 USD each spent 14.4 and
+// 21.0 USD: the cap was checked before each call, and every call in flight was paid. Now
+// each call reserves its worst case (here its max_tokens of 300 at the role's price, 0.6 USD)
+// before it is sent: 80 calls at once through the model endpoint, ten times over, and the
+// upstream's own ledger never passes 10 USD. A simulator asking `max_tokens = 2^40` is
+// clamped to the role's cap (300 for the user simulator) instead of forwarding 4294967295.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eighty_calls_in_flight_never_pay_past_max_usd() {
+    for round in 0..10 {
+        let mut reply = MockReply::text("ok");
+        reply.delay_ms = 150;
+        reply.usage = Some(MockUsage {
+            prompt_tokens: 40,
+            completion_tokens: 300,
+        });
+        let server = serve_with(MockScript::always(reply), MockOptions::default())
+            .await
+            .unwrap();
+        let client = LlmClient::from_config(&priced_config(&server.base_url(), 10.0)).unwrap();
+        let model: Arc<dyn ChatModel> = Arc::new(client.clone());
+        let ep = ModelEndpoint::start(model).await.unwrap();
+        let http = reqwest::Client::new();
+        let url = format!("{}/chat/completions", ep.base_url());
+        let calls = (0..80).map(|i| {
+            let (http, url, key) = (http.clone(), url.clone(), ep.api_key().to_string());
+            async move {
+                let body = json!({
+                    "model": "user-sim",
+                    "messages": [{"role": "user", "content": format!("hello {i}")}],
+                    // every other simulator asks for far more than the role allows
+                    "max_tokens": if i % 2 == 0 { 1u64 << 40 } else { 300 },
+                });
+                let r = http
+                    .post(&url)
+                    .bearer_auth(key)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                r.status().as_u16()
+            }
+        });
+        let statuses = futures::future::join_all(calls).await;
+        let stats = server.stats();
+        let paid = stats.usage.completion_tokens as f64 * USD_PER_M / 1e6
+            + stats.usage.prompt_tokens as f64 * 0.0;
+        assert!(
+            paid <= 10.0 + 1e-9,
+            "round {round}: the upstream was paid {paid} USD"
+        );
+        let ok = statuses.iter().filter(|s| **s == 200).count();
+        let refused = statuses.iter().filter(|s| **s == 402).count();
+        assert_eq!(ok + refused, 80, "round {round}: {statuses:?}");
+        assert_eq!(ok, 16, "round {round}: 16 calls of 0.6 fit in 10 USD");
+        let acc = client.accounting();
+        assert!(acc.total.usd <= 10.0 + 1e-9, "{}", acc.total.usd);
+        assert!(acc.total.budget_refusals >= 64);
+        assert_eq!(
+            client.budget_held(),
+            (0.0, 0, 0),
+            "every reservation settled"
+        );
+        for rec in server.records() {
+            assert_eq!(rec.max_tokens, Some(300), "clamped to the role's cap");
+        }
+    }
+}
+
+/// An endpoint in front of an always-"ok" mock, with `[llm.serve]` limits set by `limits`.
+async fn endpoint_with(
+    limits: impl FnOnce(&mut ppol::llm::ServeLimits),
+) -> (ppol::testing::mock_server::MockServer, ModelEndpoint) {
+    let server = serve_with(
+        MockScript::always(MockReply::text("ok")),
+        MockOptions::default(),
+    )
+    .await
+    .unwrap();
+    let mut cfg = priced_config(&server.base_url(), 1000.0);
+    limits(&mut cfg.serve);
+    let client = LlmClient::from_config(&cfg).unwrap();
+    let ep = ModelEndpoint::start(Arc::new(client)).await.unwrap();
+    (server, ep)
+}
+
+/// One authorised chat call through `ep`: its status.
+async fn one_call(ep: &ModelEndpoint) -> u16 {
+    reqwest::Client::new()
+        .post(format!("{}/chat/completions", ep.base_url()))
+        .bearer_auth(ep.api_key())
+        .json(&json!({"model": "user-sim", "messages": [{"role": "user", "content": "hi"}]}))
+        .timeout(std::time::Duration::from_secs(20))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
+}
+
+/// Read what the server sends on `s` until it closes the connection (or `within` passes):
+/// the bytes, and whether it closed.
+async fn read_until_closed(
+    s: &mut tokio::net::TcpStream,
+    within: std::time::Duration,
+) -> (String, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&got).into(), true),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => return (String::from_utf8_lossy(&got).into(), false),
+        }
+    }
+}
+
+// Item 2 (connections): 300 idle connections without a token held 256 fds for as long as the
+// client liked, `accept` then failed with EMFILE in a busy loop and the simulators' own calls
+// timed out. Now connections are bounded (`[llm.serve] max_connections`, the longest idle
+// closed to make room) and a connection that sends no headers in `header_timeout_s` is
+// closed: with 1000 idle and half-sent connections against a cap of 64, a simulator's call is
+// still answered, the endpoint never holds more than 64, and the idle ones are gone after the
+// header timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_half_sent_connections_cannot_starve_the_endpoint() {
+    use tokio::io::AsyncWriteExt;
+    let (_server, ep) = endpoint_with(|s| {
+        s.max_connections = 64;
+        s.header_timeout_s = 2.0;
+    })
+    .await;
+    let mut idle = Vec::new();
+    for i in 0..1000 {
+        let mut s = tokio::net::TcpStream::connect(ep.addr()).await.unwrap();
+        if i % 2 == 0 {
+            // half a request line, then nothing
+            s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+                .await
+                .unwrap();
+        }
+        idle.push(s);
+    }
+    assert_eq!(one_call(&ep).await, 200, "a simulator's call is answered");
+    assert!(ep.connections() <= 64, "{} open", ep.connections());
+    assert!(ep.evicted() >= 1000 - 64, "{} evicted", ep.evicted());
+    // the last connections, still open, are closed by the header timeout
+    let mut last = idle.split_off(idle.len() - 8);
+    for s in &mut last {
+        let (_, closed) = read_until_closed(s, std::time::Duration::from_secs(15)).await;
+        assert!(closed, "an idle connection outlived the header timeout");
+    }
+    assert!(ep.timed_out() >= 1, "header timeouts are counted");
+    assert_eq!(ep.accept_errors(), 0);
+    assert_eq!(one_call(&ep).await, 200);
+    drop(idle);
+}
+
+// Item 2 (bodies): a body that announces 40 MiB and stops after one byte was held open
+// forever. Now a body larger than `max_body_bytes` is answered 413 before it is read, and a
+// body that stops coming is answered 408 after `body_timeout_s`, its connection closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_stalled_bodies_are_answered_and_closed() {
+    use tokio::io::AsyncWriteExt;
+    let (server, ep) = endpoint_with(|s| s.body_timeout_s = 1.0).await;
+    let head = |len: u64| {
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: {len}\r\n\r\n{{",
+            ep.api_key()
+        )
+    };
+    let mut s = tokio::net::TcpStream::connect(ep.addr()).await.unwrap();
+    s.write_all(head(40 << 20).as_bytes()).await.unwrap();
+    let (answer, closed) = read_until_closed(&mut s, std::time::Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("max_body_bytes"), "{answer}");
+    assert!(closed, "the connection of a refused body is closed");
+
+    let mut s = tokio::net::TcpStream::connect(ep.addr()).await.unwrap();
+    s.write_all(head(1000).as_bytes()).await.unwrap();
+    let (answer, closed) = read_until_closed(&mut s, std::time::Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body_timeout_s"), "{answer}");
+    assert!(closed, "the connection of a stalled body is closed");
+    assert_eq!(server.requests(), 0, "nothing reached the model");
+    assert_eq!(one_call(&ep).await, 200);
+}
+
+/// The process's peak resident memory (`VmHWM`), in bytes, after resetting it to the current
+/// resident size when `reset`.
+fn peak_rss(reset: bool) -> u64 {
+    if reset {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+// Item 2 (memory): each concurrent 30 MiB body cost ~140 MB, with no bound on how many (32 at
+// once: 4.2-4.9 GB). Now request bytes in flight are bounded (`bodies_in_flight_bytes`, 64 MiB
+// by default): 32 clients sending 30 MiB bodies at once are all answered, one or two read at a
+// time, and the process's peak memory grows by less than 500 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_large_bodies_are_read_within_a_memory_bound() {
+    let (server, ep) = endpoint_with(|_| {}).await;
+    // one shared buffer for every client: the clients' side costs 30 MiB, not 960
+    let mut body = br#"{"model": "user-sim", "messages": "#.to_vec();
+    body.push(b'"');
+    body.resize(30 << 20, b'x');
+    body.extend_from_slice(b"\"}");
+    let body = bytes::Bytes::from(body);
+    let before = peak_rss(true);
+    let http = reqwest::Client::new();
+    let url = format!("{}/chat/completions", ep.base_url());
+    let calls = (0..32).map(|_| {
+        let (http, url, key, body) = (http.clone(), url.clone(), ep.api_key(), body.clone());
+        async move {
+            http.post(&url)
+                .bearer_auth(key)
+                .header("content-type", "application/json")
+                .body(body)
+                .timeout(std::time::Duration::from_secs(120))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+        }
+    });
+    let statuses = futures::future::join_all(calls).await;
+    let grew = peak_rss(false).saturating_sub(before);
+    // `messages` is no list: every body is read, parsed and refused 400
+    assert!(statuses.iter().all(|s| *s == 400), "{statuses:?}");
+    assert_eq!(server.requests(), 0);
+    if before > 0 {
+        assert!(grew < 500 << 20, "peak memory grew by {} MB", grew >> 20);
+    }
+}
