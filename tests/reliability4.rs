@@ -272,3 +272,40 @@ async fn concurrent_large_bodies_are_read_within_a_memory_bound() {
         assert!(grew < 500 << 20, "peak memory grew by {} MB", grew >> 20);
     }
 }
+
+// Item 6: `episodes -o OUT` interrupted after 24 episodes, then rerun with another seed into
+// the same OUT, rewrote `OUT.partial` with the new plan's episodes: the 24 were gone without a
+// word. Now finished episodes of another plan are moved aside (`OUT.partial.1`) with a
+// warning that says what differs and how to go back to them.
+#[test]
+fn a_partial_output_of_another_plan_is_moved_aside_not_discarded() {
+    use crate::util::run_ppol;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("eps.jsonl");
+    let partial = tmp.path().join("eps.jsonl.partial");
+    let out_s = out.display().to_string();
+    let play = |seed: &str| {
+        run_ppol(&[
+            "episodes", "--domain", "demo", "--tasks", "0,1,2", "--trials", "8", "--seed", seed,
+            "-o", &out_s,
+        ])
+    };
+    let (code, _, err) = play("1");
+    assert_eq!(code, 0, "{err}");
+    // what an interrupted run leaves: its finished episodes in OUT.partial, no OUT
+    std::fs::rename(&out, &partial).unwrap();
+    let earlier = std::fs::read_to_string(&partial).unwrap();
+    assert_eq!(earlier.lines().count(), 24);
+    let (code, _, err) = play("2");
+    assert_eq!(code, 0, "{err}");
+    let aside = tmp.path().join("eps.jsonl.partial.1");
+    assert_eq!(std::fs::read_to_string(&aside).unwrap(), earlier, "kept as it was");
+    assert!(err.contains("24 finished episode(s)"), "{err}");
+    assert!(err.contains("other seeds"), "{err}");
+    assert!(err.contains("eps.jsonl.partial.1"), "{err}");
+    // moved back, the first plan resumes from it and plays nothing again
+    std::fs::rename(&aside, &partial).unwrap();
+    let (code, _, err) = play("1");
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("24 episodes were taken from"), "{err}");
+}

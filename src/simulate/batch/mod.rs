@@ -649,6 +649,16 @@ mod tests {
         // "a" was kept; "bad" failed and is played again; "c" is played
         assert_eq!(played.reused, 1);
         assert!(!partial.exists());
+        // the episode of the other plan was moved aside with the file, never discarded
+        let aside = dir.path().join("o.jsonl.partial.1");
+        let read = |p: &std::path::Path| {
+            super::sink::read_partial(std::fs::File::open(p).unwrap(), p).unwrap()
+        };
+        assert!(read(&aside).iter().any(|e| e.seed == 99));
+        assert_eq!(
+            super::sink::what_differs(&[other.clone()], &plan, "b"),
+            "other seeds (`--seed`)"
+        );
         let written = crate::simulate::episode::record::load_episodes(&out).unwrap();
         let seeds: Vec<u64> = written.iter().map(|e| e.seed).collect();
         assert_eq!(seeds, [0, 1, 2]);
@@ -665,6 +675,9 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(played.reused, 0);
+        // its three finished episodes are another plan's: kept beside, in the next free name
+        let aside = dir.path().join("o.jsonl.partial.2");
+        assert_eq!(read(&aside).len(), 3);
         // a line that is not an episode names the file and line
         std::fs::write(&partial, "{\"id\": 3}\n").unwrap();
         let e = Batch::new("t", &plan)

@@ -96,14 +96,28 @@ impl Sink {
         };
         let mut earlier = Vec::new();
         let outputs = paths.output.iter().filter(|_| paths.reuse_output);
-        for path in std::iter::once(&partial).chain(outputs) {
+        for (k, path) in std::iter::once(&partial).chain(outputs).enumerate() {
             match std::fs::File::open(path) {
-                Ok(f) => earlier.extend(read_partial(f, path)?),
+                Ok(f) => earlier.extend(read_partial(f, path)?.into_iter().map(|e| (e, k == 0))),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io("reading", path, e)),
             }
         }
-        let reused = reusable(earlier, jobs, backend);
+        let (reused, stranded) = reusable(earlier, jobs, backend);
+        if !stranded.is_empty() {
+            // finished episodes of another plan: never discarded, moved aside with a warning
+            let aside = set_aside(&partial)?;
+            tracing::warn!(
+                "{} finished episode(s) in {} are not of this plan ({}): moved to {}, not \
+                 discarded. To finish that plan instead, move the file back to {} and rerun \
+                 it as it was",
+                stranded.len(),
+                partial.display(),
+                what_differs(&stranded, jobs, backend),
+                aside.display(),
+                partial.display()
+            );
+        }
         if let Some(dir) = partial.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
         }
@@ -173,7 +187,7 @@ impl Sink {
 
 /// The episodes of a partial file, in file order, read line by line in bounded memory. A torn
 /// last line is dropped; any other line that is not an episode is an error naming it.
-fn read_partial(file: std::fs::File, path: &Path) -> Result<Vec<Episode>> {
+pub(super) fn read_partial(file: std::fs::File, path: &Path) -> Result<Vec<Episode>> {
     let mut r = std::io::BufReader::new(file);
     let mut out = Vec::new();
     let mut buf = Vec::new();
@@ -236,29 +250,108 @@ fn parse_line(text: &str, path: &Path, line_no: usize) -> Result<Episode> {
 }
 
 /// The earlier episodes that are jobs of this plan (same id, task, trial, seed, persona text
-/// and backend; not failed), by job index. An episode matches at most one job.
-fn reusable(earlier: Vec<Episode>, jobs: &[Job], backend: &str) -> HashMap<usize, Episode> {
+/// and backend; not failed), by job index, and the finished episodes of the partial file
+/// (those flagged `true`) that are not: another plan's. An episode matches at most one job.
+fn reusable(
+    earlier: Vec<(Episode, bool)>,
+    jobs: &[Job],
+    backend: &str,
+) -> (HashMap<usize, Episode>, Vec<Episode>) {
     let mut by_key: HashMap<(String, u64), Vec<usize>> = HashMap::new();
     for (i, j) in jobs.iter().enumerate() {
         by_key.entry((j.id(), j.seed)).or_default().push(i);
     }
     let mut out = HashMap::new();
-    for e in earlier {
-        if e.status != EpisodeStatus::Ok || e.backend != backend {
+    let mut stranded = Vec::new();
+    for (e, from_partial) in earlier {
+        if e.status != EpisodeStatus::Ok {
             continue;
         }
-        let Some(candidates) = by_key.get_mut(&(e.id.clone(), e.seed)) else {
-            continue;
-        };
-        let pos = candidates.iter().position(|&i| {
-            let j = &jobs[i];
-            j.task_id == e.task_id
-                && j.trial == e.trial
-                && j.persona.as_ref().map_or("", |p| p.text.as_str()) == e.persona
-        });
-        if let Some(pos) = pos {
-            out.insert(candidates.swap_remove(pos), e);
+        let pos = by_key
+            .get_mut(&(e.id.clone(), e.seed))
+            .filter(|_| e.backend == backend)
+            .and_then(|candidates| {
+                let pos = candidates.iter().position(|&i| {
+                    let j = &jobs[i];
+                    j.task_id == e.task_id
+                        && j.trial == e.trial
+                        && j.persona.as_ref().map_or("", |p| p.text.as_str()) == e.persona
+                })?;
+                Some(candidates.swap_remove(pos))
+            });
+        match pos {
+            Some(i) => {
+                out.insert(i, e);
+            }
+            None if from_partial => stranded.push(e),
+            None => {}
         }
     }
-    out
+    (out, stranded)
+}
+
+/// Move `partial` aside to the first free `<partial>.<k>`; the new path.
+fn set_aside(partial: &Path) -> Result<PathBuf> {
+    for k in 1..=10_000u32 {
+        let mut name = partial.as_os_str().to_os_string();
+        name.push(format!(".{k}"));
+        let aside = PathBuf::from(name);
+        if std::fs::symlink_metadata(&aside).is_ok() {
+            continue;
+        }
+        std::fs::rename(partial, &aside).map_err(|e| Error::io("moving aside", partial, e))?;
+        return Ok(aside);
+    }
+    Err(Error::io(
+        "moving aside",
+        partial,
+        std::io::Error::other("10000 earlier copies are already beside it: remove some"),
+    ))
+}
+
+/// How another plan's episodes differ from this plan: their backend, seeds, tasks, or else
+/// their personas and trials.
+pub(super) fn what_differs(stranded: &[Episode], jobs: &[Job], backend: &str) -> String {
+    use std::collections::BTreeSet;
+    let mut said = Vec::new();
+    let backends: BTreeSet<&str> = stranded.iter().map(|e| e.backend.as_str()).collect();
+    if backends.iter().any(|b| *b != backend) {
+        let list: Vec<&str> = backends.into_iter().take(3).collect();
+        // (each name is clipped with the whole text below)
+        said.push(format!(
+            "played with {} where this plan plays {backend}",
+            list.join(", ")
+        ));
+    }
+    let seeds: BTreeSet<u64> = jobs.iter().map(|j| j.seed).collect();
+    if stranded.iter().all(|e| !seeds.contains(&e.seed)) {
+        said.push("other seeds (`--seed`)".to_string());
+    }
+    let tasks: BTreeSet<&str> = jobs.iter().map(|j| j.task_id.as_str()).collect();
+    let others: BTreeSet<&str> = stranded
+        .iter()
+        .map(|e| e.task_id.as_str())
+        .filter(|t| !tasks.contains(t))
+        .collect();
+    if !others.is_empty() {
+        let list: Vec<&str> = others.iter().take(5).copied().collect();
+        let more = others.len().saturating_sub(list.len());
+        said.push(format!(
+            "tasks {}{} not in this plan",
+            list.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if said.is_empty() {
+        said.push("other personas or trials".to_string());
+    }
+    let said = said.join("; ");
+    match said.char_indices().nth(400) {
+        Some((at, _)) => format!("{}…", &said[..at]),
+        None => said,
+    }
 }
