@@ -299,7 +299,11 @@ fn a_partial_output_of_another_plan_is_moved_aside_not_discarded() {
     let (code, _, err) = play("2");
     assert_eq!(code, 0, "{err}");
     let aside = tmp.path().join("eps.jsonl.partial.1");
-    assert_eq!(std::fs::read_to_string(&aside).unwrap(), earlier, "kept as it was");
+    assert_eq!(
+        std::fs::read_to_string(&aside).unwrap(),
+        earlier,
+        "kept as it was"
+    );
     assert!(err.contains("24 finished episode(s)"), "{err}");
     assert!(err.contains("other seeds"), "{err}");
     assert!(err.contains("eps.jsonl.partial.1"), "{err}");
@@ -308,4 +312,35 @@ fn a_partial_output_of_another_plan_is_moved_aside_not_discarded() {
     let (code, _, err) = play("1");
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("24 episodes were taken from"), "{err}");
+}
+
+// Item 5: a panic inside the evolution thread left `ppol_rs.evolve` waiting forever (nothing
+// ever reached the handle). Now a panic there reaches `wait()` as an error naming the run
+// directory, here from a progress callback that panics on its first call.
+#[test]
+fn a_panic_inside_a_background_evolution_reaches_wait_as_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = ppol::evolve::config::RunConfig::quick();
+    cfg.run.out = Some(tmp.path().join("run"));
+    cfg.search.iterations = 2;
+    let control = ppol::evolve::run::RunControl {
+        progress: Some(std::sync::Arc::new(|_: &ppol::evolve::run::Progress| {
+            panic!("a callback that breaks")
+        })),
+        ..Default::default()
+    };
+    let handle = ppol::front::ops::spawn_evolution(
+        ppol::front::ops::EvolveStart::New(Box::new(cfg)),
+        control,
+    )
+    .unwrap();
+    let outcome = handle
+        .wait(Some(std::time::Duration::from_secs(120)))
+        .expect("the handle is told, not left waiting");
+    let e = outcome.unwrap_err().to_string();
+    assert!(
+        e.contains("internal error") && e.contains("a callback that breaks"),
+        "{e}"
+    );
+    assert!(e.contains("run"), "{e}");
 }

@@ -105,14 +105,36 @@ pub fn spawn_evolution(start: EvolveStart, mut control: RunControl) -> Result<Ev
     std::thread::Builder::new()
         .name("ppol-evolve".into())
         .spawn(move || {
-            let result = runtime().and_then(|rt| {
-                rt.block_on(async move {
-                    match start {
-                        EvolveStart::New(cfg) => evolve(*cfg, control).await,
-                        EvolveStart::Resume { dir, iterations } => {
-                            resume(&dir, control, iterations).await
+            let dir = match &start {
+                EvolveStart::New(cfg) => cfg.run.out.clone().unwrap_or_default(),
+                EvolveStart::Resume { dir, .. } => dir.clone(),
+            };
+            // A panic here (a bug) must reach `wait()` as an error: with nothing in the slot
+            // the caller (a notebook's `ppol_rs.evolve`) would wait forever.
+            let run = std::panic::AssertUnwindSafe(move || {
+                runtime().and_then(|rt| {
+                    rt.block_on(async move {
+                        match start {
+                            EvolveStart::New(cfg) => evolve(*cfg, control).await,
+                            EvolveStart::Resume { dir, iterations } => {
+                                resume(&dir, control, iterations).await
+                            }
                         }
-                    }
+                    })
+                })
+            });
+            let result = std::panic::catch_unwind(run).unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".into());
+                Err(Error::Run {
+                    path: dir,
+                    message: format!(
+                        "the evolution stopped on an internal error (a bug in ppol: please \
+                         report it): {why}; what it finished is kept, `ppol resume` continues"
+                    ),
                 })
             });
             let (lock, cv) = &*slot;
