@@ -11,6 +11,8 @@
 //! | one input file (traces, personas, tasks, answers, configurations) | — | [`MAX_INPUT_BYTES`] (1 GiB) |
 //! | one line of a line-based input (JSONL, text traces) | — | [`MAX_LINE_BYTES`] (64 MiB) |
 //! | a configuration (TOML), a system prompt (`world.system_prompt_file`), whatever kind of file | `--config`, `--system-prompt-file` | [`MAX_TEXT_FILE_BYTES`] (16 MiB) |
+//! | a generator program; a judge prompt (regular files only: a FIFO or a device is refused unread) | `--program`, `search.seed_program`, a run's `best/program.py`; `--judge-prompt`, `fitness.judge_prompt` | [`MAX_PROGRAM_BYTES`] (4 MiB); [`MAX_PROMPT_BYTES`] (1 MiB) |
+//! | a run directory's own files (`config.toml`, `checkpoint.json`, `best/`) | — | regular files only; `config.toml` [`MAX_TEXT_FILE_BYTES`] |
 //! | trials per (task, persona) | `episodes --trials`, `episodes.baseline_trials` | 1 ..= [`MAX_TRIALS`] (1,000) |
 //! | episodes of one request (tasks × personas × trials) | `ppol episodes` | [`MAX_EPISODES`] (100,000) |
 //! | personas per task | `generate -n`, `eval --n`, `fitness.n_personas`, `fitness.n_personas_schedule` | 1 ..= [`MAX_PERSONAS`] (1,000) |
@@ -138,6 +140,14 @@ pub const MAX_EPISODE_TURNS: usize = 20 * MAX_TURNS;
 /// The most ppol reads of a small text input: a configuration (TOML), a system prompt. A device
 /// or a FIFO is read no further.
 pub const MAX_TEXT_FILE_BYTES: u64 = 16 << 20;
+
+/// The largest generator program ppol reads (`--program`, a seed program, a run's
+/// `best/program.py`): 4 MiB, a thousand times the seeds.
+pub const MAX_PROGRAM_BYTES: u64 = 4 << 20;
+
+/// The largest judge prompt (`--judge-prompt`, `fitness.judge_prompt`): 1 MiB, sent once per
+/// pair.
+pub const MAX_PROMPT_BYTES: u64 = 1 << 20;
 
 /// Check that a count is in `min..=max`; the error names `key` (a flag, an argument or a
 /// configuration key).

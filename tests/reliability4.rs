@@ -344,3 +344,60 @@ fn a_panic_inside_a_background_evolution_reaches_wait_as_an_error() {
     );
     assert!(e.contains("run"), "{e}");
 }
+
+// Item 7 (files): a judge prompt of 100 MB was accepted; `/dev/zero` as judge prompt, as
+// `best/program.py` or as `config.toml` was read to 1 GiB before a wrong message ("no
+// best/program.py", "config.toml is missing"); a FIFO as judge prompt blocked forever. Now a
+// prompt, a program and a run's own files must be regular files, checked before a byte is
+// read, and each has its cap: one error naming the file and its kind, exit 2, at once.
+#[test]
+fn inputs_are_checked_for_kind_and_size_before_they_are_read() {
+    use crate::util::run_ppol;
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("prompt.fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let big = tmp.path().join("big.md");
+    let mut text = "{user_a} {user_b}\n".to_string();
+    text.push_str(&"x".repeat(2 << 20));
+    std::fs::write(&big, text).unwrap();
+    let human = format!("{}/fitness/demo/human.jsonl", env!("CARGO_MANIFEST_DIR"));
+    let base = format!("{}/fitness/demo/baseline.jsonl", env!("CARGO_MANIFEST_DIR"));
+    for (prompt, says) in [
+        (fifo.display().to_string(), "is a FIFO (named pipe)"),
+        ("/dev/zero".to_string(), "is a device"),
+        (big.display().to_string(), "larger than 1 MiB"),
+    ] {
+        let started = std::time::Instant::now();
+        let (code, _, err) = run_ppol(&[
+            "audit", "--human", &human, &base, "--llm", "scripted", "--judge-pairs", "2",
+            "--judge-prompt", &prompt,
+        ]);
+        assert_eq!(code, 2, "{prompt}: {err}");
+        assert!(err.contains(says) && err.contains(&prompt), "{prompt}: {err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    }
+
+    // a run whose best program and configuration are devices
+    let run = tmp.path().join("run");
+    let (code, _, err) = run_ppol(&[
+        "evolve", "--iterations", "1", "--seed", "3", "--out", run.to_str().unwrap(), "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let best = run.join("best/program.py");
+    std::fs::remove_file(&best).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &best).unwrap();
+    let (code, _, err) = run_ppol(&["generate", "--run", run.to_str().unwrap(), "-n", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("program.py") && err.contains("is a device"), "{err}");
+    let config = run.join("config.toml");
+    std::fs::remove_file(&config).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &config).unwrap();
+    let (code, _, err) = run_ppol(&["eval", run.to_str().unwrap(), "--n", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("config.toml") && err.contains("is a device"), "{err}");
+    assert!(!err.contains("missing"), "{err}");
+}

@@ -50,6 +50,48 @@ pub fn read_text_capped(
     )
 }
 
+/// [`read_text_capped`] of a file that must be a regular file (`what`: "a judge prompt", "a
+/// generator program"): it is opened without blocking and checked before a byte is read, so a
+/// FIFO nobody writes to, a device (`/dev/zero`) or a directory is one error naming its kind,
+/// never a wait or a read to the cap; a regular file over `max` bytes is refused unread.
+pub fn read_regular_text(path: &Path, max: u64, what: &'static str) -> Result<String> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| Error::io("reading", path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io("reading", path, e))?;
+    let t = meta.file_type();
+    if !t.is_file() {
+        let kind = if t.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_dir() {
+            "a directory"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(Error::parse(
+            path,
+            "file",
+            format!("is {kind}: {what} is read from a regular file"),
+        ));
+    }
+    let caps = Caps {
+        file: max.min(limits::MAX_INPUT_BYTES),
+        line: limits::MAX_LINE_BYTES,
+        what,
+    };
+    text_of(
+        read_bounded_with(&mut file, path, Some(meta.len()), LongLines::Allow, caps)?,
+        path,
+    )
+}
+
 /// A configuration file (TOML) as text: [`read_text_capped`] at
 /// [`limits::MAX_TEXT_FILE_BYTES`].
 pub fn read_config_text(path: &Path) -> Result<String> {

@@ -306,7 +306,11 @@ impl RunBest {
     /// Read `best/program.json` (without the code: see [`RunDir::read_best`]); a file that does
     /// not parse is an error naming it, with the line and column.
     pub fn load(path: &Path) -> Result<RunBest> {
-        let text = crate::io::read_to_string(path)?;
+        let text = crate::io::read_regular_text(
+            path,
+            crate::limits::MAX_TEXT_FILE_BYTES,
+            "a best-program record",
+        )?;
         serde_json::from_str(&text).map_err(|e| {
             Error::parse(
                 path,
@@ -455,7 +459,7 @@ impl RunDir {
         if !self.path.is_dir() {
             return Err(Error::no_run_dir(&self.path));
         }
-        if !path.is_file() {
+        if std::fs::symlink_metadata(&path).is_err() {
             return Err(Error::Run {
                 path: self.path.clone(),
                 message: format!(
@@ -465,7 +469,11 @@ impl RunDir {
                 ),
             });
         }
-        let text = crate::io::read_to_string(&path)?;
+        let text = crate::io::read_regular_text(
+            &path,
+            crate::limits::MAX_TEXT_FILE_BYTES,
+            "a run's configuration",
+        )?;
         let empty = toml::from_str::<toml::Table>(&text).is_ok_and(|t| t.is_empty());
         if empty {
             return Err(Error::parse(
@@ -494,7 +502,11 @@ impl RunDir {
         if !path.exists() {
             return Ok(None);
         }
-        let text = crate::io::read_to_string(&path)?;
+        let text = crate::io::read_regular_text(
+            &path,
+            crate::limits::MAX_INPUT_BYTES,
+            "a run's checkpoint",
+        )?;
         serde_json::from_str(&text).map(Some).map_err(|e| {
             Error::parse(
                 &path,
@@ -591,18 +603,31 @@ impl RunDir {
     /// missing or unreadable).
     pub fn read_best(&self) -> Option<RunBest> {
         let mut best = RunBest::load(&self.join("best/program.json")).ok()?;
-        best.code = std::fs::read_to_string(self.join("best/program.py")).ok()?;
+        best.code = crate::io::read_regular_text(
+            &self.join("best/program.py"),
+            crate::limits::MAX_PROGRAM_BYTES,
+            "a generator program",
+        )
+        .ok()?;
         Some(best)
     }
 
     /// The best program's source, or an error saying the run has not evaluated one yet.
     pub fn best_code(&self) -> Result<String> {
-        crate::io::read_to_string(&self.join("best/program.py")).map_err(|_| Error::Run {
-            path: self.path.clone(),
-            message: "no best/program.py: the run has not validated a program yet (or best/ \
-                      was removed: `ppol resume` rebuilds it from the checkpoint)"
-                .into(),
-        })
+        let path = self.join("best/program.py");
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Err(Error::Run {
+                path: self.path.clone(),
+                message: "no best/program.py: the run has not validated a program yet (or best/ \
+                          was removed: `ppol resume` rebuilds it from the checkpoint)"
+                    .into(),
+            });
+        }
+        crate::io::read_regular_text(
+            &path,
+            crate::limits::MAX_PROGRAM_BYTES,
+            "a generator program",
+        )
     }
 }
 

@@ -62,7 +62,10 @@ impl JudgeOptions {
     pub fn new(pairs: usize, prompt: Option<&Path>, seed: u64) -> Result<JudgeOptions> {
         crate::limits::check("judge_pairs", pairs, 0, crate::limits::MAX_JUDGE_PAIRS)?;
         let (text, source) = match prompt {
-            Some(p) => (crate::io::read_to_string(p)?, p.display().to_string()),
+            Some(p) => (
+                crate::io::read_regular_text(p, crate::limits::MAX_PROMPT_BYTES, "a judge prompt")?,
+                p.display().to_string(),
+            ),
             None => (
                 crate::shipped::JUDGE_PROMPT.to_string(),
                 "fitness/judge_prompt.md (shipped)".to_string(),

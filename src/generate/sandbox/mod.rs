@@ -288,7 +288,11 @@ impl Program {
     /// The source text (reads the file).
     pub fn source(&self) -> Result<String> {
         match self {
-            Program::Path(p) => crate::io::read_to_string(p),
+            Program::Path(p) => crate::io::read_regular_text(
+                p,
+                crate::limits::MAX_PROGRAM_BYTES,
+                "a generator program",
+            ),
             Program::Source { code, .. } => Ok(code.clone()),
         }
     }
