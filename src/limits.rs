@@ -30,6 +30,7 @@
 //! | an audit: bootstrap resamples; judge pairs per condition; folds | `audit --bootstrap`, `fitness.audit_bootstrap`; `--judge-pairs`, `fitness.judge_pairs`; `audit --folds` | 1 ..= [`MAX_BOOTSTRAP`] (100,000); ..= [`MAX_JUDGE_PAIRS`] (10,000); 2 ..= [`MAX_FOLDS`] (100) |
 //! | retraining the discriminator during a run | `fitness.retrain_every`, `fitness.retrain_elites` | ..= [`MAX_ITERATIONS`]; ..= [`MAX_POPULATION`] |
 //! | a study: dialogues per condition; attention checks | `study make --per-condition`, `--attention-checks` | ..= [`MAX_STUDY_ITEMS`] (100,000); ..= [`MAX_ATTENTION_CHECKS`] (100) |
+//! | dialogues per side of an audit | `ppol audit` | [`MAX_AUDIT_DIALOGUES`] (20,000: a larger side is a seeded sample, said) |
 //! | an LLM answer | `llm.max_response_bytes` | 1 KiB ..= [`MAX_INPUT_BYTES`] (1 GiB) |
 //! | a benchmark | `bench ... --repeat`, `--end-to-end-dialogues`, `--seeds`, ... | ..= [`MAX_BENCH`] (1,000,000) |
 //! | every duration: timeouts, deadlines, waits, a run's wall clock | `--episode-timeout-s`, `world.episode_timeout_s`, `llm.*.timeout_s`, `llm.*.deadline_s`, `llm.endpoint_wait_s`, `search.max_wall_clock_s`, `sandbox.timeout_s` (at most a day), `generate --timeout` | above 0 ..= [`MAX_SECONDS`] (a year) |
@@ -144,6 +145,10 @@ pub const MAX_TEXT_FILE_BYTES: u64 = 16 << 20;
 /// The largest generator program ppol reads (`--program`, a seed program, a run's
 /// `best/program.py`): 4 MiB, a thousand times the seeds.
 pub const MAX_PROGRAM_BYTES: u64 = 4 << 20;
+
+/// Dialogues per side of an audit (`ppol audit`, `ppol_rs.audit`): a larger side is a seeded
+/// sample of this many, said in the report.
+pub const MAX_AUDIT_DIALOGUES: usize = 20_000;
 
 /// The largest judge prompt (`--judge-prompt`, `fitness.judge_prompt`): 1 MiB, sent once per
 /// pair.

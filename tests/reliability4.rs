@@ -373,18 +373,36 @@ fn inputs_are_checked_for_kind_and_size_before_they_are_read() {
     ] {
         let started = std::time::Instant::now();
         let (code, _, err) = run_ppol(&[
-            "audit", "--human", &human, &base, "--llm", "scripted", "--judge-pairs", "2",
-            "--judge-prompt", &prompt,
+            "audit",
+            "--human",
+            &human,
+            &base,
+            "--llm",
+            "scripted",
+            "--judge-pairs",
+            "2",
+            "--judge-prompt",
+            &prompt,
         ]);
         assert_eq!(code, 2, "{prompt}: {err}");
-        assert!(err.contains(says) && err.contains(&prompt), "{prompt}: {err}");
+        assert!(
+            err.contains(says) && err.contains(&prompt),
+            "{prompt}: {err}"
+        );
         assert!(started.elapsed() < std::time::Duration::from_secs(60));
     }
 
     // a run whose best program and configuration are devices
     let run = tmp.path().join("run");
     let (code, _, err) = run_ppol(&[
-        "evolve", "--iterations", "1", "--seed", "3", "--out", run.to_str().unwrap(), "--quiet",
+        "evolve",
+        "--iterations",
+        "1",
+        "--seed",
+        "3",
+        "--out",
+        run.to_str().unwrap(),
+        "--quiet",
     ]);
     assert_eq!(code, 0, "{err}");
     let best = run.join("best/program.py");
@@ -392,12 +410,18 @@ fn inputs_are_checked_for_kind_and_size_before_they_are_read() {
     std::os::unix::fs::symlink("/dev/zero", &best).unwrap();
     let (code, _, err) = run_ppol(&["generate", "--run", run.to_str().unwrap(), "-n", "1"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("program.py") && err.contains("is a device"), "{err}");
+    assert!(
+        err.contains("program.py") && err.contains("is a device"),
+        "{err}"
+    );
     let config = run.join("config.toml");
     std::fs::remove_file(&config).unwrap();
     std::os::unix::fs::symlink("/dev/zero", &config).unwrap();
     let (code, _, err) = run_ppol(&["eval", run.to_str().unwrap(), "--n", "1"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("config.toml") && err.contains("is a device"), "{err}");
+    assert!(
+        err.contains("config.toml") && err.contains("is a device"),
+        "{err}"
+    );
     assert!(!err.contains("missing"), "{err}");
 }

@@ -298,6 +298,9 @@ pub struct AuditReport {
     pub rows: Vec<AuditRow>,
     /// What the LLM judge did, or why it did not run.
     pub judge: String,
+    /// What the audit did beyond its method (a side sampled to its maximum, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// The dialogues that have user text, and how many did not.
@@ -784,6 +787,7 @@ pub fn audit(
         control: control(human, opts),
         rows,
         judge: judge::OFFLINE_NOTE.into(),
+        notes: Vec::new(),
     })
 }
 
@@ -820,6 +824,9 @@ pub fn render(report: &AuditReport) -> String {
         "method: {}; at least {} dialogues per side\njudge: {}\n",
         m.description, m.min_dialogues, report.judge
     ));
+    for n in &report.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
     s
 }
 

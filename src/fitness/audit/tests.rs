@@ -179,6 +179,7 @@ fn without_tasks_dialogues_are_the_groups() {
         control: control(&strip(humans(12, 4, 0)), &opts),
         rows: vec![row],
         judge: judge::OFFLINE_NOTE.into(),
+        notes: Vec::new(),
     });
     assert!(
         text.contains("sim") && text.contains("separated most by"),

@@ -87,7 +87,8 @@ pub fn run(args: AuditArgs) -> anyhow::Result<Outcome> {
         judge_pairs: Some(args.judge_pairs),
         judge_prompt: args.judge_prompt.clone(),
     };
-    let (report, skipped) = ops::audit(&req)?;
+    let heartbeat = |line: &str| eprintln!("{}", crate::io::printable(line));
+    let (report, skipped) = ops::audit_with(&req, Some(&heartbeat))?;
     super::warn_skipped(&skipped);
     if args.json {
         println!("{}", crate::io::to_json_pretty(&report));

@@ -47,7 +47,7 @@ mod export;
 mod generate;
 mod study;
 
-pub use audit::{audit, AuditRequest};
+pub use audit::{audit, audit_with, AuditRequest};
 pub use config::{load_config, Origin, Overrides};
 pub use episodes::{
     episode_backend, episodes, read_personas, selected_tasks, summary_ks, EpisodesInput,
