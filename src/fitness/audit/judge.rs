@@ -123,11 +123,14 @@ pub struct JudgeResult {
 impl std::fmt::Display for JudgeResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.accuracy {
-            Some(w) => write!(
-                f,
-                "{:.2} [{:.2}, {:.2}] ({}/{})",
-                w.share, w.low, w.high, self.correct, self.answered
-            ),
+            Some(w) => {
+                let (low, high) = super::stats::outward(w.low, w.high);
+                write!(
+                    f,
+                    "{:.2} [{low:.2}, {high:.2}] ({}/{})",
+                    w.share, self.correct, self.answered
+                )
+            }
             None => write!(f, "no answer (0/{})", self.pairs),
         }
     }

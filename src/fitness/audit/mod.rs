@@ -165,7 +165,8 @@ pub struct AucInterval {
 
 impl std::fmt::Display for AucInterval {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:.3} [{:.2}, {:.2}]", self.auc, self.low, self.high)
+        let (low, high) = stats::outward(self.low, self.high);
+        write!(f, "{:.3} [{low:.2}, {high:.2}]", self.auc)
     }
 }
 
@@ -755,6 +756,22 @@ fn separating_features(x: &[Vec<f64>], y: &[bool]) -> Vec<FeatureSeparation> {
     out
 }
 
+/// Bootstrap resamples below which an interval is not called a 95% interval.
+pub const MIN_BOOTSTRAP: usize = 20;
+
+/// What a report says of intervals from too few resamples (None from [`MIN_BOOTSTRAP`] up).
+pub fn bootstrap_note(bootstrap: usize) -> Option<String> {
+    (bootstrap < MIN_BOOTSTRAP).then(|| {
+        let note = format!(
+            "the intervals come from {bootstrap} bootstrap resample(s): too few for a 95% \
+             interval (their range, at least {MIN_BOOTSTRAP} needed; default {})",
+            AuditOptions::BOOTSTRAP
+        );
+        tracing::warn!("{note}");
+        note
+    })
+}
+
 /// Audit every condition against `human`, with the control. Fails when the humans themselves
 /// are too few to audit anything ([`Error::Insufficient`] with the counts); a condition with
 /// too few dialogues is a row marked `too_few`.
@@ -787,7 +804,7 @@ pub fn audit(
         control: control(human, opts),
         rows,
         judge: judge::OFFLINE_NOTE.into(),
-        notes: Vec::new(),
+        notes: bootstrap_note(opts.bootstrap).into_iter().collect(),
     })
 }
 

@@ -200,3 +200,15 @@ fn options_are_bounded() {
     };
     assert!(matches!(bad.validate(), Err(Error::Config { key, .. }) if key == "folds"));
 }
+
+#[test]
+fn issue43_item8_too_few_resamples_are_said_and_printed_bounds_hold_the_estimate() {
+    assert!(bootstrap_note(1).is_some_and(|n| n.contains("too few for a 95% interval")));
+    assert!(bootstrap_note(MIN_BOOTSTRAP).is_none());
+    let i = AucInterval {
+        auc: 0.994,
+        low: 0.9612,
+        high: 0.9945,
+    };
+    assert_eq!(i.to_string(), "0.994 [0.96, 1.00]");
+}

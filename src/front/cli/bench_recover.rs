@@ -501,9 +501,7 @@ pub fn measure(args: &BenchRecoverArgs) -> anyhow::Result<BenchRecover> {
 }
 
 fn cell(i: Option<&AucInterval>) -> String {
-    i.map_or("       -          ".into(), |i| {
-        format!("{:.3} [{:.2}, {:.2}]", i.auc, i.low, i.high)
-    })
+    i.map_or("       -          ".into(), |i| i.to_string())
 }
 
 fn run_line(r: &RecoverRun) -> String {

@@ -105,7 +105,7 @@ pub fn audit_with(
     let mut report = with_heartbeat(heartbeat, every, total, candidates.len(), || {
         audit::audit(&humans_loaded, req.human.describe(), &candidates, &opts)
     })?;
-    report.notes = notes;
+    report.notes.extend(notes);
     match (&client, pairs) {
         (None, _) => {}
         (Some(_), 0) => report.judge = "skipped: --judge-pairs 0".into(),
