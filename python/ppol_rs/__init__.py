@@ -574,10 +574,22 @@ def _world_overrides(
     if world is None and task_file is None:
         return overrides
     out = dict(overrides or {})
-    if world is not None:
-        out["run.world"] = world
-    if task_file is not None:
-        out["world.task_file"] = os.fspath(task_file)
+    for arg, key, value in (
+        ("world", "run.world", world),
+        ("task_file", "world.task_file", None if task_file is None else os.fspath(task_file)),
+    ):
+        if value is None:
+            continue
+        section, name = key.split(".")
+        nested = out.get(section)
+        given = out.get(key, nested.get(name) if isinstance(nested, dict) else None)
+        if given is not None and str(given) != str(value):
+            # neither silently wins: the two say different things
+            raise ConfigError(
+                f"invalid configuration '{key}': {arg}={value!r} and overrides "
+                f"{key!r} = {given!r} disagree; give one of them"
+            )
+        out[key] = value
     return out
 
 

@@ -55,6 +55,19 @@ def test_evolve_async_is_awaitable_and_errors_are_specific(tmp_path):
         ppol_rs.evolve(overrides={"search.iterations": 1, "run.out": str(tmp_path / "a")})
 
 
+def test_issue43_item9_dict_overrides_merge_and_world_conflicts_are_refused(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("[search]\nseed = 5\niterations = 9\n")
+    s = ppol_rs.evolve(str(cfg), overrides={"search": {"iterations": 1}, "run.out": str(tmp_path / "r")})
+    assert s["iterations"] == 1
+    with open(tmp_path / "r" / "config.toml", encoding="utf-8") as f:
+        assert "seed = 5" in f.read(), "the file's [search] seed survives a dict override"
+    with pytest.raises(ppol_rs.ConfigError, match="disagree"):
+        ppol_rs.evolve(overrides={"run.world": "retail"}, world="demo")
+    with pytest.raises(ppol_rs.ConfigError, match="disagree"):
+        ppol_rs.evolve(overrides={"run": {"world": "retail"}}, world="demo")
+
+
 def test_worlds_from_python(tmp_path):
     """world= and task_file= reach every verb: episodes and evolve in an external world whose
     simulator does not import ppol; domain= and world= together are one clear error."""

@@ -121,7 +121,18 @@ impl Overrides {
     }
 
     /// Set `key` from a JSON value of Python's `overrides=` dict. `null` is rejected.
+    /// A dict value sets each of its keys (`{"search": {"seed": 5}}` is `search.seed = 5`):
+    /// it is merged into the section, never replacing the rest of it.
     pub fn set_json(&mut self, key: &str, value: &serde_json::Value) -> Result<&mut Self> {
+        self.set_json_at(key, value, 0)
+    }
+
+    fn set_json_at(
+        &mut self,
+        key: &str,
+        value: &serde_json::Value,
+        depth: usize,
+    ) -> Result<&mut Self> {
         let origin = Origin::Python(format!("overrides['{key}']"));
         if value.is_null() {
             return Err(Error::config(
@@ -129,7 +140,26 @@ impl Overrides {
                 format!("None is not a configuration value (from {origin})"),
             ));
         }
-        self.set_from(origin, key, value)
+        match value {
+            serde_json::Value::Object(map) if !map.is_empty() => {
+                if depth >= 16 {
+                    return Err(Error::config(
+                        key,
+                        format!("nested more than 16 deep (from {origin})"),
+                    ));
+                }
+                if map.keys().any(|k| k.is_empty() || k.contains('.')) {
+                    // a map whose keys are names with dots (model prices: `gpt-3.5-turbo`) is
+                    // one value: set as it is
+                    return self.set_from(origin, key, value);
+                }
+                for (k, v) in map {
+                    self.set_json_at(&format!("{key}.{k}"), v, depth + 1)?;
+                }
+                Ok(self)
+            }
+            _ => self.set_from(origin, key, value),
+        }
     }
 
     /// Whether there is an override for `key`.
@@ -274,6 +304,34 @@ fn set_dotted(root: &mut toml::Value, key: &str, value: toml::Value) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issue43_item9_a_dict_override_merges_into_its_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("run.toml");
+        std::fs::write(&f, "[search]\nseed = 5\niterations = 9\n").unwrap();
+        let mut o = Overrides::new();
+        o.set_json("search", &serde_json::json!({"iterations": 3}))
+            .unwrap();
+        let cfg = load_config(Some(&f), &o).unwrap();
+        assert_eq!((cfg.search.seed, cfg.search.iterations), (5, 3));
+        // deeper, and a map of names with dots set as one value
+        let mut o = Overrides::new();
+        o.set_json(
+            "llm",
+            &serde_json::json!({"prices": {"gpt-3.5-turbo": {"prompt": 1.0, "completion": 2.0}}}),
+        )
+        .unwrap();
+        let cfg = load_config(Some(&f), &o).unwrap();
+        assert_eq!(cfg.search.seed, 5);
+        assert_eq!(cfg.llm.unwrap().prices["gpt-3.5-turbo"].completion, 2.0);
+        let e = Overrides::new()
+            .set_json("search", &serde_json::json!({"seed": null}))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("search.seed") && e.contains("None"), "{e}");
+    }
 
     #[test]
     fn errors_name_the_key_and_where_its_value_came_from() {
