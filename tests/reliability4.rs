@@ -425,3 +425,60 @@ fn inputs_are_checked_for_kind_and_size_before_they_are_read() {
     );
     assert!(!err.contains("missing"), "{err}");
 }
+
+// Item 9: `evolve` against an unreachable Ray address left `config.toml` and a `run.lock` in a
+// run directory that holds no run. Now a run that fails before it made anything takes back
+// what starting it wrote (the directory too, when it made it); a directory with anything
+// else in it is kept whole for `ppol resume`.
+#[test]
+fn a_run_that_fails_before_it_starts_leaves_no_half_made_run_directory() {
+    use crate::util::run_ppol;
+    let tmp = tempfile::tempdir().unwrap();
+    let tasks = tmp.path().join("tasks.jsonl");
+    std::fs::write(
+        &tasks,
+        "{\"task_id\": \"t1\", \"context\": \"a customer\", \"split\": \"train\"}\n",
+    )
+    .unwrap();
+    let cfg = tmp.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[run]\nworld = \"external:python3 -c pass\"\n[world]\ntask_file = \"{}\"\n\
+             executor = \"ray\"\n[world.ray]\naddress = \"127.0.0.1:1\"\nstart_timeout_s = 5\n",
+            tasks.display()
+        ),
+    )
+    .unwrap();
+    let run = tmp.path().join("run");
+    let (code, _, err) = run_ppol(&[
+        "evolve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+        "--iterations",
+        "1",
+        "--quiet",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        !run.exists(),
+        "nothing is left of a run that never started: {err}"
+    );
+    // a directory the user made is kept, emptied of what ppol wrote in it
+    std::fs::create_dir(&run).unwrap();
+    let (code, _, err) = run_ppol(&[
+        "evolve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+        "--iterations",
+        "1",
+        "--quiet",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(run.is_dir());
+    assert_eq!(std::fs::read_dir(&run).unwrap().count(), 0);
+}

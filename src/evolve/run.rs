@@ -22,9 +22,39 @@ pub use crate::evolve::heldout::{evaluate_run, table_text};
 /// Create a run directory and run the evolution.
 pub async fn evolve(cfg: RunConfig, control: RunControl) -> Result<RunSummary> {
     check_config(&cfg)?;
+    let path = RunDir::path_for(&cfg);
+    let existed = path.exists();
     let dir = RunDir::create(&cfg)?;
-    let ctx = RunContext::new(cfg, dir).await?;
-    run_then_shut_down(ctx, None, control).await
+    let result = match RunContext::new(cfg, dir).await {
+        Ok(ctx) => run_then_shut_down(ctx, None, control).await,
+        Err(e) => Err(e),
+    };
+    if result.is_err() {
+        undo_empty_run(&path, existed);
+    }
+    result
+}
+
+/// After a run that failed before it made anything (the world could not open, a Ray cluster
+/// could not be reached): remove what starting it wrote — `config.toml` and `run.lock`, and the
+/// directory when this run made it — so that no half-made run is left to be taken for one.
+/// A directory holding anything else (a log, baseline episodes that were paid for) is kept
+/// whole: `ppol resume` continues from it.
+fn undo_empty_run(path: &Path, existed: bool) {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    let names: Vec<std::ffi::OsString> = entries.flatten().map(|e| e.file_name()).collect();
+    let ours = |n: &std::ffi::OsString| n == "config.toml" || n == crate::evolve::rundir::LOCK_FILE;
+    if !names.iter().all(ours) {
+        return;
+    }
+    for n in &names {
+        let _ = std::fs::remove_file(path.join(n));
+    }
+    if !existed {
+        let _ = std::fs::remove_dir(path);
+    }
 }
 
 /// Run the evolution, then stop the world's processes (simulators get `shutdown`), whatever
