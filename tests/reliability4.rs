@@ -482,3 +482,75 @@ fn a_run_that_fails_before_it_starts_leaves_no_half_made_run_directory() {
     assert!(run.is_dir());
     assert_eq!(std::fs::read_dir(&run).unwrap().count(), 0);
 }
+
+// Item 4 (in part): `eval` and `resume` of a Ray run whose cluster is gone offered no way to
+// point it at another cluster or the local executor but editing config.toml. Now both take
+// `--executor` and `--ray-address` (Python `executor=`, `ray_address=`), over the run's own
+// `[world]`, without changing its config.toml.
+#[test]
+fn eval_and_resume_play_a_ray_run_elsewhere() {
+    use crate::util::run_ppol;
+    let fixture = |f: &str| format!("{}/tests/fixtures/worlds/{f}", env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let run_s = run.to_str().unwrap();
+    let world = format!("external:python3 {}", fixture("my_sim.py"));
+    let (code, _, err) = run_ppol(&[
+        "evolve",
+        "--world",
+        &world,
+        "--task-file",
+        &fixture("tasks.jsonl"),
+        "--iterations",
+        "2",
+        "--seed",
+        "1",
+        "--out",
+        run_s,
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // the run was made on a Ray cluster that is gone now
+    let cfg_path = run.join("config.toml");
+    let cfg = std::fs::read_to_string(&cfg_path).unwrap();
+    let gone = cfg
+        .replace("executor = \"local\"", "executor = \"ray\"")
+        .replace("address = \"auto\"", "address = \"127.0.0.1:1\"");
+    assert_ne!(
+        gone, cfg,
+        "the test rewrites the run's executor and address"
+    );
+    std::fs::write(&cfg_path, &gone).unwrap();
+    let (code, _, _) = run_ppol(&["eval", run_s, "--n", "1", "--quiet"]);
+    assert_eq!(code, 2, "the cluster is gone");
+    let (code, out, err) = run_ppol(&["eval", run_s, "--n", "1", "--executor", "local", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"rows\""), "{out}");
+    let (code, _, err) = run_ppol(&[
+        "resume",
+        run_s,
+        "--iterations",
+        "3",
+        "--executor",
+        "local",
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&cfg_path).unwrap(),
+        gone,
+        "config.toml unchanged"
+    );
+    let (code, _, err) = run_ppol(&[
+        "eval",
+        run_s,
+        "--n",
+        "1",
+        "--executor",
+        "local",
+        "--ray-address",
+        "auto",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("ray_address"), "{err}");
+}

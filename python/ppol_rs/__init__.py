@@ -654,8 +654,12 @@ def resume(
     *,
     iterations: Optional[int] = None,
     progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+    executor: Optional[str] = None,
+    ray_address: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Continue a run from its last checkpoint (as ``ppol resume``); returns its summary.
+    ``executor`` (``"local"``, ``"ray"``) and ``ray_address`` play its simulators elsewhere
+    this time, over the run's ``[world]`` (a run whose Ray cluster is gone goes on here).
 
     >>> import ppol_rs, tempfile, os
     >>> out = os.path.join(tempfile.mkdtemp(), "r")
@@ -663,7 +667,9 @@ def resume(
     >>> ppol_rs.resume(out, iterations=3)["iterations"]
     3
     """
-    return EvolveRun(_core.evolve_start(None, None, progress, run_dir, iterations)).result()  # type: ignore[return-value]
+    return EvolveRun(
+        _core.evolve_start(None, None, progress, run_dir, iterations, executor, ray_address)
+    ).result()  # type: ignore[return-value]
 
 
 def evaluate(
@@ -673,10 +679,13 @@ def evaluate(
     human: Optional[Sequence[Union[str, "os.PathLike[str]"]]] = None,
     n: Optional[int] = None,
     as_frame: Optional[bool] = None,
+    executor: Optional[str] = None,
+    ray_address: Optional[str] = None,
 ) -> Any:
     """The paper's Table 1 for a run (as ``ppol eval``): a DataFrame of rows human, base,
     direct, seed, evolved and ``evolved - seed`` when pandas is installed, else the JSON table
-    as a dict.
+    as a dict. ``executor`` (``"local"``, ``"ray"``) and ``ray_address`` play the simulators
+    elsewhere this time, over the run's ``[world]``.
 
     A row that could not be computed (``direct`` offline, a program whose generation failed)
     holds NaN in every number, with the reason in ``skipped``; ``success_rate`` is NaN (None in
@@ -697,7 +706,9 @@ def evaluate(
     >>> [r["name"] for r in t["rows"]], t["rows"][2]["score"]
     (['human', 'base', 'direct', 'seed', 'evolved'], nan)
     """
-    table = _core.evaluate(run_dir, split, None if human is None else [os.fspath(h) for h in human], n)
+    table = _core.evaluate(
+        run_dir, split, None if human is None else [os.fspath(h) for h in human], n, executor, ray_address
+    )
     nan = float("nan")
     for r in table["rows"]:
         if r.get("skipped"):

@@ -111,12 +111,16 @@ def evolve_start(
     progress: Optional[Callable[[Dict[str, Any]], None]] = None,
     resume_dir: Optional[_Path] = None,
     iterations: Optional[int] = None,
+    executor: Optional[str] = None,
+    ray_address: Optional[str] = None,
 ) -> EvolveHandle: ...
 def evaluate(
     run_dir: _Path,
     split: Optional[str] = None,
     human: Optional[List[_Path]] = None,
     n: Optional[int] = None,
+    executor: Optional[str] = None,
+    ray_address: Optional[str] = None,
 ) -> Dict[str, Any]: ...
 def report(run_dir: _Path, out: Optional[_Path] = None) -> pathlib.Path: ...
 def config_schema() -> Dict[str, Any]: ...

@@ -17,7 +17,7 @@ use crate::{Error, Result};
 
 pub use crate::evolve::check::check_config;
 pub use crate::evolve::evolution::{Progress, ProgressFn, RunControl, RunSummary};
-pub use crate::evolve::heldout::{evaluate_run, table_text};
+pub use crate::evolve::heldout::{evaluate_run, evaluate_run_at, table_text};
 
 /// Create a run directory and run the evolution.
 pub async fn evolve(cfg: RunConfig, control: RunControl) -> Result<RunSummary> {
@@ -84,6 +84,10 @@ pub async fn resume(
     let mut cfg = dir.load_config()?;
     if let Some(n) = extra_iterations {
         cfg.search.iterations = n;
+    }
+    if !control.placement.is_empty() {
+        control.placement.apply(&mut cfg.world)?;
+        cfg.validate()?;
     }
     check_config(&cfg)?;
     let checkpoint: Option<State> = dir.read_checkpoint()?;

@@ -116,6 +116,9 @@ pub struct RunControl {
     /// retraining of its discriminator done, not yet committed) — say so on stderr and wait
     /// to be killed, with no LLM call in flight.
     pub pause_at: Option<String>,
+    /// Where the simulators are played this time, over the run's `[world]` (`ppol resume
+    /// --executor`, `--ray-address`).
+    pub placement: crate::simulate::world::ray::Placement,
 }
 
 impl RunControl {

@@ -38,8 +38,26 @@ pub async fn evaluate_run(
     n_personas: Option<usize>,
     progress: Option<&(dyn Fn(&crate::simulate::batch::Progress) + Sync)>,
 ) -> Result<EvalReport> {
+    let here = crate::simulate::world::ray::Placement::default();
+    evaluate_run_at(dir, split, human, n_personas, &here, progress).await
+}
+
+/// [`evaluate_run`] with the simulators played where `placement` says (over the run's own
+/// `[world] executor` and `[world.ray] address`).
+pub async fn evaluate_run_at(
+    dir: &Path,
+    split: Option<&str>,
+    human: &[PathBuf],
+    n_personas: Option<usize>,
+    placement: &crate::simulate::world::ray::Placement,
+    progress: Option<&(dyn Fn(&crate::simulate::batch::Progress) + Sync)>,
+) -> Result<EvalReport> {
     let run = RunDir::open(dir);
-    let cfg = run.load_config()?;
+    let mut cfg = run.load_config()?;
+    if !placement.is_empty() {
+        placement.apply(&mut cfg.world)?;
+        cfg.validate()?;
+    }
     let split = split.unwrap_or(&cfg.run.test_split).to_string();
     // the id names the code evaluated: both from best/
     let (best_code, best_program_id) = crate::evolve::rundir::summary::best_code(&run)?;

@@ -73,6 +73,14 @@ pub struct ResumeArgs {
     #[arg(long, allow_negative_numbers = true,
           value_parser = super::count(1, limits::MAX_ITERATIONS))]
     pub iterations: Option<u64>,
+    /// Play the simulators with this executor this time, over the run's `[world] executor`
+    /// (`local` or `ray`): a run whose cluster is gone goes on here or elsewhere.
+    #[arg(long, value_parser = ["local", "ray"])]
+    pub executor: Option<String>,
+    /// The Ray cluster to play on this time (`auto`, `HOST:PORT`, `ray://HOST:10001`), over
+    /// the run's `[world.ray] address`; implies `--executor ray`.
+    #[arg(long)]
+    pub ray_address: Option<String>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -95,6 +103,15 @@ pub struct EvalArgs {
     /// Held-out human traces (default: the humans the run held out).
     #[arg(long)]
     pub human: Vec<PathBuf>,
+    /// Play the simulators with this executor this time, over the run's `[world] executor`
+    /// (`local` or `ray`): a run whose cluster is gone goes on here or elsewhere.
+    #[arg(long, value_parser = ["local", "ray"])]
+    pub executor: Option<String>,
+    /// The Ray cluster to play on this time (`auto`, `HOST:PORT`, `ray://HOST:10001`), over
+    /// the run's `[world.ray] address`; implies `--executor ray`.
+    #[arg(long)]
+    pub ray_address: Option<String>,
+
     /// Personas (and base episodes) per task, 1 to 1000.
     #[arg(long, allow_negative_numbers = true,
           value_parser = super::count(1, limits::MAX_PERSONAS))]
@@ -355,11 +372,24 @@ fn human_traces(cfg: &RunConfig) -> String {
         .join(", ")
 }
 
+/// `--executor` and `--ray-address` as a [`Placement`](crate::simulate::world::ray::Placement).
+fn placement(
+    executor: Option<&str>,
+    ray_address: Option<&str>,
+) -> crate::Result<crate::simulate::world::ray::Placement> {
+    use crate::simulate::world::ray;
+    Ok(ray::Placement {
+        executor: executor.map(ray::parse_executor).transpose()?,
+        ray_address: ray_address.map(str::to_string),
+    })
+}
+
 /// Run `ppol resume`.
 pub fn run_resume(args: ResumeArgs) -> anyhow::Result<Outcome> {
     let (mut ctl, bar) = control(args.quiet, args.iterations.unwrap_or(0));
     ctl.halt_after = args.halt_after;
     ctl.pause_at = args.pause_at.clone();
+    ctl.placement = placement(args.executor.as_deref(), args.ray_address.as_deref())?;
     let summary = super::with_ctrl_c(
         ctl.stop.clone(),
         "stopping after the current evaluation",
@@ -388,11 +418,13 @@ fn finish(summary: crate::Result<RunSummary>) -> anyhow::Result<Outcome> {
 /// Run `ppol eval`.
 pub fn run_eval(args: EvalArgs) -> anyhow::Result<Outcome> {
     let (bar, progress) = super::batch_progress(args.quiet);
+    let place = placement(args.executor.as_deref(), args.ray_address.as_deref())?;
     let table = ops::block_on(ops::evaluate(
         &args.run_dir,
         args.split.as_deref(),
         &args.human,
         args.n,
+        &place,
         Some(&progress),
     ))??;
     bar.finish_and_clear();

@@ -151,16 +151,19 @@ pub async fn evaluate(
     split: Option<&str>,
     human: &[PathBuf],
     n: Option<usize>,
+    placement: &crate::simulate::world::ray::Placement,
     progress: Option<&(dyn Fn(&crate::simulate::batch::Progress) + Sync)>,
 ) -> Result<EvalReport> {
-    super::stop_if_resolving(
-        "eval",
-        || serde_json::json!({"run_dir": dir, "split": split, "human": human, "n": n}),
-    )?;
+    super::stop_if_resolving("eval", || {
+        serde_json::json!({
+            "run_dir": dir, "split": split, "human": human, "n": n,
+            "executor": placement.executor, "ray_address": placement.ray_address,
+        })
+    })?;
     if let Some(n) = n {
         crate::limits::check("n", n, 1, crate::limits::MAX_PERSONAS)?;
     }
-    crate::evolve::run::evaluate_run(dir, split, human, n, progress).await
+    crate::evolve::run::evaluate_run_at(dir, split, human, n, placement, progress).await
 }
 
 /// `ppol report`: the self-contained HTML report; returns its path.

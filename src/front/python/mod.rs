@@ -644,14 +644,17 @@ impl PyEvolveHandle {
 /// Start an evolution (new run, or `resume_dir`) in a background thread. `overrides` sets
 /// configuration keys by dotted name over `config` (or the quick-run defaults).
 #[pyfunction]
-#[pyo3(signature = (config=None, overrides=None, progress=None, resume_dir=None, iterations=None))]
+#[pyo3(signature = (config=None, overrides=None, progress=None, resume_dir=None, iterations=None, executor=None, ray_address=None))]
 fn evolve_start(
     config: Option<PathBuf>,
     overrides: Option<&Bound<'_, PyDict>>,
     progress: Option<Py<PyAny>>,
     resume_dir: Option<PathBuf>,
     iterations: Option<u64>,
+    executor: Option<String>,
+    ray_address: Option<String>,
 ) -> PyResult<PyEvolveHandle> {
+    let place = placement(executor, ray_address)?;
     let start = match resume_dir {
         Some(dir) => ops::EvolveStart::Resume { dir, iterations },
         None => {
@@ -686,26 +689,46 @@ fn evolve_start(
                 });
             f
         }),
+        placement: place,
         ..Default::default()
     };
     let inner = ops::spawn_evolution(start, control).map_err(to_py_err)?;
     Ok(PyEvolveHandle { inner })
 }
 
+/// `executor=` and `ray_address=` as a placement (`ppol eval` / `resume --executor`).
+fn placement(
+    executor: Option<String>,
+    ray_address: Option<String>,
+) -> PyResult<crate::simulate::world::ray::Placement> {
+    use crate::simulate::world::ray;
+    Ok(ray::Placement {
+        executor: executor
+            .as_deref()
+            .map(ray::parse_executor)
+            .transpose()
+            .map_err(to_py_err)?,
+        ray_address,
+    })
+}
+
 /// The Table-1 comparison of a run on held-out tasks (as `ppol eval`).
 #[pyfunction]
-#[pyo3(signature = (run_dir, split=None, human=None, n=None))]
+#[pyo3(signature = (run_dir, split=None, human=None, n=None, executor=None, ray_address=None))]
 fn evaluate<'py>(
     py: Python<'py>,
     run_dir: PathBuf,
     split: Option<String>,
     human: Option<Vec<PathBuf>>,
     n: Option<usize>,
+    executor: Option<String>,
+    ray_address: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let human = human.unwrap_or_default();
+    let place = placement(executor, ray_address)?;
     let table = block_on(
         py,
-        ops::evaluate(&run_dir, split.as_deref(), &human, n, None),
+        ops::evaluate(&run_dir, split.as_deref(), &human, n, &place, None),
     )?
     .map_err(to_py_err)?;
     to_py(py, &table)

@@ -64,6 +64,58 @@ pub enum Executor {
     Ray,
 }
 
+/// Where a finished run's simulators are played this time (`ppol eval` / `ppol resume
+/// --executor`, `--ray-address`; Python `executor=`, `ray_address=`): over the run's own
+/// `[world] executor` and `[world.ray] address`, so that a run whose cluster is gone can be
+/// evaluated or resumed on another one, or on this machine, without editing its
+/// `config.toml`. Episodes do not depend on where they are played.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// The executor (None: the run's).
+    pub executor: Option<Executor>,
+    /// The Ray cluster's address (None: the run's); given alone, it also means the Ray
+    /// executor.
+    pub ray_address: Option<String>,
+}
+
+impl Placement {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.executor.is_none() && self.ray_address.is_none()
+    }
+
+    /// Apply it to a run's world settings (`world`); the caller validates the result.
+    pub fn apply(&self, world: &mut super::WorldSettings) -> crate::Result<()> {
+        if let Some(a) = &self.ray_address {
+            if self.executor == Some(Executor::Local) {
+                return Err(crate::Error::config(
+                    "ray_address",
+                    "is the address of a Ray cluster: it goes with executor \"ray\", not \
+                     \"local\"",
+                ));
+            }
+            world.ray.address = a.clone();
+            world.executor = Executor::Ray;
+        }
+        if let Some(e) = self.executor {
+            world.executor = e;
+        }
+        Ok(())
+    }
+}
+
+/// Parse an executor name (`local`, `ray`), for flags and Python arguments.
+pub fn parse_executor(s: &str) -> crate::Result<Executor> {
+    match s.trim() {
+        "local" => Ok(Executor::Local),
+        "ray" => Ok(Executor::Ray),
+        other => Err(crate::Error::config(
+            "executor",
+            format!("must be \"local\" or \"ray\", got {other:?}"),
+        )),
+    }
+}
+
 /// The `[world.ray]` section: the Ray executor's settings (used with `[world] executor =
 /// "ray"`). Every default is here.
 ///
