@@ -176,7 +176,14 @@ impl Error {
                 let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
                 format!("line {line}, column {column}")
             }
-            None => "document".to_string(),
+            // an error of the whole document (a recursion limit): the line of its most deeply
+            // dotted key, where that is what nests
+            None => match deepest_key_line(text) {
+                Some((line, depth)) if depth >= 64 => {
+                    format!("line {line} (a key {depth} levels deep)")
+                }
+                _ => "document".to_string(),
+            },
         };
         Error::parse(path, location, e.message())
     }
@@ -218,5 +225,31 @@ impl Error {
             Error::Run { .. } => "RunError",
             Error::Cancelled(_) => "Cancelled",
         }
+    }
+}
+
+/// The line (1-based) of the key or table header with the most dots in `text`, and its depth
+/// (dots + 1). Dots inside quotes count too: a rough measure, only to point at a line.
+fn deepest_key_line(text: &str) -> Option<(usize, usize)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let key = l.split('=').next().unwrap_or("");
+            (i + 1, key.matches('.').count() + 1)
+        })
+        .max_by_key(|&(line, depth)| (depth, std::cmp::Reverse(line)))
+}
+
+#[cfg(test)]
+mod toml_error_tests {
+    #[test]
+    fn a_recursion_limit_names_the_line_of_the_deepest_key() {
+        let text = format!("[run]\nname = \"x\"\nx{} = 1\n", ".x".repeat(3000));
+        let e = toml::from_str::<toml::Table>(&text).unwrap_err();
+        let shown = super::Error::toml(std::path::Path::new("deep.toml"), &text, &e).to_string();
+        assert!(
+            shown.contains("deep.toml") && shown.contains("line 3"),
+            "{shown}"
+        );
     }
 }
