@@ -592,3 +592,30 @@ fn eval_and_resume_play_a_ray_run_elsewhere() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("ray_address"), "{err}");
 }
+
+// Item 9: a 10 MB `run.name` was accepted and `evolve` then failed with a 10 MB error line
+// that did not name the key. Now the name is bounded (100 characters) and the error names the
+// key and the length, never the name.
+#[test]
+fn a_huge_run_name_is_one_short_error_naming_the_key() {
+    use crate::util::run_ppol;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!("[run]\nname = \"{}\"\n", "n".repeat(10 << 20)),
+    )
+    .unwrap();
+    let (code, _, err) = run_ppol(&[
+        "evolve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--print-config",
+    ]);
+    assert_eq!(code, 2, "{}", &err[..err.len().min(500)]);
+    assert!(err.len() < 2000, "a short error, got {} bytes", err.len());
+    assert!(
+        err.contains("run.name") && err.contains("at most 100"),
+        "{err}"
+    );
+}

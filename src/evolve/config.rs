@@ -55,7 +55,8 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunSection {
-    /// Run name (part of the run directory name).
+    /// Run name (part of the run directory name): 1 to 100 characters, no path separators.
+    #[schemars(length(min = 1, max = 100))]
     pub name: String,
     /// Run directory (default: `<runs_dir>/<timestamp>-<name>`).
     pub out: Option<PathBuf>,
@@ -111,6 +112,10 @@ impl Default for RunSection {
     }
 }
 
+/// The longest `run.name`: it is part of the run directory's name (a file name holds 255
+/// bytes).
+pub const MAX_RUN_NAME_CHARS: usize = 100;
+
 impl RunSection {
     /// Check the values serde cannot (the error names the key).
     pub fn validate(&self) -> Result<()> {
@@ -127,11 +132,26 @@ impl RunSection {
             1,
             crate::limits::MAX_EPISODES,
         )?;
-        if self.name.trim().is_empty() || self.name.contains(['/', '\\']) {
+        let chars = self.name.chars().count();
+        if chars > MAX_RUN_NAME_CHARS {
+            // never the name itself: it may be megabytes
             return Err(Error::config(
                 "run.name",
                 format!(
-                    "must be a non-empty name without path separators, got '{}'",
+                    "must be at most {MAX_RUN_NAME_CHARS} characters (it names the run \
+                     directory), got {chars}"
+                ),
+            ));
+        }
+        if self.name.trim().is_empty()
+            || self.name.contains(['/', '\\'])
+            || self.name.chars().any(char::is_control)
+        {
+            return Err(Error::config(
+                "run.name",
+                format!(
+                    "must be a non-empty name without path separators or control characters, \
+                     got {:?}",
                     self.name
                 ),
             ));
