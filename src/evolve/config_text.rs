@@ -297,7 +297,10 @@ mod one_key_sweep {
     fn types(s: &Value) -> Vec<String> {
         match s.get("type") {
             Some(Value::String(t)) => vec![t.clone()],
-            Some(Value::Array(a)) => a.iter().filter_map(|t| t.as_str().map(String::from)).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|t| t.as_str().map(String::from))
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -314,7 +317,11 @@ mod one_key_sweep {
         }
         if let Some(Value::Object(props)) = s.get("properties") {
             for (k, v) in props {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 leaves(root, v, &p, out);
             }
             return;
@@ -341,7 +348,11 @@ mod one_key_sweep {
             let mut probes: Vec<f64> = vec![-1.0, 0.0, 1.0, 2.0, 3.0, 100.0, 1e6, 1e12];
             probes.extend(["minimum", "maximum"].iter().filter_map(|k| num(k)));
             for x in probes {
-                if ok(x) && x.abs() < 9e15 && (s.get("format").and_then(Value::as_str) != Some("uint32") || x <= u32::MAX as f64) {
+                if ok(x)
+                    && x.abs() < 9e15
+                    && (s.get("format").and_then(Value::as_str) != Some("uint32")
+                        || x <= u32::MAX as f64)
+                {
                     out.push((path.into(), toml::Value::Integer(x as i64)));
                 }
             }
@@ -385,6 +396,11 @@ mod one_key_sweep {
                 refused.push(format!("{path} = {v}: {e}"));
             }
         }
+        eprintln!(
+            "{} of {} one-key configurations the schema accepts are refused",
+            refused.len(),
+            probes.len()
+        );
         assert!(
             refused.is_empty(),
             "{} of {} one-key configurations the schema accepts are refused:\n{}",
