@@ -46,7 +46,7 @@ pub struct EpisodesSection {
     /// Tasks the baseline plays at most: with more train and validation tasks than this, a
     /// seeded sample of them (a discriminator needs hundreds of dialogues, not one per task
     /// of a 10^5-task file). Lowered, when needed, to 100,000 episodes: at most 100,000 /
-    /// `baseline_trials` tasks ([`EpisodesSection::baseline_task_cap`]).
+    /// `baseline_trials` tasks.
     #[schemars(range(min = 1, max = crate::limits::MAX_EPISODES))]
     pub baseline_max_tasks: usize,
     /// Episodes in flight at once in every batch a run plays (the baseline, candidates,
