@@ -4,7 +4,10 @@
 //! line checks its flags against these constants as it parses them; the operations layer and
 //! [`RunConfig::validate`](crate::evolve::config::RunConfig::validate) check them again, so a
 //! Python call meets the same bounds. The checks every settings section shares (a count in
-//! its range, seconds, shares, temperatures) are here too.
+//! its range, seconds, shares, temperatures) are here too. The run configuration's JSON Schema
+//! (`ppol config schema`) names the same constants in its fields' ranges
+//! (`#[schemars(range(max = crate::limits::MAX_ITERATIONS))]`), so the schema and the check
+//! share one source.
 //!
 //! | what | flags and keys | bound |
 //! |---|---|---|
@@ -83,6 +86,9 @@ pub const MAX_LLM_CALLS: usize = 100_000;
 /// A generator program's address-space limit, MiB (1 TiB).
 pub const MAX_MEMORY_MB: u64 = 1 << 20;
 
+/// The smallest address-space limit of a generator program, MiB (`sandbox.memory_mb`).
+pub const MIN_MEMORY_MB: u64 = 64;
+
 /// Iterations of a run; evaluations without a new elite, re-queues and failed children
 /// before the run (or the parent) changes course.
 pub const MAX_ITERATIONS: u64 = 1_000_000;
@@ -113,6 +119,12 @@ pub const MAX_POPULATION: usize = 100_000;
 
 /// Programs shown to the mutator as inspirations, of each kind.
 pub const MAX_INSPIRATIONS: usize = 100;
+
+/// Bins per MAP-Elites descriptor (`archive.feature_bins`).
+pub const MAX_BINS: usize = 1_000;
+
+/// The highest sampling temperature (`mutation.temperature`, `episodes.user_temperature`).
+pub const MAX_TEMPERATURE: f32 = 2.0;
 
 /// Dialogues per condition of a study.
 pub const MAX_STUDY_ITEMS: usize = 100_000;
@@ -294,14 +306,17 @@ pub fn at_least<T: PartialOrd + std::fmt::Display>(key: &str, value: T, min: T) 
     }
 }
 
-/// A sampling temperature in [0, 2], else an error naming `key`.
+/// A sampling temperature in [0, [`MAX_TEMPERATURE`]], else an error naming `key`.
 pub fn temperature(key: &str, value: f32) -> Result<()> {
-    if value.is_finite() && (0.0..=2.0).contains(&value) {
+    if value.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&value) {
         Ok(())
     } else {
         Err(Error::config(
             key,
-            format!("must be in [0, 2], got {}", shown(f64::from(value))),
+            format!(
+                "must be in [0, {MAX_TEMPERATURE}], got {}",
+                shown(f64::from(value))
+            ),
         ))
     }
 }

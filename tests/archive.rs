@@ -50,13 +50,24 @@ fn config_errors_name_the_key() {
     };
     let e = Archive::new(bad, 0).unwrap_err().to_string();
     assert!(e.contains("archive.migration_rate"), "{e}");
-    let bad = ArchiveConfig {
+    // shares summing past 1 are scaled down to sum to 1 (no random draws), not refused
+    let scaled = ArchiveConfig {
         exploration_ratio: 0.5,
         exploitation_ratio: 0.7,
         ..ArchiveConfig::default()
     };
-    let e = bad.validate().unwrap_err().to_string();
-    assert!(e.contains("exploitation_ratio"), "{e}");
+    scaled.validate().unwrap();
+    let (explore, exploit) = scaled.draw_ratios();
+    assert!((explore - 0.5 / 1.2).abs() < 1e-12 && (exploit - 0.7 / 1.2).abs() < 1e-12);
+    assert_eq!(scaled.random_ratio(), 0.0);
+    assert_eq!(ArchiveConfig::default().draw_ratios(), (0.2, 0.7));
+    // a migration rate of 0 is no migration, as an interval of 0 is
+    let still = ArchiveConfig {
+        migration_rate: 0.0,
+        ..ArchiveConfig::default()
+    };
+    still.validate().unwrap();
+    assert!(!still.migrates() && ArchiveConfig::default().migrates());
     let bad = ArchiveConfig {
         feature_dimensions: vec!["a".into(), "a".into()],
         ..ArchiveConfig::default()

@@ -77,6 +77,7 @@ pub struct RunSection {
     /// Keep only human dialogues of this domain (τ-USI files mix domains).
     pub human_domain: Option<String>,
     /// Share of human task groups held out for `ppol eval` (never seen by the run).
+    #[schemars(range(min = 0.0), extend("exclusiveMaximum" = 1))]
     pub human_holdout: f64,
     /// Feature set.
     pub feature_set: FeatureSet,
@@ -85,9 +86,13 @@ pub struct RunSection {
     /// Split of held-out tasks for `ppol eval`.
     pub test_split: String,
     /// Share of training tasks used for validation (at least one task).
+    #[schemars(range(min = 0.0), extend("exclusiveMaximum" = 1))]
     pub val_fraction: f64,
     /// Validation tasks at most: a larger share is a seeded sample of this many, and the
     /// other tasks of the share stay train tasks (every new best is validated on all of them).
+    /// Lowered, when needed, to 100,000 episodes per validation: at most 100,000 / the most
+    /// personas per task (`fitness.n_personas`, `fitness.n_personas_schedule`).
+    #[schemars(range(min = 1, max = crate::limits::MAX_EPISODES))]
     pub val_max_tasks: usize,
 }
 
@@ -165,21 +170,26 @@ impl RunSection {
 #[serde(default, deny_unknown_fields)]
 pub struct SearchSection {
     /// Iterations (one candidate evaluation each; iteration 1 evaluates the seed program).
+    #[schemars(range(min = 1, max = crate::limits::MAX_ITERATIONS))]
     pub iterations: u64,
     /// Root seed; every part derives its own seed from it.
     pub seed: u64,
     /// Stop after this many evaluations without a new elite (0 = never).
+    #[schemars(range(max = crate::limits::MAX_ITERATIONS))]
     pub early_stop_evaluations: u64,
     /// Stop after this many seconds of wall clock (checked between evaluations, and during
     /// the baseline: a run out of time there stops with what it played kept for `ppol
     /// resume`, exit 130).
+    #[schemars(range(max = crate::limits::MAX_SECONDS), extend("exclusiveMinimum" = 0))]
     pub max_wall_clock_s: Option<f64>,
     /// The seed generator program (default: the offline seed offline, the two-stage LLM seed online).
     pub seed_program: Option<PathBuf>,
     /// Times an evaluation that failed for infrastructure reasons is re-queued before the run stops.
+    #[schemars(range(max = crate::limits::MAX_ITERATIONS))]
     pub max_requeues: u32,
     /// Candidates evaluated at once (sandbox, episodes, scoring), recorded in iteration order.
     /// LLM runs are bound by requests in flight: 4 keeps a server (or several replicas) busy.
+    #[schemars(range(min = 1, max = crate::limits::MAX_PARALLEL_CANDIDATES))]
     pub parallel_candidates: usize,
     /// Children proposed from one state of the archive (a generation). Default: as many as
     /// `parallel_candidates`. For a fixed generation size a run's result does not depend on
@@ -187,6 +197,7 @@ pub struct SearchSection {
     /// before it). Above 1, new bests are validated in the background and a generation's
     /// proposals see the validations up to the generation before the previous one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::limits::MAX_GENERATION))]
     pub generation_size: Option<usize>,
     /// Cascade evaluation: a child first plays `cascade_personas` personas of each task of
     /// its batch (stage 1), and plays the rest (stage 2) only when its stage-1 score reaches
@@ -198,12 +209,15 @@ pub struct SearchSection {
     pub cascade: bool,
     /// Personas per task in the cascade's first stage (the first ones the program writes; a
     /// batch of no more personas per task than this plays in full).
+    #[schemars(range(min = 1, max = crate::limits::MAX_PERSONAS))]
     pub cascade_personas: usize,
     /// The bar of the cascade: this quantile (0 = the lowest, 1 = the highest) of the stage-1
     /// scores (the archive's `fitness_metric`, fixed weights) of the candidates evaluated on
     /// the same train tasks before the child's generation was proposed.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub cascade_quantile: f64,
     /// Subtracted from the cascade's bar (a child within this margin of it plays in full).
+    #[schemars(range(min = 0.0))]
     pub cascade_margin: f64,
 }
 
@@ -344,18 +358,22 @@ pub struct MutationSection {
     /// a parent's children keep failing.
     pub edit_format: EditFormat,
     /// Probability of crossover with an inspiration instead of a structural edit (offline).
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub crossover_rate: f64,
     /// Consecutive failed children of a parent after which a full rewrite is asked for.
+    #[schemars(range(max = crate::limits::MAX_ITERATIONS))]
     pub rewrite_after_failures: usize,
     /// Ask the reflection model for a critique after each evaluation (LLM mode).
     pub reflection: bool,
     /// Mutator temperature.
+    #[schemars(range(min = 0.0, max = crate::limits::MAX_TEMPERATURE))]
     pub temperature: f32,
     /// The completion cap of every mutation request. Unset, it is `[llm.roles.mutator]
     /// max_tokens` when that is set, else 8,192 tokens (the reference's cap; `[llm.default]`
     /// does not count). A small local model wants it lowered (the real-model CI step uses
     /// 512).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_tokens: Option<u32>,
 }
 
@@ -501,32 +519,17 @@ impl RunConfig {
         self.check_batch_sizes()
     }
 
-    /// The largest batch of each kind the run plays — the baseline, a candidate's batch, a
-    /// validation — within [`crate::limits::MAX_EPISODES`], checked before anything starts
-    /// (every batch is bounded by settings, whatever the number of tasks).
+    /// A candidate's largest batch within [`crate::limits::MAX_EPISODES`], checked before
+    /// anything starts (every batch is bounded by settings, whatever the number of tasks; the
+    /// baseline and a validation are held there by lowering their task caps).
     fn check_batch_sizes(&self) -> Result<()> {
-        let n = self
-            .fitness
-            .n_personas_schedule
-            .iter()
-            .map(|(_, n)| *n)
-            .chain([self.fitness.n_personas])
-            .max()
-            .unwrap_or(1) as u64;
-        let batches = [
-            (
-                "episodes.baseline_max_tasks × episodes.baseline_trials",
-                self.episodes.baseline_max_tasks as u64 * u64::from(self.episodes.baseline_trials),
-            ),
-            (
-                "fitness.batch_size × fitness.n_personas",
-                self.fitness.batch_size as u64 * n,
-            ),
-            (
-                "run.val_max_tasks × fitness.n_personas",
-                self.run.val_max_tasks as u64 * n,
-            ),
-        ];
+        let n = self.max_personas() as u64;
+        // the baseline and validation are seeded samples of at most so many tasks, lowered to
+        // fit ([`EpisodesSection::baseline_task_cap`], [`RunConfig::val_task_cap`])
+        let batches = [(
+            "fitness.batch_size × fitness.n_personas",
+            self.fitness.batch_size as u64 * n,
+        )];
         for (what, episodes) in batches {
             if episodes > crate::limits::MAX_EPISODES as u64 {
                 return Err(Error::config(
@@ -540,6 +543,28 @@ impl RunConfig {
             }
         }
         Ok(())
+    }
+
+    /// The most personas per task any stage of the curriculum plays (`fitness.n_personas` and
+    /// `fitness.n_personas_schedule`).
+    pub fn max_personas(&self) -> usize {
+        self.fitness
+            .n_personas_schedule
+            .iter()
+            .map(|(_, n)| *n)
+            .chain([self.fitness.n_personas])
+            .max()
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// Validation tasks at most: `run.val_max_tasks`, lowered so that a validation (these
+    /// tasks × the most personas per task) stays within [`crate::limits::MAX_EPISODES`].
+    pub fn val_task_cap(&self) -> usize {
+        self.run
+            .val_max_tasks
+            .min(crate::limits::MAX_EPISODES / self.max_personas())
+            .max(1)
     }
 
     /// The defaults of a quick run (what `ppol evolve` and `ppol_rs.evolve()` use without a
@@ -674,6 +699,65 @@ mod tests {
         let e = RunConfig::from_toml_str("[fitness]\nn_personas = 0\n", Path::new("c.toml"))
             .unwrap_err();
         assert!(e.to_string().contains("fitness.n_personas"), "{e}");
+    }
+
+    /// Rules between two keys read the pair leniently (#43 item 8), so that every one-key
+    /// configuration the schema accepts is accepted; each test checks the value in effect.
+    #[test]
+    fn issue43_item8_rules_between_keys_are_lenient_and_say_the_value_in_effect() {
+        let parse = |t: &str| RunConfig::from_toml_str(t, Path::new("c.toml")).unwrap();
+        assert_eq!(RunConfig::default().val_task_cap(), 50);
+        // 100,000 validation tasks × 10 personas: a seeded sample of 10,000 tasks
+        let c = parse("[run]\nval_max_tasks = 100000\n");
+        assert_eq!((c.max_personas(), c.val_task_cap()), (10, 10_000));
+        assert_eq!(RunConfig::default().episodes.baseline_task_cap(), 200);
+        // 1,000 trials of 200 tasks: 100 tasks
+        let c = parse("[episodes]\nbaseline_trials = 1000\n");
+        assert_eq!(c.episodes.baseline_task_cap(), 100);
+        let c = parse("[episodes]\nbaseline_max_tasks = 100000\n");
+        assert_eq!(c.episodes.baseline_task_cap(), 33_333);
+        // a backoff cap below the base is the base
+        let c = parse("[llm]\nbackoff_max_ms = 3\n");
+        assert_eq!(c.llm.unwrap().effective_backoff_max_ms(), 500);
+        let c = parse("[llm]\nbackoff_base_ms = 1000000\n");
+        assert_eq!(c.llm.unwrap().effective_backoff_max_ms(), 1_000_000);
+        assert_eq!(LlmConfig::default().effective_backoff_max_ms(), 30_000);
+        // request bytes in flight below the largest body: the largest body
+        let c = parse("[llm.serve]\nbodies_in_flight_bytes = 1024\n");
+        assert_eq!(
+            c.llm.unwrap().serve.effective_bodies_in_flight_bytes(),
+            32 << 20
+        );
+        // a migration rate of 0 is no migration
+        let c = parse("[archive]\nmigration_rate = 0.0\n");
+        assert!(!c.archive.migrates());
+        // shares past 1 are scaled to sum to 1
+        let c = parse("[archive]\nexploitation_ratio = 1.0\n");
+        let (explore, exploit) = c.archive.draw_ratios();
+        assert!((explore - 0.2 / 1.2).abs() < 1e-12 && (exploit - 1.0 / 1.2).abs() < 1e-12);
+        // the Ray executor of a world played in ppol itself: played locally
+        let c = parse("[world]\nexecutor = \"ray\"\n");
+        assert!(c.world.ignores_executor(&c.world_spec()));
+    }
+
+    /// The bounds of the schema are the constants validation uses (the attributes name them).
+    #[test]
+    fn issue43_item8_schema_bounds_are_the_limits() {
+        let s = RunConfig::schema();
+        let prop = |def: &str, key: &str| s["$defs"][def]["properties"][key].clone();
+        assert_eq!(
+            prop("SearchSection", "iterations")["maximum"],
+            limits::MAX_ITERATIONS
+        );
+        assert_eq!(prop("SearchSection", "iterations")["minimum"], 1);
+        let w = prop("SearchSection", "max_wall_clock_s");
+        assert_eq!(w["exclusiveMinimum"], 0);
+        assert_eq!(w["maximum"], limits::MAX_SECONDS);
+        let h = prop("RunSection", "human_holdout");
+        assert_eq!(
+            (h["minimum"].as_f64(), h["exclusiveMaximum"].as_f64()),
+            (Some(0.0), Some(1.0))
+        );
     }
 
     #[test]

@@ -275,3 +275,138 @@ mod tests {
         );
     }
 }
+
+/// Issue #43 item 8: every configuration of one key that the shipped JSON Schema accepts is
+/// accepted by ppol too (the schema carries ppol's ranges). Each numeric key is tried at
+/// probe values and at its schema bounds, each enumerated string at each of its values.
+#[cfg(test)]
+mod one_key_sweep {
+    use super::*;
+    use serde_json::Value;
+
+    fn resolve<'a>(root: &'a Value, s: &'a Value) -> &'a Value {
+        match s.get("$ref").and_then(Value::as_str) {
+            Some(r) => {
+                let name = r.trim_start_matches("#/$defs/");
+                resolve(root, &root["$defs"][name])
+            }
+            None => s,
+        }
+    }
+
+    fn types(s: &Value) -> Vec<String> {
+        match s.get("type") {
+            Some(Value::String(t)) => vec![t.clone()],
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|t| t.as_str().map(String::from))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every (dotted key, value) the schema accepts at a leaf, from probes and bounds.
+    fn leaves(root: &Value, s: &Value, path: &str, out: &mut Vec<(String, toml::Value)>) {
+        let s = resolve(root, s);
+        for branch in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(bs)) = s.get(branch) {
+                for b in bs {
+                    leaves(root, b, path, out);
+                }
+            }
+        }
+        if let Some(Value::Object(props)) = s.get("properties") {
+            for (k, v) in props {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                leaves(root, v, &p, out);
+            }
+            return;
+        }
+        if let Some(Value::Array(values)) = s.get("enum") {
+            for v in values {
+                if let Some(t) = v.as_str() {
+                    out.push((path.into(), toml::Value::String(t.into())));
+                }
+            }
+        }
+        if let Some(Value::String(c)) = s.get("const") {
+            out.push((path.into(), toml::Value::String(c.clone())));
+        }
+        let ts = types(s);
+        let num = |k: &str| s.get(k).and_then(Value::as_f64);
+        let ok = |x: f64| {
+            num("minimum").is_none_or(|m| x >= m)
+                && num("maximum").is_none_or(|m| x <= m)
+                && num("exclusiveMinimum").is_none_or(|m| x > m)
+                && num("exclusiveMaximum").is_none_or(|m| x < m)
+        };
+        if ts.iter().any(|t| t == "integer") {
+            let mut probes: Vec<f64> = vec![-1.0, 0.0, 1.0, 2.0, 3.0, 100.0, 1e6, 1e12];
+            probes.extend(["minimum", "maximum"].iter().filter_map(|k| num(k)));
+            for x in probes {
+                if ok(x)
+                    && x.abs() < 9e15
+                    && (s.get("format").and_then(Value::as_str) != Some("uint32")
+                        || x <= u32::MAX as f64)
+                {
+                    out.push((path.into(), toml::Value::Integer(x as i64)));
+                }
+            }
+        } else if ts.iter().any(|t| t == "number") {
+            let mut probes: Vec<f64> = vec![-1.0, 0.0, 5e-5, 0.5, 1.0, 2.0, 100.0, 1e9, 1e300];
+            probes.extend(["minimum", "maximum"].iter().filter_map(|k| num(k)));
+            if let Some(m) = num("exclusiveMinimum") {
+                probes.push(m + 1e-9_f64.max(m.abs() * 1e-9));
+            }
+            for x in probes {
+                if ok(x) {
+                    out.push((path.into(), toml::Value::Float(x)));
+                }
+            }
+        }
+    }
+
+    fn one_key(path: &str, v: toml::Value) -> String {
+        let mut parts: Vec<&str> = path.split('.').collect();
+        let last = parts.pop().unwrap();
+        let mut table = toml::Table::new();
+        table.insert(last.into(), v);
+        for p in parts.iter().rev() {
+            let mut outer = toml::Table::new();
+            outer.insert((*p).into(), toml::Value::Table(table));
+            table = outer;
+        }
+        toml::to_string(&table).unwrap()
+    }
+
+    #[test]
+    fn issue43_item8_every_one_key_config_the_schema_accepts_ppol_accepts() {
+        let schema = RunConfig::schema();
+        let mut probes = Vec::new();
+        leaves(&schema, &schema, "", &mut probes);
+        assert!(probes.len() > 300, "{} probes", probes.len());
+        let mut refused = Vec::new();
+        for (path, v) in &probes {
+            let text = one_key(path, v.clone());
+            if let Err(e) = RunConfig::from_toml_str(&text, std::path::Path::new("one-key.toml")) {
+                refused.push(format!("{path} = {v}: {e}"));
+            }
+        }
+        eprintln!(
+            "{} of {} one-key configurations the schema accepts are refused",
+            refused.len(),
+            probes.len()
+        );
+        assert!(
+            refused.is_empty(),
+            "{} of {} one-key configurations the schema accepts are refused:\n{}",
+            refused.len(),
+            probes.len(),
+            refused.join("\n")
+        );
+    }
+}

@@ -135,7 +135,7 @@ impl RunContext {
         let (train, val) = split_val(
             &train_all,
             cfg.run.val_fraction,
-            cfg.run.val_max_tasks,
+            cfg.val_task_cap(),
             derive_seed(cfg.search.seed, "val_split"),
         );
         let (humans, humans_heldout) = holdout(
@@ -357,7 +357,7 @@ impl RunContext {
         tasks.dedup();
         let tasks = sample_in_order(
             tasks,
-            self.cfg.episodes.baseline_max_tasks,
+            self.cfg.episodes.baseline_task_cap(),
             derive_seed(self.cfg.search.seed, "baseline_tasks"),
         );
         let trials = self.cfg.episodes.baseline_trials.max(1);

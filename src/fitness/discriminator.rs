@@ -187,17 +187,21 @@ impl<'de> Deserialize<'de> for MaxFeatures {
 #[serde(default)]
 pub struct ForestParams {
     /// Number of trees (200).
+    #[schemars(range(min = 1, max = crate::limits::MAX_TREES))]
     pub n_trees: usize,
     /// Maximum depth of a tree (12); without one (`ppol discriminator train --max-depth 0`)
     /// trees grow until their leaves are pure.
+    #[schemars(range(min = 1, max = crate::limits::MAX_DEPTH))]
     pub max_depth: Option<usize>,
     /// Features tried per split (`sqrt`).
     pub max_features: MaxFeatures,
     /// Balanced class weights `n / (2 · n_class)` (true).
     pub balanced: bool,
     /// A node with fewer distinct samples is a leaf (2).
+    #[schemars(range(min = 2))]
     pub min_samples_split: usize,
     /// Each child of a split keeps at least this many distinct samples (1).
+    #[schemars(range(min = 1))]
     pub min_samples_leaf: usize,
     /// Each tree sees a bootstrap sample of the rows (true).
     pub bootstrap: bool,

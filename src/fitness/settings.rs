@@ -13,8 +13,10 @@ use crate::{Error, Result};
 #[serde(default, deny_unknown_fields)]
 pub struct FitnessSection {
     /// Final personas per task.
+    #[schemars(range(min = 1, max = crate::limits::MAX_PERSONAS))]
     pub n_personas: usize,
     /// Train tasks per evaluation.
+    #[schemars(range(min = 1, max = crate::limits::MAX_BATCH))]
     pub batch_size: usize,
     /// Use the curriculum 5→8→10.
     pub curriculum: bool,
@@ -28,8 +30,10 @@ pub struct FitnessSection {
     /// 10 search humans in 2 task groups).
     pub objective: Objective,
     /// Weight of human-likeness (validation and eval; training uses 1 − λb·ramp).
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub lambda_h: f64,
     /// Weight of coverage.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub lambda_b: f64,
     /// Standardise the coverage space by the human mean/std. Default false, as in the paper's
     /// τ² runs (`PPol.evolve`'s own default is true).
@@ -38,6 +42,7 @@ pub struct FitnessSection {
     /// humans, N ≈ 5–10 personas leave the two-sided Chamfer error above its saturation point
     /// (coverage 0, no gradient); the reference offers the same option for that reason. Set
     /// `standardize = true, n_clusters = 0` to reproduce `PPol.evolve`'s defaults.
+    #[schemars(range(max = crate::limits::MAX_CLUSTERS))]
     pub n_clusters: usize,
     /// How the archive ranks programs: `fixed` (λh·HL + λb·coverage with the final weights, so
     /// programs scored at different curriculum stages are comparable; the reference ranks
@@ -47,20 +52,25 @@ pub struct FitnessSection {
     /// Discriminator settings.
     pub discriminator: ForestParams,
     /// Folds of the grouped held-out AUC.
+    #[schemars(range(min = 2, max = crate::limits::MAX_FOLDS))]
     pub folds: usize,
     /// Retrain the discriminator every K iterations (0 = never, the default): the current
     /// elites' dialogues join the simulated side, and the archive, the batch bests and the run's
     /// best are rescored with it so scores stay comparable. Off by default: on the offline
     /// airline setup (6 seeds, 30 iterations, README) the independent audit did not find the
     /// retrained search more human than the fixed one.
+    #[schemars(range(max = crate::limits::MAX_ITERATIONS))]
     pub retrain_every: u64,
     /// How many of the archive's best programs give their dialogues to a retraining.
+    #[schemars(range(min = 1, max = crate::limits::MAX_POPULATION))]
     pub retrain_elites: usize,
     /// Bootstrap resamples of the intervals of `ppol eval`'s audit (each refits the
     /// cross-validation: the audit's cost grows with it).
+    #[schemars(range(min = 1, max = crate::limits::MAX_BOOTSTRAP))]
     pub audit_bootstrap: usize,
     /// Pairs per row shown to the LLM judge of `ppol eval`'s audit when the run has a model
     /// (0 = no judge; offline runs have none).
+    #[schemars(range(max = crate::limits::MAX_JUDGE_PAIRS))]
     pub judge_pairs: usize,
     /// The judge's prompt file, with `{user_a}` and `{user_b}` (default: the shipped
     /// `fitness/judge_prompt.md`).

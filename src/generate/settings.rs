@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::generate::sandbox::{SandboxConfig, MAX_LLM_CALLS};
 use crate::limits::{self, check};
-use crate::Result;
+use crate::{Error, Result};
 
 /// Sandbox limits for generator programs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -14,14 +14,18 @@ use crate::Result;
 pub struct SandboxSection {
     /// Wall-clock limit of one generation, seconds (at most a day): the program's own time,
     /// not the time it waits on the model (model calls are bounded by `[llm]` and the budget).
+    #[schemars(range(max = crate::generate::sandbox::MAX_TIMEOUT_S), extend("exclusiveMinimum" = 0))]
     pub timeout_s: f64,
     /// Address-space limit, MiB.
+    #[schemars(range(min = crate::limits::MIN_MEMORY_MB, max = crate::limits::MAX_MEMORY_MB))]
     pub memory_mb: u64,
     /// LLM calls one generation may make.
+    #[schemars(range(max = crate::limits::MAX_LLM_CALLS))]
     pub max_llm_calls: usize,
     /// Generations at once (0 = the number of CPUs offline; with an LLM behind `ppol_llm`, 16,
     /// or as many requests as the generator role may have in flight when fewer, or the number
     /// of CPUs when more).
+    #[schemars(range(max = crate::limits::MAX_CONCURRENCY))]
     pub concurrency: usize,
 }
 
@@ -53,10 +57,20 @@ impl SandboxSection {
     /// Check the values serde cannot (the error names the key).
     pub fn validate(&self) -> Result<()> {
         limits::seconds("sandbox.timeout_s", self.timeout_s)?;
+        if self.timeout_s > crate::generate::sandbox::MAX_TIMEOUT_S {
+            return Err(Error::config(
+                "sandbox.timeout_s",
+                format!(
+                    "must be at most {} seconds (a day), got {}",
+                    crate::generate::sandbox::MAX_TIMEOUT_S,
+                    limits::shown(self.timeout_s)
+                ),
+            ));
+        }
         check(
             "sandbox.memory_mb",
             self.memory_mb,
-            64,
+            limits::MIN_MEMORY_MB,
             limits::MAX_MEMORY_MB,
         )?;
         check(

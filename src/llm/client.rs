@@ -372,7 +372,7 @@ impl LlmClientBuilder {
                 semaphore: super::endpoint::Line::new(config.max_concurrency),
                 max_retries: config.max_retries,
                 backoff_base: Duration::from_millis(config.backoff_base_ms),
-                backoff_max: Duration::from_millis(config.backoff_max_ms),
+                backoff_max: Duration::from_millis(config.effective_backoff_max_ms()),
                 endpoint_wait: crate::limits::duration(config.endpoint_wait_s),
                 cache,
                 stats: Mutex::new(stats),

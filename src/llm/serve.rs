@@ -67,7 +67,8 @@ struct Shared {
     model: Arc<dyn ChatModel>,
     counters: Arc<Counters>,
     key: String,
-    /// Request bytes in flight, in KiB (`[llm.serve] bodies_in_flight_bytes`).
+    /// Request bytes in flight, in KiB (`[llm.serve] bodies_in_flight_bytes`, at least
+    /// `max_body_bytes`: [`ServeLimits::effective_bodies_in_flight_bytes`]).
     bodies: Arc<tokio::sync::Semaphore>,
     limits: ServeLimits,
 }
@@ -175,7 +176,7 @@ impl ModelEndpoint {
             counters: counters.clone(),
             key: api_key.clone(),
             bodies: Arc::new(tokio::sync::Semaphore::new(kib(
-                limits.bodies_in_flight_bytes
+                limits.effective_bodies_in_flight_bytes()
             ))),
             limits,
         });

@@ -221,6 +221,15 @@ impl Archive {
     /// An empty archive. Fails when the configuration is invalid.
     pub fn new(cfg: ArchiveConfig, seed: u64) -> Result<Self> {
         cfg.validate()?;
+        if cfg.ratios_scaled() {
+            let (explore, exploit) = cfg.draw_ratios();
+            tracing::warn!(
+                "archive.exploration_ratio + archive.exploitation_ratio = {} + {} passes 1: \
+                 scaled to {explore:.3} + {exploit:.3} (no random parent draws)",
+                cfg.exploration_ratio,
+                cfg.exploitation_ratio
+            );
+        }
         Ok(Archive {
             islands: vec![Island::default(); cfg.num_islands],
             cfg,
@@ -500,9 +509,10 @@ impl Archive {
             ));
         }
         let u: f64 = self.rng.random();
-        let mode = if u < self.cfg.exploration_ratio {
+        let (explore, exploit) = self.cfg.draw_ratios();
+        let mode = if u < explore {
             SampleMode::Exploration
-        } else if u < self.cfg.exploration_ratio + self.cfg.exploitation_ratio {
+        } else if u < explore + exploit {
             SampleMode::Exploitation
         } else {
             SampleMode::Random
@@ -613,7 +623,8 @@ impl Archive {
         Ok(chosen)
     }
 
-    /// Migrate when `generation` is a positive multiple of `migration_interval` and no migration
+    /// Migrate when `generation` is a positive multiple of `migration_interval` (and
+    /// `migration_rate` is above 0) and no migration
     /// was done for it yet (so calling it every iteration is safe). Each island's top
     /// `max(1, floor(migration_rate · population))` programs, chosen before any copy is made,
     /// are copied to the next island on the ring. Returns the copies made (a copy that the
@@ -627,7 +638,7 @@ impl Archive {
     pub fn maybe_migrate(&mut self, generation: u64) -> Vec<Migration> {
         let n = self.cfg.num_islands;
         if n < 2
-            || self.cfg.migration_interval == 0
+            || !self.cfg.migrates()
             || generation == 0
             || generation % self.cfg.migration_interval != 0
             || self.last_migration == Some(generation)

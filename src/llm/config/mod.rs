@@ -117,6 +117,7 @@ pub use model::*;
 pub struct Budget {
     /// Maximum spend in USD (priced by `[llm.prices]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
     pub max_usd: Option<f64>,
     /// Maximum prompt + completion tokens (cache hits excluded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -129,8 +130,10 @@ pub struct Budget {
 #[serde(default, deny_unknown_fields)]
 pub struct BudgetSection {
     /// US dollars.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub max_usd: Option<f64>,
     /// Prompt + completion tokens.
+    #[schemars(range(min = 1))]
     pub max_tokens: Option<u64>,
 }
 
@@ -174,24 +177,25 @@ impl Price {
 pub struct ServeLimits {
     /// Seconds a client has to send a request's headers, from its connection or the end of its
     /// last answer; a connection that sends none in time (idle or slow) is closed. Default 10.
-    #[schemars(range(min = 0.001, max = 3600.0))]
+    #[schemars(range(min = MIN_SERVE_TIMEOUT_S, max = MAX_SERVE_TIMEOUT_S))]
     pub header_timeout_s: f64,
     /// Seconds a client has to send a request's body once its headers are in; a slower body is
     /// answered 408 and its connection closed. Default 30.
-    #[schemars(range(min = 0.001, max = 3600.0))]
+    #[schemars(range(min = MIN_SERVE_TIMEOUT_S, max = MAX_SERVE_TIMEOUT_S))]
     pub body_timeout_s: f64,
     /// Connections open at once. A new connection past it closes the one idle the longest;
     /// when every connection has a request in progress, new ones wait to be accepted.
     /// Default 1024 (ppol raises its open-file limit to fit).
-    #[schemars(range(min = 1, max = 65536))]
+    #[schemars(range(min = 1, max = MAX_SERVE_CONNECTIONS))]
     pub max_connections: usize,
     /// Largest request body, in bytes (larger: 413, not read). Default 32 MiB.
-    #[schemars(range(min = 1024, max = 1073741824))]
+    #[schemars(range(min = MIN_BODY_BYTES, max = crate::limits::MAX_INPUT_BYTES))]
     pub max_body_bytes: u64,
     /// Request bytes held at once over every request being read or answered (what bounds the
-    /// endpoint's memory); a request waits for room before its body is read. At least
-    /// `max_body_bytes`. Default 64 MiB.
-    #[schemars(range(min = 1024, max = 17179869184u64))]
+    /// endpoint's memory); a request waits for room before its body is read. Below
+    /// `max_body_bytes` it counts as `max_body_bytes` (the largest request always fits).
+    /// Default 64 MiB.
+    #[schemars(range(min = MIN_BODY_BYTES, max = MAX_BODIES_IN_FLIGHT_BYTES))]
     pub bodies_in_flight_bytes: u64,
 }
 
@@ -207,18 +211,37 @@ impl Default for ServeLimits {
     }
 }
 
+/// Fewest seconds of `[llm.serve] header_timeout_s` and `body_timeout_s`.
+pub const MIN_SERVE_TIMEOUT_S: f64 = 0.001;
+/// Most seconds of `[llm.serve] header_timeout_s` and `body_timeout_s` (an hour).
+pub const MAX_SERVE_TIMEOUT_S: f64 = 3600.0;
+/// Most connections of `[llm.serve] max_connections`.
+pub const MAX_SERVE_CONNECTIONS: usize = 65_536;
+/// Fewest bytes of `[llm.serve] max_body_bytes` and `bodies_in_flight_bytes` (1 KiB).
+pub const MIN_BODY_BYTES: u64 = 1024;
+/// Most bytes of `[llm.serve] bodies_in_flight_bytes` (16 GiB).
+pub const MAX_BODIES_IN_FLIGHT_BYTES: u64 = 16 * crate::limits::MAX_INPUT_BYTES;
+/// Fewest bytes of `[llm] max_response_bytes` (1 KiB).
+pub const MIN_RESPONSE_BYTES: u64 = 1024;
+
 impl ServeLimits {
+    /// Request bytes held at once: `bodies_in_flight_bytes`, raised to `max_body_bytes` when
+    /// lower (a request as large as the endpoint takes must fit).
+    pub fn effective_bodies_in_flight_bytes(&self) -> u64 {
+        self.bodies_in_flight_bytes.max(self.max_body_bytes)
+    }
+
     /// Check the ranges (the error names the key under `prefix`, e.g. `serve`).
     pub fn validate(&self, prefix: &str) -> Result<()> {
         let key = |k: &str| dotted(prefix, k);
         let seconds = |k: &str, v: f64| {
-            if v.is_finite() && (0.001..=3600.0).contains(&v) {
+            if v.is_finite() && (MIN_SERVE_TIMEOUT_S..=MAX_SERVE_TIMEOUT_S).contains(&v) {
                 Ok(())
             } else {
                 Err(Error::config(
                     key(k),
                     format!(
-                        "must be between 0.001 and 3600 seconds, got {}",
+                        "must be between {MIN_SERVE_TIMEOUT_S} and {MAX_SERVE_TIMEOUT_S} seconds, got {}",
                         crate::limits::shown(v)
                     ),
                 ))
@@ -226,18 +249,23 @@ impl ServeLimits {
         };
         seconds("header_timeout_s", self.header_timeout_s)?;
         seconds("body_timeout_s", self.body_timeout_s)?;
-        crate::limits::check(&key("max_connections"), self.max_connections, 1, 65_536)?;
+        crate::limits::check(
+            &key("max_connections"),
+            self.max_connections,
+            1,
+            MAX_SERVE_CONNECTIONS,
+        )?;
         crate::limits::check(
             &key("max_body_bytes"),
             self.max_body_bytes,
-            1024,
+            MIN_BODY_BYTES,
             crate::limits::MAX_INPUT_BYTES,
         )?;
         crate::limits::check(
             &key("bodies_in_flight_bytes"),
             self.bodies_in_flight_bytes,
-            self.max_body_bytes,
-            16 * crate::limits::MAX_INPUT_BYTES,
+            MIN_BODY_BYTES,
+            MAX_BODIES_IN_FLIGHT_BYTES,
         )?;
         Ok(())
     }
@@ -272,6 +300,7 @@ pub struct LlmConfig {
     /// Maximum simultaneous calls over all roles (≥ 1), retries and backoff included; also the
     /// cap of every endpoint's adaptive limit. Default 256.
     #[serde(default = "default_max_concurrency")]
+    #[schemars(range(min = 1, max = crate::limits::MAX_CONCURRENCY))]
     pub max_concurrency: usize,
     /// Whether each endpoint's limit of requests in flight adapts to the server (AIMD on 429/503, timeouts and
     /// latency that stays high; default) or stays fixed at its cap (`max_concurrency`).
@@ -283,7 +312,8 @@ pub struct LlmConfig {
     /// Base of the exponential backoff, in milliseconds.
     #[serde(default = "default_backoff_base_ms")]
     pub backoff_base_ms: u64,
-    /// Cap of one backoff, in milliseconds.
+    /// Cap of one backoff, in milliseconds. Below `backoff_base_ms` it counts as
+    /// `backoff_base_ms` (every backoff is the base).
     #[serde(default = "default_backoff_max_ms")]
     pub backoff_max_ms: u64,
     /// How long, in seconds, calls wait for an endpoint that refuses connections (a server
@@ -291,10 +321,12 @@ pub struct LlmConfig {
     /// once it has run out later calls fail at once (after one quick connect check) instead
     /// of each spending its own retries.
     #[serde(default = "default_endpoint_wait_s")]
+    #[schemars(range(min = 0.0, max = crate::limits::MAX_SECONDS))]
     pub endpoint_wait_s: f64,
     /// Largest response body read from an endpoint, in bytes; a larger (or endless) body
     /// fails the attempt without being retried.
     #[serde(default = "default_max_response_bytes")]
+    #[schemars(range(min = MIN_RESPONSE_BYTES, max = crate::limits::MAX_INPUT_BYTES))]
     pub max_response_bytes: u64,
     /// Directory of the opt-in on-disk response cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -474,6 +506,14 @@ struct RunBudget {
 }
 
 impl LlmConfig {
+    /// The cap of one backoff, in milliseconds: `backoff_max_ms`, raised to `backoff_base_ms`
+    /// when lower.
+    pub fn effective_backoff_max_ms(&self) -> u64 {
+        self.backoff_max_ms.max(self.backoff_base_ms)
+    }
+}
+
+impl LlmConfig {
     /// Wrapper defaults with `spec` for every role.
     pub fn with_default(spec: ModelSpec) -> Self {
         LlmConfig {
@@ -543,18 +583,9 @@ impl LlmConfig {
         crate::limits::check(
             "max_response_bytes",
             self.max_response_bytes,
-            1024,
+            MIN_RESPONSE_BYTES,
             crate::limits::MAX_INPUT_BYTES,
         )?;
-        if self.backoff_max_ms < self.backoff_base_ms {
-            return Err(Error::config(
-                "backoff_max_ms",
-                format!(
-                    "must be at least backoff_base_ms ({} < {})",
-                    self.backoff_max_ms, self.backoff_base_ms
-                ),
-            ));
-        }
         if let Some(usd) = self.budget.max_usd {
             if !(usd.is_finite() && usd >= 0.0) {
                 return Err(Error::config(

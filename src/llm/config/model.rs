@@ -158,6 +158,9 @@ fn default_api_key_env() -> String {
     ENV_API_KEY.to_string()
 }
 
+/// The smallest context window a model may declare (`context_window`), in tokens.
+pub const MIN_CONTEXT_WINDOW: u32 = 256;
+
 fn default_timeout_s() -> f64 {
     60.0
 }
@@ -183,28 +186,34 @@ pub struct ModelSpec {
     pub api_key_env: String,
     /// Sampling temperature used when a request does not set one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = f32::MAX))]
     pub temperature: Option<f32>,
     /// Completion token cap used when a request does not set one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_tokens: Option<u32>,
     /// Timeout of one attempt, in seconds.
     #[serde(default = "default_timeout_s")]
+    #[schemars(range(max = crate::limits::MAX_SECONDS), extend("exclusiveMinimum" = 0))]
     pub timeout_s: f64,
     /// Deadline of one call in seconds — every attempt, backoff and endpoint wait included.
     /// No attempt starts after it, and an attempt's timeout is cut to what is left. `None`:
     /// 2.5 × `timeout_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = crate::limits::MAX_SECONDS), extend("exclusiveMinimum" = 0))]
     pub deadline_s: Option<f64>,
     /// The model's context window in tokens (prompt + completion). Known, it lets the client
     /// trim long histories before sending; `None`: learned from the endpoint's first
     /// context-length error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = MIN_CONTEXT_WINDOW))]
     pub context_window: Option<u32>,
     /// Cap of the requests in flight to each of this model's base URLs (on top of the global
     /// `[llm] max_concurrency`); under it the limit adapts to the server (see
     /// `[llm] adaptive_concurrency`). A local server that answers one request at a time
     /// wants 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::limits::MAX_CONCURRENCY))]
     pub max_concurrency: Option<usize>,
     /// Stop sequences sent with every request of this model (OpenAI's `stop`; `openai` only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -411,10 +420,10 @@ impl ModelSpec {
             crate::limits::check_seconds(&format!("{key}.deadline_s"), d)?;
         }
         if let Some(w) = self.context_window {
-            if w < 256 {
+            if w < MIN_CONTEXT_WINDOW {
                 return Err(Error::config(
                     format!("{key}.context_window"),
-                    format!("must be at least 256 tokens, got {w}"),
+                    format!("must be at least {MIN_CONTEXT_WINDOW} tokens, got {w}"),
                 ));
             }
         }
@@ -527,21 +536,27 @@ pub struct ModelPatch {
     pub api_key_env: Option<String>,
     /// The role's temperature (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = f32::MAX))]
     pub temperature: Option<f32>,
     /// The role's max_tokens (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_tokens: Option<u32>,
     /// The role's timeout_s (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = crate::limits::MAX_SECONDS), extend("exclusiveMinimum" = 0))]
     pub timeout_s: Option<f64>,
     /// The role's deadline_s (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = crate::limits::MAX_SECONDS), extend("exclusiveMinimum" = 0))]
     pub deadline_s: Option<f64>,
     /// The role's context_window (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = MIN_CONTEXT_WINDOW))]
     pub context_window: Option<u32>,
     /// The role's max_concurrency (default: `[llm.default]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::limits::MAX_CONCURRENCY))]
     pub max_concurrency: Option<usize>,
     /// The role's stop (replaces `[llm.default]`'s list).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -325,13 +325,17 @@ pub struct WorldSettings {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task_file: Option<PathBuf>,
     /// Simulator processes of an `external:` / `tau2:` world run at once.
+    #[schemars(range(min = 1, max = MAX_PROCESSES))]
     pub processes: usize,
     /// Protocol version the `external:` simulator speaks (1 or 2; `tau2:` always speaks 2).
+    #[schemars(range(min = 1, max = MAX_PROTOCOL))]
     pub protocol: u32,
     /// Seconds one episode may take before its simulator process is killed and restarted.
+    #[schemars(range(max = crate::limits::MAX_SECONDS), extend("exclusiveMinimum" = 0))]
     pub episode_timeout_s: f64,
     /// Episodes one v2 process takes at once, at most (it declares its own limit; the lower
     /// one holds).
+    #[schemars(range(min = 1, max = MAX_IN_FLIGHT))]
     pub max_in_flight: usize,
     /// Python interpreter of the `tau2:` world (default: `$PPOL_TAU2_PYTHON`, then `python3`);
     /// with the Ray executor, of its bridge, which needs `ray` (default: `$PPOL_RAY_PYTHON`,
@@ -344,8 +348,10 @@ pub struct WorldSettings {
     pub tau2_agent: String,
     /// `tau2:`: τ² orchestrator steps per user turn: an episode's τ² `max_steps` is the turn
     /// limit (`--max-turns`, `episodes.max_turns`) × this.
+    #[schemars(range(min = 1, max = crate::limits::MAX_TURNS))]
     pub tau2_steps_per_turn: usize,
     /// `tau2:`: τ²'s `max_errors`: tool-call errors after which τ² ends an episode.
+    #[schemars(range(min = 1, max = crate::limits::MAX_TURNS))]
     pub tau2_max_errors: usize,
     /// `tau2:`: the τ² task split the world lists (`all`: every task of the domain, e.g.
     /// telecom's 2,285; unset: τ²'s default task set, e.g. `base`).
@@ -358,9 +364,12 @@ pub struct WorldSettings {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt_file: Option<PathBuf>,
     /// Share of tasks held out as `test` when the task list gives no split (seeded by task id).
+    #[schemars(range(min = 0.0), extend("exclusiveMaximum" = 1))]
     pub test_fraction: f64,
     /// Where the simulator processes of an `external:` or `tau2:` world run: "local" (this
     /// machine, `processes` of them) or "ray" (the actors of a Ray cluster, `[world.ray]`).
+    /// The built-in worlds and `chat` have no simulator processes: they play in ppol itself
+    /// whatever this says (with "ray", a warning says so when the world opens).
     pub executor: Executor,
     /// The Ray executor's settings (`[world.ray]`).
     pub ray: RaySettings,
@@ -392,6 +401,8 @@ impl Default for WorldSettings {
 pub const MAX_PROCESSES: usize = 64;
 /// Largest `[world] max_in_flight`.
 pub const MAX_IN_FLIGHT: usize = 256;
+/// Newest protocol version of `[world] protocol` (1 ..= this).
+pub const MAX_PROTOCOL: u32 = 2;
 
 impl WorldSettings {
     /// Check the values (the errors name the key).
@@ -403,10 +414,10 @@ impl WorldSettings {
                 format!("must be in 1..={MAX_PROCESSES}, got {}", self.processes),
             ));
         }
-        if !(1..=2).contains(&self.protocol) {
+        if !(1..=MAX_PROTOCOL).contains(&self.protocol) {
             return Err(Error::config(
                 "world.protocol",
-                format!("must be 1 or 2, got {}", self.protocol),
+                format!("must be 1 or {MAX_PROTOCOL}, got {}", self.protocol),
             ));
         }
         crate::limits::check_seconds("world.episode_timeout_s", self.episode_timeout_s)?;
@@ -432,21 +443,18 @@ impl WorldSettings {
         Ok(())
     }
 
-    /// What these settings cannot do with `spec` (the Ray executor for a world played in ppol
-    /// itself, a task file for a built-in world), checked before anything starts: by the run
-    /// configuration's validation, and by [`open`] for the verbs without one.
+    /// Whether `executor = "ray"` has nothing to run with `spec`: the built-in worlds and
+    /// `chat` are played in ppol itself (no simulator processes), so they play locally.
+    pub fn ignores_executor(&self, spec: &WorldSpec) -> bool {
+        self.executor == Executor::Ray && matches!(spec, WorldSpec::Builtin(_) | WorldSpec::Chat)
+    }
+
+    /// What these settings cannot do with `spec` (a task file for a built-in world), checked
+    /// before anything starts: by the run configuration's validation, and by [`open`] for the
+    /// verbs without one. The Ray executor with a world played in ppol itself is not refused:
+    /// it has nothing to run there, and [`open`] says so ([`WorldSettings::ignores_executor`]).
     pub fn check_spec(&self, spec: &WorldSpec) -> Result<()> {
         match spec {
-            WorldSpec::Builtin(_) | WorldSpec::Chat if self.executor == Executor::Ray => {
-                Err(Error::config(
-                    "world.executor",
-                    format!(
-                        "the Ray executor plays the simulator processes of external: and tau2: \
-                         worlds; {} is played in ppol itself: use executor = \"local\"",
-                        spec.label()
-                    ),
-                ))
-            }
             WorldSpec::Builtin(name) if self.task_file.is_some() => Err(Error::config(
                 "world.task_file",
                 format!(
@@ -597,6 +605,13 @@ fn python_from_env(var: &str, file: &str) -> String {
 pub async fn open(spec: &WorldSpec, deps: WorldDeps) -> Result<Arc<dyn World>> {
     deps.settings.validate()?;
     deps.settings.check_spec(spec)?;
+    if deps.settings.ignores_executor(spec) {
+        tracing::warn!(
+            "world.executor = \"ray\" runs the simulator processes of external: and tau2: \
+             worlds; {} is played in ppol itself, locally",
+            spec.label()
+        );
+    }
     let split_seed = split_seed(deps.seed);
     let file_tasks = |required: bool| -> Result<Option<TaskList>> {
         match &deps.settings.task_file {

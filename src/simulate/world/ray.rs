@@ -50,6 +50,8 @@ pub const INSTALL: &str = "pip install 'ray[default]'";
 pub const MAX_ACTORS: usize = 256;
 /// Largest `[world.ray] retries`.
 pub const MAX_RETRIES: u32 = 10;
+/// Largest `[world.ray] num_cpus` (CPUs one actor reserves).
+pub const MAX_NUM_CPUS: f64 = 1024.0;
 
 /// Where the processes of an `external:` or `tau2:` world run.
 #[derive(
@@ -140,8 +142,10 @@ pub struct RaySettings {
     pub address: String,
     /// Simulator processes across the cluster: one Ray actor each, spread over the nodes
     /// (SPREAD scheduling).
+    #[schemars(range(min = 1, max = MAX_ACTORS))]
     pub actors: usize,
     /// CPUs each actor reserves on its node (Ray's num_cpus; fractions allowed).
+    #[schemars(range(max = MAX_NUM_CPUS), extend("exclusiveMinimum" = 0))]
     pub num_cpus: f64,
     /// Host name or address (optionally HOST:PORT) the workers reach ppol's model endpoint by;
     /// it listens there: on the address, or on the address a host name resolves to (a name
@@ -157,8 +161,10 @@ pub struct RaySettings {
     pub runtime_env: Option<toml::Table>,
     /// Times an episode whose actor, worker process, simulator process or node died is played
     /// again on another actor before it is recorded as failed (each attempt is recorded).
+    #[schemars(range(max = MAX_RETRIES))]
     pub retries: u32,
     /// Seconds to connect to the cluster and place the actors (also a replacement's).
+    #[schemars(range(max = crate::limits::MAX_SECONDS), extend("exclusiveMinimum" = 0))]
     pub start_timeout_s: f64,
 }
 
@@ -201,10 +207,10 @@ impl RaySettings {
                 format!("must be in 1..={MAX_ACTORS}, got {}", self.actors),
             ));
         }
-        if !(self.num_cpus.is_finite() && self.num_cpus > 0.0 && self.num_cpus <= 1024.0) {
+        if !(self.num_cpus.is_finite() && self.num_cpus > 0.0 && self.num_cpus <= MAX_NUM_CPUS) {
             return Err(Error::config(
                 "world.ray.num_cpus",
-                format!("must be in (0, 1024], got {}", self.num_cpus),
+                format!("must be in (0, {MAX_NUM_CPUS}], got {}", self.num_cpus),
             ));
         }
         advertised(&self.advertise)?;
