@@ -489,16 +489,20 @@ fn a_run_that_fails_before_it_starts_leaves_no_half_made_run_directory() {
     )
     .unwrap();
     let run = tmp.path().join("run");
-    let (code, _, err) = run_ppol(&[
-        "evolve",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        run.to_str().unwrap(),
-        "--iterations",
-        "1",
-        "--quiet",
-    ]);
+    let start = || {
+        let (cfg, run) = (cfg.to_str().unwrap(), run.to_str().unwrap());
+        run_ppol(&[
+            "evolve",
+            "--config",
+            cfg,
+            "--out",
+            run,
+            "--iterations",
+            "1",
+            "--quiet",
+        ])
+    };
+    let (code, _, err) = start();
     assert_eq!(code, 2, "{err}");
     assert!(
         !run.exists(),
@@ -506,16 +510,7 @@ fn a_run_that_fails_before_it_starts_leaves_no_half_made_run_directory() {
     );
     // a directory the user made is kept, emptied of what ppol wrote in it
     std::fs::create_dir(&run).unwrap();
-    let (code, _, err) = run_ppol(&[
-        "evolve",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        run.to_str().unwrap(),
-        "--iterations",
-        "1",
-        "--quiet",
-    ]);
+    let (code, _, err) = start();
     assert_eq!(code, 2, "{err}");
     assert!(run.is_dir());
     assert_eq!(std::fs::read_dir(&run).unwrap().count(), 0);
