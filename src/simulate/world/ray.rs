@@ -50,6 +50,8 @@ pub const INSTALL: &str = "pip install 'ray[default]'";
 pub const MAX_ACTORS: usize = 256;
 /// Largest `[world.ray] retries`.
 pub const MAX_RETRIES: u32 = 10;
+/// Smallest `[world.ray] num_cpus`: Ray refuses resource quantities below 0.0001.
+pub const MIN_NUM_CPUS: f64 = 0.0001;
 /// Largest `[world.ray] num_cpus` (CPUs one actor reserves).
 pub const MAX_NUM_CPUS: f64 = 1024.0;
 
@@ -145,7 +147,7 @@ pub struct RaySettings {
     #[schemars(range(min = 1, max = MAX_ACTORS))]
     pub actors: usize,
     /// CPUs each actor reserves on its node (Ray's num_cpus; fractions allowed).
-    #[schemars(range(max = MAX_NUM_CPUS), extend("exclusiveMinimum" = 0))]
+    #[schemars(range(min = MIN_NUM_CPUS, max = MAX_NUM_CPUS))]
     pub num_cpus: f64,
     /// Host name or address (optionally HOST:PORT) the workers reach ppol's model endpoint by;
     /// it listens there: on the address, or on the address a host name resolves to (a name
@@ -155,7 +157,9 @@ pub struct RaySettings {
     pub advertise: String,
     /// Ray runtime_env of the actors: how the simulator reaches the workers (working_dir,
     /// py_modules, pip, env_vars, ...); with a working_dir the command runs there, else in
-    /// ppol's working directory when the node has it.
+    /// ppol's working directory when the node has it. Checked before anything starts: a
+    /// field Ray does not know is refused, env_vars must be strings, a local working_dir
+    /// must be a directory (or a .zip) here.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub runtime_env: Option<toml::Table>,
@@ -207,10 +211,14 @@ impl RaySettings {
                 format!("must be in 1..={MAX_ACTORS}, got {}", self.actors),
             ));
         }
-        if !(self.num_cpus.is_finite() && self.num_cpus > 0.0 && self.num_cpus <= MAX_NUM_CPUS) {
+        if !(self.num_cpus.is_finite() && (MIN_NUM_CPUS..=MAX_NUM_CPUS).contains(&self.num_cpus)) {
             return Err(Error::config(
                 "world.ray.num_cpus",
-                format!("must be in (0, {MAX_NUM_CPUS}], got {}", self.num_cpus),
+                format!(
+                    "must be in [{MIN_NUM_CPUS}, {MAX_NUM_CPUS}] (Ray counts resources in steps \
+                     of 0.0001), got {}",
+                    crate::limits::shown(self.num_cpus)
+                ),
             ));
         }
         advertised(&self.advertise)?;
@@ -226,9 +234,84 @@ impl RaySettings {
             serde_json::to_value(env).map_err(|e| {
                 Error::config("world.ray.runtime_env", format!("not representable: {e}"))
             })?;
+            check_runtime_env(env)?;
         }
         Ok(())
     }
+}
+
+/// The fields of a Ray runtime_env (`ray.runtime_env.RuntimeEnv.known_fields` and its
+/// constructor's arguments, Ray 2.x).
+pub const RUNTIME_ENV_FIELDS: &[&str] = &[
+    "working_dir",
+    "py_modules",
+    "py_executable",
+    "excludes",
+    "pip",
+    "uv",
+    "conda",
+    "container",
+    "image_uri",
+    "env_vars",
+    "config",
+    "worker_process_setup_hook",
+    "java_jars",
+    "nsight",
+    "rocprof_sys",
+    "mpi",
+];
+
+/// What Ray would refuse (or ignore) in `[world.ray] runtime_env`, said before anything starts
+/// and naming the field: an unknown field, `env_vars` that are not strings, and a local
+/// `working_dir` that is not a directory (or a `.zip`) here.
+fn check_runtime_env(env: &toml::Table) -> Result<()> {
+    for (k, v) in env {
+        let key = format!("world.ray.runtime_env.{k}");
+        if !RUNTIME_ENV_FIELDS.contains(&k.as_str()) && !k.starts_with('_') {
+            return Err(Error::config(
+                key,
+                format!(
+                    "is not a field of a Ray runtime_env (known: {})",
+                    RUNTIME_ENV_FIELDS.join(", ")
+                ),
+            ));
+        }
+        match k.as_str() {
+            "env_vars" => {
+                let Some(t) = v.as_table() else {
+                    return Err(Error::config(key, "must be a table of NAME = \"value\""));
+                };
+                if let Some((name, _)) = t.iter().find(|(_, v)| !v.is_str()) {
+                    return Err(Error::config(
+                        format!("{key}.{name}"),
+                        "must be a string (Ray passes environment variables as text): quote it",
+                    ));
+                }
+            }
+            "working_dir" => {
+                let Some(dir) = v.as_str() else {
+                    return Err(Error::config(key, "must be a path or a URI (a string)"));
+                };
+                // a URI (s3://, gs://, https://) is Ray's to fetch; a local path is checked here
+                if !dir.contains("://") {
+                    let p = std::path::Path::new(dir);
+                    let zip = p.extension().is_some_and(|e| e == "zip") && p.is_file();
+                    if !p.is_dir() && !zip {
+                        return Err(Error::config(
+                            key,
+                            format!(
+                                "'{dir}' is not a directory here (nor a .zip): Ray uploads it \
+                                 from this machine (a relative path is from ppol's working \
+                                 directory)"
+                            ),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// `advertise` as (the address to listen on, the host to name in the base URL).
@@ -436,6 +519,37 @@ fn start_error(e: Error, py: &Path) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issue43_item4_runtime_env_fields_are_checked_naming_the_field() {
+        let with = |text: &str| RaySettings {
+            runtime_env: Some(toml::from_str(text).unwrap()),
+            ..RaySettings::default()
+        };
+        let err = |text: &str| with(text).validate().unwrap_err().to_string();
+        let dir = tempfile::tempdir().unwrap();
+        assert!(with(&format!(
+            "working_dir = '{}'\npip = ['x==1']\nenv_vars = {{ A = '1' }}",
+            dir.path().display()
+        ))
+        .validate()
+        .is_ok());
+        assert!(with("working_dir = 's3://bucket/code.zip'")
+            .validate()
+            .is_ok());
+        let e = err("workdir = '.'");
+        assert!(
+            e.contains("world.ray.runtime_env.workdir") && e.contains("working_dir"),
+            "{e}"
+        );
+        let e = err("working_dir = '/no/such/dir'");
+        assert!(
+            e.contains("world.ray.runtime_env.working_dir") && e.contains("not a directory"),
+            "{e}"
+        );
+        let e = err("env_vars = { N = 3 }");
+        assert!(e.contains("world.ray.runtime_env.env_vars.N"), "{e}");
+    }
 
     #[test]
     fn settings_are_checked_by_key() {
