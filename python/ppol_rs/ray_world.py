@@ -428,10 +428,21 @@ class Bridge:
             if errors:
                 raise StartError("run.world", "the simulator could not start in a Ray actor: "
                                  + errors[0])
+            total = float(self.ray.cluster_resources().get("CPU", 0.0))
+            if total >= float(self.spec["num_cpus"]):
+                # the cluster could hold one: the actors were placed, and what did not finish
+                # is the simulator's start (a version-2 simulator that never answers `hello`)
+                raise StartError("run.world", f"no actor finished starting within "
+                                 f"{self.start_timeout:g} s ([world.ray] start_timeout_s), though "
+                                 f"the cluster has {total:g} CPU(s) for actors of "
+                                 f"{self.spec['num_cpus']}: the simulator did not answer its "
+                                 "hello (a version-2 simulator answers `hello` first, see "
+                                 "EXTERNAL_PROTOCOL.md), or it takes longer than that to start")
             raise StartError("world.ray.num_cpus", f"no actor could be placed within "
                              f"{self.start_timeout:g} s: each asks for {self.spec['num_cpus']} "
-                             f"CPU(s); the cluster has {self.ray.available_resources().get('CPU', 0)} "
-                             "available ([world.ray] actors, num_cpus)")
+                             f"CPU(s); the cluster has {total:g} in all, "
+                             f"{self.ray.available_resources().get('CPU', 0)} available "
+                             "([world.ray] actors, num_cpus)")
         if len(live) < n:
             why = errors[0] if errors else unplaced_why
             log(f"{len(live)} of {n} actors started ({why}); playing on those")

@@ -503,3 +503,20 @@ def test_start_errors_exit_2_naming_the_key(tmp_path):
              "-o", tmp_path / "eps.jsonl")
     assert r.returncode == 2, r.stderr
     assert "world.python" in r.stderr and "pip install 'ray[default]'" in r.stderr, r.stderr
+
+
+def test_issue43_item4_a_simulator_that_never_answers_hello_is_named_not_num_cpus(cluster, tmp_path):
+    """A version-2 simulator that never answers the hello was reported as "no actor could be
+    placed ... world.ray.num_cpus" while the cluster had room: now the error names the world
+    and the hello, and num_cpus is named only when the cluster cannot hold one actor."""
+    silent = tmp_path / "silent.py"
+    silent.write_text("import sys, time\nsys.stdin.readline()\ntime.sleep(600)\n")
+    p = tmp_path / "silent.toml"
+    p.write_text(f'[world]\nexecutor = "ray"\npython = "{sys.executable}"\nprotocol = 2\n'
+                 f'episode_timeout_s = 120\n\n[world.ray]\naddress = "{cluster.address}"\n'
+                 'actors = 1\nstart_timeout_s = 8\n')
+    r = ppol("episodes", "--config", p, "--world", f"external:{sys.executable} {silent}",
+             "--task-file", TASKS, "--quiet", "-o", tmp_path / "eps.jsonl")
+    assert r.returncode == 2, r.stderr
+    assert "run.world" in r.stderr and "hello" in r.stderr, r.stderr
+    assert "world.ray.num_cpus" not in r.stderr, r.stderr
