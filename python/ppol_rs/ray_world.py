@@ -47,6 +47,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -91,6 +92,67 @@ def _pdeathsig() -> None:
         pass
 
 
+# The simulator runs under this supervisor (a Python process of the worker's interpreter):
+# a child subreaper, so whatever the simulator leaves behind — a `setsid` daemon, a double
+# fork — is reparented to it instead of to init; it gets SIGTERM when the actor's keeper thread
+# dies (PR_SET_PDEATHSIG), and whenever it ends (the simulator exited, SIGTERM) it kills every
+# process below it. As the local executor's supervisor does: nothing a simulator starts
+# outlives its actor. Its stdin and stdout are the simulator's (inherited), untouched.
+_SUPERVISOR = r"""
+import ctypes, os, signal, subprocess, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(36, 1)                 # PR_SET_CHILD_SUBREAPER
+libc.prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+me = os.getpid()
+
+def below():
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [me]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+def end(code):
+    for _ in range(50):
+        pids = below()
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        time.sleep(0.02)
+    os._exit(code)
+
+signal.signal(signal.SIGTERM, lambda *_: end(143))
+if os.getppid() == 1:
+    end(143)
+try:
+    child = subprocess.Popen(sys.argv[1:])
+except OSError as e:
+    sys.stderr.write(f"cannot start the simulator {sys.argv[1]!r}: {e}\n")
+    end(127)
+code = child.wait()
+end(code if code >= 0 else 128 - code)
+"""
+
+
 class _Pending:
     __slots__ = ("event", "answer")
 
@@ -128,13 +190,20 @@ class Simulator:
         started = threading.Event()
         failure: List[BaseException] = []
 
+        exe = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+        if not exe or not os.access(os.path.join(cwd, exe) if not os.path.isabs(exe) else exe,
+                                    os.X_OK):
+            raise RuntimeError(f"cannot start the simulator {argv[0]!r}: not an executable "
+                               f"here (looked in {cwd} and $PATH)")
+
         def keeper() -> None:
             # This thread starts the process and lives as long as it: the process gets SIGKILL
             # when the thread ends (PR_SET_PDEATHSIG), i.e. when the actor's process dies.
             try:
                 self.proc = subprocess.Popen(
-                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, cwd=cwd,
-                    env=env, start_new_session=True, preexec_fn=_pdeathsig)
+                    [sys.executable, "-c", _SUPERVISOR, *argv], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=None, cwd=cwd, env=env,
+                    start_new_session=True, preexec_fn=_pdeathsig)
             except BaseException as e:  # noqa: BLE001 - reported to the caller
                 failure.append(e)
                 started.set()
@@ -158,6 +227,13 @@ class Simulator:
             p.event.set()
 
     def kill(self) -> None:
+        # the supervisor first (it kills everything below it, daemons too), then the group
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(STOP_GRACE_S)
+        except (OSError, AttributeError, subprocess.TimeoutExpired):
+            pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (OSError, AttributeError):

@@ -289,14 +289,16 @@ def processes(text):
 
 def simulators(marker):
     """Pids of the simulators carrying ``marker``: not ppol, nor the supervisor ppol forks
-    for the bridge (a fork of ppol, with ppol's command line)."""
-    def is_ppol(pid):
+    for the bridge (a fork of ppol, with ppol's command line), nor the supervisor each actor
+    runs its simulator under (``python -c <code> ARGV...``, its code names the subreaper)."""
+    def supervisor(pid):
         try:
-            argv0 = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             return False
-        return os.path.basename(argv0) == os.path.basename(PPOL).encode()
-    return [pid for pid in processes(marker) if not is_ppol(pid)]
+        return (os.path.basename(argv[0]) == os.path.basename(PPOL).encode()
+                or (len(argv) > 2 and argv[1] == b"-c" and b"PR_SET_CHILD_SUBREAPER" in argv[2]))
+    return [pid for pid in processes(marker) if not supervisor(pid)]
 
 
 def wait_gone(text, timeout=30.0):
@@ -520,3 +522,35 @@ def test_issue43_item4_a_simulator_that_never_answers_hello_is_named_not_num_cpu
     assert r.returncode == 2, r.stderr
     assert "run.world" in r.stderr and "hello" in r.stderr, r.stderr
     assert "world.ray.num_cpus" not in r.stderr, r.stderr
+
+
+def test_issue43_item4_nothing_a_simulator_starts_outlives_its_actor(cluster, tmp_path):
+    """A simulator's `setsid` daemon outlived a Ray run (the local executor kills it): now the
+    simulator runs under a subreaper supervisor in its actor, which kills everything below it
+    when the simulator or the actor ends. No daemon is alive 10 s after ppol exits."""
+    pids = tmp_path / "daemons"
+    wrapper = tmp_path / "daemonizing_sim.py"
+    wrapper.write_text(
+        "import os, subprocess, sys\n"
+        "p = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        f"with open({str(pids)!r}, 'a') as f:\n"
+        "    f.write(f'{p.pid}\\n')\n"
+        f"os.execv(sys.executable, [sys.executable, {str(SIM)!r}, *sys.argv[1:]])\n")
+    cfg = config(tmp_path, cluster.address, actors=2)
+    r = ppol("episodes", "--config", cfg, "--world", f"external:{sys.executable} {wrapper}",
+             "--task-file", TASKS, "--quiet", "-o", tmp_path / "eps.jsonl")
+    assert r.returncode == 0, r.stderr
+    started = [int(x) for x in pids.read_text().split()]
+    assert started, "the simulators started their daemons"
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in started) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in started if alive(p)], "a simulator's daemon outlived the run"

@@ -67,7 +67,7 @@ pub fn audit(req: &AuditRequest) -> Result<(AuditReport, Vec<Skipped>)> {
     audit_with(req, None)
 }
 
-/// [`audit`], telling `heartbeat` every few seconds that the audit is still at work (a line
+/// [`audit()`], telling `heartbeat` every few seconds that the audit is still at work (a line
 /// to show; `ppol audit` prints it on stderr).
 pub fn audit_with(
     req: &AuditRequest,
