@@ -372,24 +372,15 @@ fn human_traces(cfg: &RunConfig) -> String {
         .join(", ")
 }
 
-/// `--executor` and `--ray-address` as a [`Placement`](crate::simulate::world::ray::Placement).
-fn placement(
-    executor: Option<&str>,
-    ray_address: Option<&str>,
-) -> crate::Result<crate::simulate::world::ray::Placement> {
-    use crate::simulate::world::ray;
-    Ok(ray::Placement {
-        executor: executor.map(ray::parse_executor).transpose()?,
-        ray_address: ray_address.map(str::to_string),
-    })
-}
-
 /// Run `ppol resume`.
 pub fn run_resume(args: ResumeArgs) -> anyhow::Result<Outcome> {
     let (mut ctl, bar) = control(args.quiet, args.iterations.unwrap_or(0));
     ctl.halt_after = args.halt_after;
     ctl.pause_at = args.pause_at.clone();
-    ctl.placement = placement(args.executor.as_deref(), args.ray_address.as_deref())?;
+    ctl.placement = crate::simulate::world::ray::Placement::from_names(
+        args.executor.as_deref(),
+        args.ray_address.as_deref(),
+    )?;
     let summary = super::with_ctrl_c(
         ctl.stop.clone(),
         "stopping after the current evaluation",
@@ -418,7 +409,10 @@ fn finish(summary: crate::Result<RunSummary>) -> anyhow::Result<Outcome> {
 /// Run `ppol eval`.
 pub fn run_eval(args: EvalArgs) -> anyhow::Result<Outcome> {
     let (bar, progress) = super::batch_progress(args.quiet);
-    let place = placement(args.executor.as_deref(), args.ray_address.as_deref())?;
+    let place = crate::simulate::world::ray::Placement::from_names(
+        args.executor.as_deref(),
+        args.ray_address.as_deref(),
+    )?;
     let table = ops::block_on(ops::evaluate(
         &args.run_dir,
         args.split.as_deref(),

@@ -701,15 +701,8 @@ fn placement(
     executor: Option<String>,
     ray_address: Option<String>,
 ) -> PyResult<crate::simulate::world::ray::Placement> {
-    use crate::simulate::world::ray;
-    Ok(ray::Placement {
-        executor: executor
-            .as_deref()
-            .map(ray::parse_executor)
-            .transpose()
-            .map_err(to_py_err)?,
-        ray_address,
-    })
+    crate::simulate::world::ray::Placement::from_names(executor.as_deref(), ray_address.as_deref())
+        .map_err(to_py_err)
 }
 
 /// The Table-1 comparison of a run on held-out tasks (as `ppol eval`).

@@ -83,6 +83,15 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// From an executor's name (`local`, `ray`) and a Ray address, as flags and Python
+    /// arguments give them.
+    pub fn from_names(executor: Option<&str>, ray_address: Option<&str>) -> crate::Result<Self> {
+        Ok(Placement {
+            executor: executor.map(parse_executor).transpose()?,
+            ray_address: ray_address.map(str::to_string),
+        })
+    }
+
     /// Whether it changes nothing.
     pub fn is_empty(&self) -> bool {
         self.executor.is_none() && self.ray_address.is_none()
